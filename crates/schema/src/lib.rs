@@ -1,0 +1,26 @@
+//! Schema tables: the contract between every part of protoplane.
+//!
+//! A [`TableSet`] is built once per schema (from `.proto` files or a serialized
+//! `FileDescriptorSet`) and never changes afterwards except through
+//! [`TableSet::set_placement`]. It is *pointer-free*: every cross reference is an
+//! index into one of a handful of flat arrays, so the whole set serializes to
+//! bytes ([`TableSet::to_bytes`]) and can be handed to another process or a
+//! device as-is (PsPIN's flattened descriptors, RPCAcc's schema table).
+//!
+//! Read `table.rs` first: it defines the field entry and the object layout that
+//! the `wire` crate decodes into and encodes from. `lower.rs` turns descriptors
+//! into tables; `layout.rs` assigns slot offsets; `codec.rs` is the byte form.
+
+mod codec;
+mod error;
+mod layout;
+mod load;
+mod lower;
+mod table;
+
+pub use error::SchemaError;
+pub use load::{compile_protos, ProtoSource};
+pub use table::{
+    Enum, EnumValue, Field, FieldFlags, Kind, Label, Message, MessageFlags, Oneof, Placement,
+    Span, TableSet, WireType, NONE,
+};

@@ -1,0 +1,378 @@
+//! Descriptors -> tables. Walks a `FileDescriptorSet`, gives every message and
+//! enum an index, resolves type names to indices, then asks `layout` for the
+//! object layout of each message.
+
+use std::collections::HashMap;
+
+use prost_types::field_descriptor_proto::Label as PLabel;
+use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};
+
+use crate::layout;
+use crate::table::{
+    Enum, EnumValue, Field, FieldFlags, Kind, Label, MessageFlags, Span, TableSet, NONE,
+};
+use crate::SchemaError;
+
+struct MsgSrc<'a> {
+    name: String,
+    desc: &'a DescriptorProto,
+    proto3: bool,
+}
+
+struct EnumSrc<'a> {
+    name: String,
+    desc: &'a EnumDescriptorProto,
+    closed: bool,
+}
+
+/// Interns strings into the table set's pool.
+#[derive(Default)]
+pub(crate) struct Pool {
+    pub(crate) bytes: Vec<u8>,
+    seen: HashMap<Vec<u8>, Span>,
+}
+
+impl Pool {
+    pub(crate) fn add(&mut self, s: &[u8]) -> Span {
+        if let Some(span) = self.seen.get(s) {
+            return *span;
+        }
+        let span = Span { start: self.bytes.len() as u32, len: s.len() as u32 };
+        self.bytes.extend_from_slice(s);
+        self.seen.insert(s.to_vec(), span);
+        span
+    }
+}
+
+fn collect<'a>(
+    prefix: &str,
+    msgs: &'a [DescriptorProto],
+    enums: &'a [EnumDescriptorProto],
+    proto3: bool,
+    out_m: &mut Vec<MsgSrc<'a>>,
+    out_e: &mut Vec<EnumSrc<'a>>,
+) {
+    for e in enums {
+        out_e.push(EnumSrc { name: join(prefix, e.name()), desc: e, closed: !proto3 });
+    }
+    for m in msgs {
+        let name = join(prefix, m.name());
+        out_m.push(MsgSrc { name: name.clone(), desc: m, proto3 });
+        collect(&name, &m.nested_type, &m.enum_type, proto3, out_m, out_e);
+    }
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// The proto3 JSON name rule (used when a descriptor carries no `json_name`).
+pub(crate) fn json_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Builds the table set of every file in `set` (imports must be included).
+pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
+    let mut msgs = Vec::new();
+    let mut enums = Vec::new();
+    let mut seen_files = std::collections::HashSet::new();
+    for file in &set.file {
+        if !seen_files.insert(file.name()) {
+            continue; // the same file listed twice (merged sets): keep the first
+        }
+        let proto3 = match file.syntax() {
+            "" | "proto2" => false,
+            "proto3" => true,
+            other => {
+                return Err(SchemaError::Unsupported(format!(
+                    "{}: syntax \"{other}\" (editions are not supported yet)",
+                    file.name()
+                )))
+            }
+        };
+        collect(file.package(), &file.message_type, &file.enum_type, proto3, &mut msgs, &mut enums);
+    }
+    let msg_idx: HashMap<&str, u32> =
+        msgs.iter().enumerate().map(|(i, m)| (m.name.as_str(), i as u32)).collect();
+    let enum_idx: HashMap<&str, u32> =
+        enums.iter().enumerate().map(|(i, e)| (e.name.as_str(), i as u32)).collect();
+    if msg_idx.len() != msgs.len() || enum_idx.len() != enums.len() {
+        return Err(SchemaError::Unsupported("duplicate type name in descriptor set".into()));
+    }
+
+    let mut ts = TableSet::default();
+    let mut pool = Pool::default();
+
+    for e in &enums {
+        let mut values: Vec<EnumValue> = Vec::new();
+        for v in &e.desc.value {
+            values.push(EnumValue { number: v.number(), name: pool.add(v.name().as_bytes()) });
+        }
+        // Stable sort keeps the first declared name of aliased numbers first;
+        // dedup then drops the aliases so lookups by number are unambiguous.
+        values.sort_by_key(|v| v.number);
+        values.dedup_by_key(|v| v.number);
+        let start = ts.enum_values.len() as u32;
+        ts.enum_values.extend_from_slice(&values);
+        ts.enums.push(Enum {
+            name: pool.add(e.name.as_bytes()),
+            values: Span { start, len: values.len() as u32 },
+            closed: e.closed,
+        });
+    }
+
+    for m in &msgs {
+        let mut fields = Vec::with_capacity(m.desc.field.len());
+        // Real oneofs get dense indices; synthetic ones (proto3 `optional`) vanish.
+        let mut oneof_map: HashMap<i32, u32> = HashMap::new();
+        let mut oneof_names = Vec::new();
+        let mut has_required = false;
+        for f in &m.desc.field {
+            let err = |what: &str| {
+                SchemaError::Unsupported(format!("{}.{}: {what}", m.name, f.name()))
+            };
+            let kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
+            let number = f.number();
+            if !(1..=536_870_911).contains(&number) {
+                return Err(err("field number out of range"));
+            }
+            let label = match f.label() {
+                PLabel::Optional => Label::Optional,
+                PLabel::Required => {
+                    has_required = true;
+                    Label::Required
+                }
+                PLabel::Repeated => Label::Repeated,
+            };
+            let type_name = f.type_name().strip_prefix('.').unwrap_or(f.type_name());
+            let mut flags = 0u16;
+            let sub = match kind {
+                Kind::Message | Kind::Group => *msg_idx
+                    .get(type_name)
+                    .ok_or_else(|| err(&format!("unresolved message type {type_name}")))?,
+                Kind::Enum => {
+                    let i = *enum_idx
+                        .get(type_name)
+                        .ok_or_else(|| err(&format!("unresolved enum type {type_name}")))?;
+                    if enums[i as usize].closed {
+                        flags |= FieldFlags::CLOSED_ENUM;
+                    }
+                    i
+                }
+                _ => NONE,
+            };
+            if label == Label::Repeated {
+                let packable = kind.is_scalar();
+                let explicit = f.options.as_ref().and_then(|o| o.packed);
+                if packable && explicit.unwrap_or(m.proto3) {
+                    flags |= FieldFlags::PACKED;
+                }
+                if kind == Kind::Message
+                    && msgs[sub as usize].desc.options.as_ref().and_then(|o| o.map_entry)
+                        == Some(true)
+                {
+                    flags |= FieldFlags::MAP;
+                }
+            }
+            let synthetic = f.proto3_optional();
+            let mut presence = NONE;
+            if let (Some(oi), false) = (f.oneof_index, synthetic) {
+                let next = oneof_map.len() as u32;
+                presence = *oneof_map.entry(oi).or_insert_with(|| {
+                    let name = m.desc.oneof_decl.get(oi as usize).map(|o| o.name()).unwrap_or("");
+                    oneof_names.push(name.to_owned());
+                    next
+                });
+                flags |= FieldFlags::ONEOF;
+            } else if m.proto3 && label == Label::Optional && !synthetic && !kind.is_message() {
+                // proto3 singular scalar / string / bytes without `optional`.
+                flags |= FieldFlags::IMPLICIT;
+            }
+            if m.proto3 && kind == Kind::String {
+                flags |= FieldFlags::UTF8;
+            }
+            let is_entry = m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true);
+            if is_entry {
+                flags |= FieldFlags::ALWAYS;
+            }
+            let name = pool.add(f.name().as_bytes());
+            let json = match f.json_name.as_deref() {
+                Some(j) if !j.is_empty() => j.to_owned(),
+                _ => json_name(f.name()),
+            };
+            let json_name = pool.add(json.as_bytes());
+            let mut default = 0u64;
+            if kind == Kind::Enum {
+                // proto2: an absent enum reads as its first declared value.
+                if let Some(first) = enums[sub as usize].desc.value.first() {
+                    default = first.number() as u32 as u64;
+                }
+            }
+            if let Some(text) = f.default_value.as_deref() {
+                flags |= FieldFlags::HAS_DEFAULT;
+                default = parse_default(kind, text, sub, &enums, &mut pool)
+                    .ok_or_else(|| err(&format!("bad default value {text:?}")))?;
+            }
+            fields.push(Field {
+                number: number as u32,
+                offset: 0,
+                sub,
+                presence,
+                name,
+                json_name,
+                default,
+                kind,
+                label,
+                flags: FieldFlags(flags),
+            });
+        }
+        fields.sort_by_key(|f| f.number);
+        if fields.windows(2).any(|w| w[0].number == w[1].number) {
+            return Err(SchemaError::Unsupported(format!("{}: duplicate field number", m.name)));
+        }
+        let mut mflags = 0u16;
+        if m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true) {
+            mflags |= MessageFlags::MAP_ENTRY;
+        }
+        if m.proto3 {
+            mflags |= MessageFlags::PROTO3;
+        }
+        if has_required {
+            mflags |= MessageFlags::HAS_REQUIRED;
+        }
+        let name = pool.add(m.name.as_bytes());
+        let names: Vec<Span> = oneof_names.iter().map(|n| pool.add(n.as_bytes())).collect();
+        let message = layout::lay_out(&mut ts, name, fields, &names, MessageFlags(mflags));
+        ts.messages.push(message);
+    }
+    ts.strings = pool.bytes;
+    ts.rebuild_index();
+    Ok(ts)
+}
+
+fn parse_default(
+    kind: Kind,
+    text: &str,
+    sub: u32,
+    enums: &[EnumSrc<'_>],
+    pool: &mut Pool,
+) -> Option<u64> {
+    fn float(text: &str) -> Option<f64> {
+        match text {
+            "inf" => Some(f64::INFINITY),
+            "-inf" => Some(f64::NEG_INFINITY),
+            "nan" => Some(f64::NAN),
+            t => t.parse().ok(),
+        }
+    }
+    Some(match kind {
+        Kind::Double => float(text)?.to_bits(),
+        Kind::Float => (float(text)? as f32).to_bits() as u64,
+        Kind::Int32 | Kind::SInt32 | Kind::SFixed32 => text.parse::<i32>().ok()? as u32 as u64,
+        Kind::UInt32 | Kind::Fixed32 => text.parse::<u32>().ok()? as u64,
+        Kind::Int64 | Kind::SInt64 | Kind::SFixed64 => text.parse::<i64>().ok()? as u64,
+        Kind::UInt64 | Kind::Fixed64 => text.parse::<u64>().ok()?,
+        Kind::Bool => match text {
+            "true" => 1,
+            "false" => 0,
+            _ => return None,
+        },
+        Kind::Enum => {
+            let e = enums.get(sub as usize)?;
+            e.desc.value.iter().find(|v| v.name() == text)?.number() as u32 as u64
+        }
+        Kind::String => {
+            let s = pool.add(text.as_bytes());
+            ((s.start as u64) << 32) | s.len as u64
+        }
+        Kind::Bytes => {
+            let s = pool.add(&unescape_c(text)?);
+            ((s.start as u64) << 32) | s.len as u64
+        }
+        Kind::Message | Kind::Group => return None,
+    })
+}
+
+/// Reverses protoc's C escaping of `bytes` defaults (`\n`, `\\`, `\ooo`, `\xHH`).
+fn unescape_c(text: &str) -> Option<Vec<u8>> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let c = *b.get(i + 1)?;
+        i += 2;
+        match c {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let mut v = (c - b'0') as u32;
+                let mut n = 1;
+                while n < 3 && i < b.len() && (b'0'..=b'7').contains(&b[i]) {
+                    v = v * 8 + (b[i] - b'0') as u32;
+                    i += 1;
+                    n += 1;
+                }
+                out.push(v as u8);
+            }
+            b'x' | b'X' => {
+                let mut v = 0u32;
+                let mut n = 0;
+                while n < 2 && i < b.len() && b[i].is_ascii_hexdigit() {
+                    v = v * 16 + (b[i] as char).to_digit(16)?;
+                    i += 1;
+                    n += 1;
+                }
+                if n == 0 {
+                    return None;
+                }
+                out.push(v as u8);
+            }
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_names_follow_the_proto3_rule() {
+        assert_eq!(json_name("foo_bar_baz"), "fooBarBaz");
+        assert_eq!(json_name("f1"), "f1");
+        assert_eq!(json_name("_leading"), "Leading");
+    }
+
+    #[test]
+    fn c_escapes_round_trip() {
+        assert_eq!(unescape_c(r"a\nb\\c\001\x7f\'").as_deref(), Some(&b"a\nb\\c\x01\x7f'"[..]));
+        assert_eq!(unescape_c(r"\"), None);
+    }
+}

@@ -1,0 +1,602 @@
+//! Table-driven decode: wire bytes + schema table -> one linearized block.
+//!
+//! Heads up! Read the protobuf encoding guide before changing this; every
+//! rule it states about parsing is implemented here and named below.
+//!
+//! The decoder is one loop over tags with an explicit, bounded stack of
+//! parent frames (ProtoAcc's metadata stack): sub-messages and groups push
+//! a frame, reaching the end of a length-delimited message or its end-group
+//! tag pops it. No recursion, so the depth limit is the only bound on
+//! nesting and it cannot overflow the thread's stack.
+//!
+//! Semantics (protobuf's, as protobuf C++ and upb implement them):
+//! * singular scalars: the last occurrence wins;
+//! * singular messages: occurrences merge into one object;
+//! * repeated scalars: packed and unpacked input are both accepted, in any mix;
+//! * oneofs: the last member seen wins (a message member seen twice merges);
+//! * a field whose wire type does not match its declaration, an unknown
+//!   field number and (proto2) an enum value the closed enum does not declare
+//!   are kept as unknown fields, byte for byte, in arrival order;
+//! * proto3 `string` must be valid UTF-8; proto2 `required` must be present
+//!   (unless [`DecodeOptions::check_required`] is off).
+//!
+//! Allocation: the block grows by appending (objects zeroed, strings
+//! copied, arrays doubled, see `block.rs`); no allocation per field, and
+//! none at all once a reused block and decoder have warmed up. Memory is
+//! bounded by the input: nothing is reserved from a declared length before
+//! the bytes it declares are known to be present.
+
+use protoplane_schema::{Field, FieldFlags, Kind, Message, TableSet, WireType};
+
+use crate::block::{Block, Ref, BLOCK_VIEW, MAX_LEN};
+use crate::error::{DecodeError, DecodeErrorKind};
+use crate::varint::{self, VarintError};
+
+/// Knobs of a decode.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeOptions {
+    /// Maximum nesting of sub-messages and groups below the root (protobuf's
+    /// default recursion limit: 100).
+    pub max_depth: u32,
+    /// Maximum block size in bytes (at most `u32::MAX`: offsets are 32-bit).
+    pub max_block: usize,
+    /// Zero-copy: strings and bytes reference the input instead of being
+    /// copied. The input must then outlive every read of the block.
+    pub view: bool,
+    /// Fail when a proto2 `required` field is missing.
+    pub check_required: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions { max_depth: 100, max_block: u32::MAX as usize, view: false, check_required: true }
+    }
+}
+
+impl DecodeOptions {
+    /// Default options in view (zero-copy) mode.
+    pub fn view() -> Self {
+        DecodeOptions { view: true, ..Self::default() }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    end: usize,
+    obj: usize,
+    msg: u32,
+    group: u32,
+}
+
+/// Reusable decoder state (the parent-frame stack). Keep one per thread.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    stack: Vec<Frame>,
+    groups: Vec<u32>,
+}
+
+/// Decodes `input` as message `type_index` into a fresh block.
+pub fn decode(
+    tables: &TableSet,
+    type_index: u32,
+    input: &[u8],
+    opts: &DecodeOptions,
+) -> Result<Block, DecodeError> {
+    let mut block = Block::with_capacity(input.len() + input.len() / 2 + 64);
+    Decoder::default().decode_into(tables, type_index, input, opts, &mut block)?;
+    Ok(block)
+}
+
+impl Decoder {
+    /// A decoder with empty scratch space.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Decodes `input` as message `type_index`, replacing the content of
+    /// `out`. On error the content of `out` is unspecified (but bounded).
+    pub fn decode_into(
+        &mut self,
+        tables: &TableSet,
+        type_index: u32,
+        input: &[u8],
+        opts: &DecodeOptions,
+        out: &mut Block,
+    ) -> Result<(), DecodeError> {
+        let Some(msg) = tables.messages().get(type_index as usize) else {
+            return Err(DecodeError {
+                kind: DecodeErrorKind::UnknownType,
+                message: format!("#{type_index}"),
+                field: 0,
+                offset: 0,
+            });
+        };
+        self.stack.clear();
+        self.groups.clear();
+        let root = out.start(type_index, msg.size, if opts.view { BLOCK_VIEW } else { 0 });
+        let max_block = opts.max_block.min(u32::MAX as usize);
+        let mut run = Run {
+            ts: tables,
+            input,
+            opts,
+            max_block,
+            out,
+            stack: &mut self.stack,
+            groups: &mut self.groups,
+            pos: 0,
+            end: input.len(),
+            obj: root,
+            msg_index: type_index,
+            msg,
+            group: 0,
+            field: 0,
+        };
+        if input.len() > max_block {
+            return Err(run.err(DecodeErrorKind::BlockTooLarge, 0));
+        }
+        run.run()
+    }
+}
+
+/// One decode in progress: the current frame lives in registers, parents on
+/// the stack.
+struct Run<'a> {
+    ts: &'a TableSet,
+    input: &'a [u8],
+    opts: &'a DecodeOptions,
+    max_block: usize,
+    out: &'a mut Block,
+    stack: &'a mut Vec<Frame>,
+    groups: &'a mut Vec<u32>,
+    pos: usize,
+    end: usize,
+    obj: usize,
+    msg_index: u32,
+    msg: &'a Message,
+    group: u32,
+    /// Field being decoded (for error reports).
+    field: u32,
+}
+
+const VARINT: u32 = WireType::Varint as u32;
+const FIXED64: u32 = WireType::Fixed64 as u32;
+const LEN: u32 = WireType::Len as u32;
+const START_GROUP: u32 = WireType::StartGroup as u32;
+const END_GROUP: u32 = WireType::EndGroup as u32;
+const FIXED32: u32 = WireType::Fixed32 as u32;
+
+impl<'a> Run<'a> {
+    #[cold]
+    fn err(&self, kind: DecodeErrorKind, offset: usize) -> DecodeError {
+        DecodeError {
+            kind,
+            message: self.ts.message_name(self.msg_index).to_owned(),
+            field: self.field,
+            offset,
+        }
+    }
+
+    fn run(&mut self) -> Result<(), DecodeError> {
+        loop {
+            if self.pos >= self.end {
+                if self.group != 0 {
+                    self.field = self.group;
+                    return Err(self.err(DecodeErrorKind::UnterminatedGroup, self.pos));
+                }
+                if !self.pop()? {
+                    return Ok(());
+                }
+                continue;
+            }
+            let start = self.pos;
+            self.field = 0;
+            let tag = self.varint(start)?;
+            if tag > u32::MAX as u64 {
+                return Err(self.err(DecodeErrorKind::TagTooLarge, start));
+            }
+            let number = (tag >> 3) as u32;
+            let wt = (tag & 7) as u32;
+            self.field = number;
+            if number == 0 {
+                return Err(self.err(DecodeErrorKind::FieldNumberZero, start));
+            }
+            if wt == END_GROUP {
+                if self.group != number {
+                    return Err(self.err(DecodeErrorKind::UnmatchedEndGroup, start));
+                }
+                self.group = 0; // closed: pop() must not see it as open
+                self.pop()?;
+                continue;
+            }
+            let ts = self.ts;
+            match ts.field_by_number(self.msg, number) {
+                Some(f) => self.known(f, wt, start)?,
+                None => self.unknown(wt, start)?,
+            }
+        }
+    }
+
+    /// Finishes the current message and restores its parent; `false` at the root.
+    #[inline]
+    fn pop(&mut self) -> Result<bool, DecodeError> {
+        if self.opts.check_required && self.msg.flags.has(protoplane_schema::MessageFlags::HAS_REQUIRED)
+        {
+            self.check_required()?;
+        }
+        let Some(f) = self.stack.pop() else { return Ok(false) };
+        self.end = f.end;
+        self.obj = f.obj;
+        self.msg_index = f.msg;
+        self.msg = self.ts.message(f.msg);
+        self.group = f.group;
+        Ok(true)
+    }
+
+    #[cold]
+    fn check_required(&mut self) -> Result<(), DecodeError> {
+        let mask = self.ts.required_mask(self.msg);
+        for (i, &m) in mask.iter().enumerate() {
+            let word = self.out.u32_at(self.obj + 4 * i);
+            if word & m != m {
+                let bit = 32 * i as u32 + (m & !word).trailing_zeros();
+                let missing = self
+                    .ts
+                    .fields(self.msg)
+                    .iter()
+                    .find(|f| !f.is_repeated() && !f.flags.has(FieldFlags::ONEOF) && f.presence == bit)
+                    .map_or(0, |f| f.number);
+                self.field = missing;
+                return Err(self.err(DecodeErrorKind::MissingRequired, self.pos));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a varint inside the current message.
+    #[inline(always)]
+    fn varint(&mut self, at: usize) -> Result<u64, DecodeError> {
+        varint::read(&self.input[..self.end], &mut self.pos).map_err(|e| {
+            let kind = match e {
+                VarintError::Truncated => DecodeErrorKind::Truncated,
+                VarintError::TooLong => DecodeErrorKind::VarintTooLong,
+            };
+            self.err(kind, at)
+        })
+    }
+
+    #[inline(always)]
+    fn fixed<const N: usize>(&mut self, at: usize) -> Result<[u8; N], DecodeError> {
+        match self.input[..self.end].get(self.pos..self.pos + N) {
+            Some(b) => {
+                self.pos += N;
+                let mut a = [0u8; N];
+                a.copy_from_slice(b);
+                Ok(a)
+            }
+            None => Err(self.err(DecodeErrorKind::Truncated, at)),
+        }
+    }
+
+    /// Reads a length prefix and checks the payload is inside the message.
+    #[inline(always)]
+    fn length(&mut self, at: usize) -> Result<usize, DecodeError> {
+        let len = self.varint(at)?;
+        if len > (self.end - self.pos) as u64 {
+            return Err(self.err(DecodeErrorKind::LengthOutOfBounds, at));
+        }
+        Ok(len as usize)
+    }
+
+    #[inline(always)]
+    fn check_block(&self, at: usize) -> Result<(), DecodeError> {
+        if self.out.len() > self.max_block {
+            return Err(self.err(DecodeErrorKind::BlockTooLarge, at));
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn known(&mut self, f: &'a Field, wt: u32, start: usize) -> Result<(), DecodeError> {
+        let expected = f.kind.wire_type() as u32;
+        if wt == expected {
+            match wt {
+                VARINT => {
+                    let raw = self.varint(start)?;
+                    let bits = varint_bits(f.kind, raw);
+                    if f.flags.has(FieldFlags::CLOSED_ENUM)
+                        && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
+                    {
+                        return self.keep_unknown(start);
+                    }
+                    self.scalar(f, bits, start)
+                }
+                FIXED64 => {
+                    let v = u64::from_le_bytes(self.fixed::<8>(start)?);
+                    self.scalar(f, v, start)
+                }
+                FIXED32 => {
+                    let v = u32::from_le_bytes(self.fixed::<4>(start)?);
+                    self.scalar(f, v as u64, start)
+                }
+                LEN => {
+                    if f.kind.is_message() {
+                        let len = self.length(start)?;
+                        self.enter(f, self.pos + len, 0, start)
+                    } else {
+                        self.bytes(f, start)
+                    }
+                }
+                _ => self.enter(f, self.end, f.number, start), // START_GROUP
+            }
+        } else if wt == LEN && f.is_repeated() && f.kind.is_scalar() {
+            // Packed input is accepted whether or not the field is declared packed.
+            self.packed(f, start)
+        } else {
+            // Wire type does not match the declaration: protobuf keeps it as unknown.
+            self.unknown(wt, start)
+        }
+    }
+
+    /// Stores one scalar (already converted to slot bits).
+    #[inline(always)]
+    fn scalar(&mut self, f: &Field, bits: u64, start: usize) -> Result<(), DecodeError> {
+        let size = f.kind.slot_size();
+        if f.is_repeated() {
+            let at = self
+                .out
+                .grow_array(self.obj + f.offset as usize, size as usize, 1)
+                .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+            self.out.put_scalar(at, size, bits);
+            return self.check_block(start);
+        }
+        if f.flags.has(FieldFlags::ONEOF) {
+            let case = self.ts.oneofs(self.msg)[f.presence as usize].case_offset;
+            self.out.put_u32(self.obj + case as usize, f.number);
+            self.out.put_u64(self.obj + f.offset as usize, bits);
+        } else {
+            self.out.put_scalar(self.obj + f.offset as usize, size, bits);
+            self.out.set_hasbit(self.obj, f.presence);
+        }
+        Ok(())
+    }
+
+    /// A `string` or `bytes` occurrence.
+    fn bytes(&mut self, f: &Field, start: usize) -> Result<(), DecodeError> {
+        let len = self.length(start)?;
+        if len > MAX_LEN {
+            return Err(self.err(DecodeErrorKind::TooLong, start));
+        }
+        let data = &self.input[self.pos..self.pos + len];
+        if f.flags.has(FieldFlags::UTF8) && std::str::from_utf8(data).is_err() {
+            return Err(self.err(DecodeErrorKind::InvalidUtf8, start));
+        }
+        let r = if len == 0 {
+            Ref::default()
+        } else if self.opts.view {
+            Ref { offset: self.pos as u32, len: len as u32, wire: true, device: false }
+        } else {
+            let at = self.out.alloc_copy(data);
+            self.check_block(start)?;
+            Ref { offset: at as u32, len: len as u32, wire: false, device: false }
+        };
+        self.pos += len;
+        self.store_ref(f, r, start)
+    }
+
+    /// Stores a reference into a singular, oneof or repeated slot.
+    #[inline(always)]
+    fn store_ref(&mut self, f: &Field, r: Ref, start: usize) -> Result<(), DecodeError> {
+        let slot = self.obj + f.offset as usize;
+        if f.is_repeated() {
+            let at =
+                self.out.grow_array(slot, 8, 1).map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+            self.out.put_u64(at, r.pack());
+            return self.check_block(start);
+        }
+        if f.flags.has(FieldFlags::ONEOF) {
+            let case = self.ts.oneofs(self.msg)[f.presence as usize].case_offset;
+            self.out.put_u32(self.obj + case as usize, f.number);
+        } else {
+            self.out.set_hasbit(self.obj, f.presence);
+        }
+        self.out.put_u64(slot, r.pack());
+        Ok(())
+    }
+
+    /// Enters a sub-message (`group` = 0) or a group (`group` = its number)
+    /// that ends at `end`: finds or allocates its object and pushes a frame.
+    fn enter(&mut self, f: &Field, end: usize, group: u32, start: usize) -> Result<(), DecodeError> {
+        if self.stack.len() >= self.opts.max_depth as usize {
+            return Err(self.err(DecodeErrorKind::DepthExceeded, start));
+        }
+        let sub = self.ts.message(f.sub);
+        let slot = self.obj + f.offset as usize;
+        let obj = if f.is_repeated() {
+            let obj = self.out.alloc_zeroed(sub.size as usize);
+            let r = Ref { offset: obj as u32, len: sub.size, wire: false, device: false };
+            let at =
+                self.out.grow_array(slot, 8, 1).map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+            self.out.put_u64(at, r.pack());
+            obj
+        } else {
+            let existing = if f.flags.has(FieldFlags::ONEOF) {
+                let case = self.ts.oneofs(self.msg)[f.presence as usize].case_offset as usize;
+                self.out.u32_at(self.obj + case) == f.number
+            } else {
+                self.out.hasbit(self.obj, f.presence)
+            };
+            let current = Ref::unpack(self.out.u64_at(slot));
+            if existing && current.offset != 0 {
+                current.offset as usize // merge into the message seen before
+            } else {
+                let obj = self.out.alloc_zeroed(sub.size as usize);
+                let r = Ref { offset: obj as u32, len: sub.size, wire: false, device: false };
+                self.store_ref(f, r, start)?;
+                obj
+            }
+        };
+        self.check_block(start)?;
+        self.stack.push(Frame { end: self.end, obj: self.obj, msg: self.msg_index, group: self.group });
+        self.end = end;
+        self.obj = obj;
+        self.msg_index = f.sub;
+        self.msg = sub;
+        self.group = group;
+        Ok(())
+    }
+
+    /// A packed run of a repeated scalar.
+    fn packed(&mut self, f: &Field, start: usize) -> Result<(), DecodeError> {
+        let len = self.length(start)?;
+        let payload = &self.input[self.pos..self.pos + len];
+        self.pos += len;
+        if len == 0 {
+            return Ok(());
+        }
+        let slot = self.obj + f.offset as usize;
+        let too_long = |s: &Self| s.err(DecodeErrorKind::TooLong, start);
+        match f.kind.wire_type() {
+            WireType::Fixed32 | WireType::Fixed64 => {
+                let size = f.kind.slot_size() as usize;
+                if len % size != 0 {
+                    return Err(self.err(DecodeErrorKind::PackedLength, start));
+                }
+                let n = u32::try_from(len / size).map_err(|_| too_long(self))?;
+                let at = self.out.grow_array(slot, size, n).map_err(|()| too_long(self))?;
+                // Wire and slot are both little endian: one copy.
+                self.out.buf[at..at + len].copy_from_slice(payload);
+            }
+            _ => {
+                if payload[len - 1] >= 0x80 {
+                    return Err(self.err(DecodeErrorKind::Truncated, start));
+                }
+                let n = payload.iter().filter(|&&b| b < 0x80).count() as u32;
+                let size = f.kind.slot_size();
+                let mut at =
+                    self.out.grow_array(slot, size as usize, n).map_err(|()| too_long(self))?;
+                let closed = f.flags.has(FieldFlags::CLOSED_ENUM);
+                let mut rejected = 0u32;
+                let mut p = 0;
+                while p < len {
+                    let raw = varint::read(payload, &mut p)
+                        .map_err(|_| self.err(DecodeErrorKind::VarintTooLong, start))?;
+                    let bits = varint_bits(f.kind, raw);
+                    if closed && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32) {
+                        // Unknown closed-enum value: kept as an unpacked unknown field.
+                        rejected += 1;
+                        let mut rec = Vec::with_capacity(15);
+                        varint::push(&mut rec, (f.number as u64) << 3);
+                        varint::push(&mut rec, raw);
+                        self.append_unknown(&rec, start)?;
+                        continue;
+                    }
+                    self.out.put_scalar(at, size, bits);
+                    at += size as usize;
+                }
+                if rejected > 0 {
+                    self.out.shrink_array(slot, rejected);
+                }
+            }
+        }
+        self.check_block(start)
+    }
+
+    /// Skips an unknown field (or a known one with an unexpected wire type)
+    /// and keeps its bytes.
+    fn unknown(&mut self, wt: u32, start: usize) -> Result<(), DecodeError> {
+        match wt {
+            VARINT => {
+                self.varint(start)?;
+            }
+            FIXED64 => {
+                self.fixed::<8>(start)?;
+            }
+            FIXED32 => {
+                self.fixed::<4>(start)?;
+            }
+            LEN => {
+                let len = self.length(start)?;
+                self.pos += len;
+            }
+            START_GROUP => self.skip_group(self.field, start)?,
+            _ => return Err(self.err(DecodeErrorKind::InvalidWireType, start)),
+        }
+        self.keep_unknown(start)
+    }
+
+    /// Skips an unknown group up to its matching end tag, checking nesting.
+    fn skip_group(&mut self, number: u32, start: usize) -> Result<(), DecodeError> {
+        self.groups.clear();
+        self.groups.push(number);
+        while let Some(&open) = self.groups.last() {
+            if self.stack.len() + self.groups.len() > self.opts.max_depth as usize {
+                return Err(self.err(DecodeErrorKind::DepthExceeded, start));
+            }
+            if self.pos >= self.end {
+                self.field = open;
+                return Err(self.err(DecodeErrorKind::UnterminatedGroup, start));
+            }
+            let at = self.pos;
+            let tag = self.varint(at)?;
+            if tag > u32::MAX as u64 {
+                return Err(self.err(DecodeErrorKind::TagTooLarge, at));
+            }
+            let (n, wt) = ((tag >> 3) as u32, (tag & 7) as u32);
+            if n == 0 {
+                return Err(self.err(DecodeErrorKind::FieldNumberZero, at));
+            }
+            match wt {
+                VARINT => {
+                    self.varint(at)?;
+                }
+                FIXED64 => {
+                    self.fixed::<8>(at)?;
+                }
+                FIXED32 => {
+                    self.fixed::<4>(at)?;
+                }
+                LEN => {
+                    let len = self.length(at)?;
+                    self.pos += len;
+                }
+                START_GROUP => self.groups.push(n),
+                END_GROUP => {
+                    if n != open {
+                        return Err(self.err(DecodeErrorKind::UnmatchedEndGroup, at));
+                    }
+                    self.groups.pop();
+                }
+                _ => return Err(self.err(DecodeErrorKind::InvalidWireType, at)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `input[start..pos]` to the current object's unknown fields.
+    fn keep_unknown(&mut self, start: usize) -> Result<(), DecodeError> {
+        let input = self.input;
+        self.append_unknown(&input[start..self.pos], start)
+    }
+
+    fn append_unknown(&mut self, bytes: &[u8], start: usize) -> Result<(), DecodeError> {
+        let slot = self.obj + self.msg.unknown_offset as usize;
+        let at = self
+            .out
+            .grow_array(slot, 1, bytes.len() as u32)
+            .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+        self.out.buf[at..at + bytes.len()].copy_from_slice(bytes);
+        self.check_block(start)
+    }
+}
+
+/// Converts a wire varint to the bits its slot holds.
+#[inline(always)]
+pub(crate) fn varint_bits(kind: Kind, raw: u64) -> u64 {
+    match kind {
+        Kind::Int32 | Kind::UInt32 | Kind::Enum => raw as u32 as u64,
+        Kind::SInt32 => varint::unzigzag32(raw as u32) as u32 as u64,
+        Kind::SInt64 => varint::unzigzag64(raw) as u64,
+        Kind::Bool => (raw != 0) as u64,
+        _ => raw,
+    }
+}

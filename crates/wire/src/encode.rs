@@ -1,0 +1,608 @@
+//! Encode: linearized block -> wire bytes.
+//!
+//! This is the second of the two phases DESIGN.md keeps apart: the block
+//! was laid out by the decoder or a builder (in the split engine: by the
+//! application), and this walks it and emits tags, varints and lengths.
+//!
+//! Output is what protobuf C++ / Python produce with deterministic
+//! serialization: known fields in field-number order, repeated scalars
+//! packed when the schema says so, unknown fields after the known ones in
+//! arrival order; with `deterministic`, map entries sorted by key (and a
+//! key that arrived twice written once, the last value winning).
+//!
+//! Two passes. `size` computes every sub-message's length once, in pre-order,
+//! into a scratch list; `write` walks the same order forward and appends.
+//! (ProtoAcc encodes back to front so that lengths are known after the
+//! content; in safe Rust a back-to-front writer needs a zero-filled buffer
+//! first, a full extra pass over payload-heavy messages, so we size first.)
+//!
+//! The block is not trusted: every object and reference is bounds-checked,
+//! depth is limited (a reference cycle fails as too deep), and the total
+//! work is bounded by the size limit (shared sub-objects cannot explode).
+
+use std::cmp::Ordering;
+
+use protoplane_schema::{Field, FieldFlags, Kind, Message, TableSet, WireType};
+
+use crate::block::{read_u32, Ref, HEADER_LEN};
+use crate::error::BlockError;
+use crate::varint;
+
+/// Knobs of an encode.
+#[derive(Clone, Copy, Debug)]
+pub struct EncodeOptions {
+    /// Sort map entries by key (protobuf's deterministic serialization).
+    pub deterministic: bool,
+    /// Maximum nesting below the root.
+    pub max_depth: u32,
+    /// Maximum encoded size in bytes (protobuf's limit: 2 GiB - 1).
+    pub max_size: usize,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions { deterministic: false, max_depth: 100, max_size: i32::MAX as usize }
+    }
+}
+
+/// The memory a block's references can point into.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    /// The block.
+    pub block: &'a [u8],
+    /// The wire bytes a view-mode block references (empty otherwise).
+    pub wire: &'a [u8],
+}
+
+impl<'a> Source<'a> {
+    /// A block that references nothing outside itself.
+    pub fn owned(block: &'a [u8]) -> Self {
+        Source { block, wire: &[] }
+    }
+
+    /// The bytes a string / bytes / unknown-fields reference designates.
+    #[inline(always)]
+    pub(crate) fn bytes(&self, r: Ref, at: usize) -> Result<&'a [u8], BlockError> {
+        if r.device {
+            return Err(BlockError::NoDeviceRegion);
+        }
+        if r.len == 0 {
+            return Ok(&[]);
+        }
+        let base = if r.wire { self.wire } else { self.block };
+        base.get(r.offset as usize..r.offset as usize + r.len as usize)
+            .ok_or(BlockError::OutOfBounds { at })
+    }
+
+    /// The byte range of an array of `len` elements of `elem` bytes.
+    #[inline(always)]
+    pub(crate) fn array(&self, r: Ref, elem: usize, at: usize) -> Result<&'a [u8], BlockError> {
+        if r.device || r.wire {
+            return Err(if r.device { BlockError::NoDeviceRegion } else { BlockError::OutOfBounds { at } });
+        }
+        if r.len == 0 {
+            return Ok(&[]);
+        }
+        let start = r.offset as usize;
+        self.block.get(start..start + r.len as usize * elem).ok_or(BlockError::OutOfBounds { at })
+    }
+
+    /// The object of type `m` at `at`, bounds-checked once so that slot reads
+    /// inside it cannot fail.
+    #[inline(always)]
+    pub(crate) fn object(&self, at: usize, m: &Message) -> Result<&'a [u8], BlockError> {
+        if at < HEADER_LEN {
+            return Err(BlockError::OutOfBounds { at });
+        }
+        self.block.get(at..at + m.size as usize).ok_or(BlockError::OutOfBounds { at })
+    }
+
+    /// The root object's offset, checked against the expected type.
+    pub(crate) fn root(&self, ts: &TableSet, type_index: u32) -> Result<usize, BlockError> {
+        let root = read_u32(self.block, 0).ok_or(BlockError::OutOfBounds { at: 0 })?;
+        let ty = read_u32(self.block, 4).ok_or(BlockError::OutOfBounds { at: 4 })?;
+        if ty != type_index || ty as usize >= ts.messages().len() {
+            return Err(BlockError::WrongType);
+        }
+        Ok(root as usize)
+    }
+}
+
+#[inline(always)]
+pub(crate) fn slot_u32(obj: &[u8], off: u32) -> u32 {
+    let o = off as usize;
+    u32::from_le_bytes([obj[o], obj[o + 1], obj[o + 2], obj[o + 3]])
+}
+
+#[inline(always)]
+pub(crate) fn slot_u64(obj: &[u8], off: u32) -> u64 {
+    let o = off as usize;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&obj[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Slot bits of a scalar of `kind` (zero-extended).
+#[inline(always)]
+pub(crate) fn scalar_bits(obj: &[u8], off: u32, kind: Kind) -> u64 {
+    match kind.slot_size() {
+        8 => slot_u64(obj, off),
+        4 => slot_u32(obj, off) as u64,
+        _ => obj[off as usize] as u64,
+    }
+}
+
+#[inline(always)]
+pub(crate) fn hasbit(obj: &[u8], bit: u32) -> bool {
+    slot_u32(obj, 4 * (bit / 32)) & (1 << (bit % 32)) != 0
+}
+
+/// The wire varint for slot bits of a varint kind.
+#[inline(always)]
+fn varint_value(kind: Kind, bits: u64) -> u64 {
+    match kind {
+        // Negative int32 / enum values are sign-extended to ten bytes.
+        Kind::Int32 | Kind::Enum => bits as u32 as i32 as i64 as u64,
+        Kind::SInt32 => varint::zigzag32(bits as u32 as i32) as u64,
+        Kind::SInt64 => varint::zigzag64(bits as i64),
+        Kind::Bool => (bits != 0) as u64,
+        _ => bits,
+    }
+}
+
+/// Wire size of one scalar value (without tag).
+#[inline(always)]
+fn scalar_len(kind: Kind, bits: u64) -> usize {
+    match kind.wire_type() {
+        WireType::Fixed32 => 4,
+        WireType::Fixed64 => 8,
+        _ => varint::len(varint_value(kind, bits)),
+    }
+}
+
+/// Where a field's value is, if present.
+enum Present {
+    No,
+    Scalar(u64),
+    Ref(Ref),
+}
+
+#[inline(always)]
+fn presence(ts: &TableSet, m: &Message, obj: &[u8], f: &Field) -> Present {
+    let set = if f.flags.has(FieldFlags::ONEOF) {
+        let case = ts.oneofs(m)[f.presence as usize].case_offset;
+        slot_u32(obj, case) == f.number
+    } else {
+        f.flags.has(FieldFlags::ALWAYS) || hasbit(obj, f.presence)
+    };
+    if !set {
+        return Present::No;
+    }
+    if f.kind.is_scalar() {
+        // Oneof members read their own width out of the 8-byte union slot.
+        let bits = scalar_bits(obj, f.offset, f.kind);
+        if f.flags.has(FieldFlags::IMPLICIT) && bits == 0 {
+            return Present::No;
+        }
+        Present::Scalar(bits)
+    } else {
+        let r = Ref::unpack(slot_u64(obj, f.offset));
+        if f.flags.has(FieldFlags::IMPLICIT) && r.len == 0 {
+            return Present::No;
+        }
+        if f.kind.is_message() && r.offset == 0 && !f.flags.has(FieldFlags::ALWAYS) {
+            return Present::No;
+        }
+        Present::Ref(r)
+    }
+}
+
+/// Reusable encoder scratch (sub-message sizes, map orderings).
+#[derive(Debug, Default)]
+pub struct Encoder {
+    sizes: Vec<u32>,
+    next: usize,
+    work: usize,
+    order: Vec<u32>,
+}
+
+/// Encodes a block whose strings are all inside it (owned mode).
+pub fn encode(
+    tables: &TableSet,
+    type_index: u32,
+    block: &[u8],
+    opts: &EncodeOptions,
+) -> Result<Vec<u8>, BlockError> {
+    let mut out = Vec::new();
+    Encoder::default().encode_into(tables, type_index, Source::owned(block), opts, &mut out)?;
+    Ok(out)
+}
+
+impl Encoder {
+    /// An encoder with empty scratch space.
+    pub fn new() -> Encoder {
+        Encoder::default()
+    }
+
+    /// Exact encoded length of the message in `src`.
+    pub fn encoded_len(
+        &mut self,
+        ts: &TableSet,
+        type_index: u32,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+    ) -> Result<usize, BlockError> {
+        let root = src.root(ts, type_index)?;
+        self.sizes.clear();
+        self.work = 0;
+        let n = self.size(ts, type_index, root, src, opts, 0)?;
+        if n > opts.max_size {
+            return Err(BlockError::TooLarge);
+        }
+        Ok(n)
+    }
+
+    /// Appends the encoding of the message in `src` to `out`.
+    pub fn encode_into(
+        &mut self,
+        ts: &TableSet,
+        type_index: u32,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        let n = self.encoded_len(ts, type_index, src, opts)?;
+        let root = src.root(ts, type_index)?;
+        out.reserve(n);
+        let start = out.len();
+        self.next = 0;
+        self.write(ts, type_index, root, src, opts, out)?;
+        debug_assert_eq!(out.len() - start, n);
+        Ok(())
+    }
+
+    /// Counts work (objects, elements, bytes) against the size limit.
+    #[inline(always)]
+    fn charge(&mut self, units: usize, opts: &EncodeOptions) -> Result<(), BlockError> {
+        self.work += units;
+        if self.work > opts.max_size {
+            return Err(BlockError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Size pass: returns the encoded length of the object at `at` and
+    /// records every sub-message's length in pre-order.
+    fn size(
+        &mut self,
+        ts: &TableSet,
+        mi: u32,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        depth: u32,
+    ) -> Result<usize, BlockError> {
+        let m = ts.message(mi);
+        let obj = src.object(at, m)?;
+        self.charge(1, opts)?;
+        let mut n = 0usize;
+        for f in ts.fields(m) {
+            let tag_len = varint::len((f.number as u64) << 3);
+            if f.is_repeated() {
+                let r = Ref::unpack(slot_u64(obj, f.offset));
+                if r.len == 0 {
+                    continue;
+                }
+                self.charge(r.len as usize, opts)?;
+                n += self.size_repeated(ts, m, f, r, at, src, opts, depth, tag_len)?;
+                continue;
+            }
+            match presence(ts, m, obj, f) {
+                Present::No => {}
+                Present::Scalar(bits) => n += tag_len + scalar_len(f.kind, bits),
+                Present::Ref(r) => {
+                    if f.kind.is_message() {
+                        n += self.size_sub(ts, f, r.offset as usize, src, opts, depth, tag_len)?;
+                    } else {
+                        src.bytes(r, at + f.offset as usize)?;
+                        n += tag_len + varint::len(r.len as u64) + r.len as usize;
+                    }
+                }
+            }
+        }
+        let unknown = Ref::unpack(slot_u64(obj, m.unknown_offset));
+        n += src.array(unknown, 1, at + m.unknown_offset as usize)?.len();
+        Ok(n)
+    }
+
+    /// Size of one sub-message field occurrence (tag(s) + length + content).
+    #[allow(clippy::too_many_arguments)]
+    fn size_sub(
+        &mut self,
+        ts: &TableSet,
+        f: &Field,
+        obj: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        depth: u32,
+        tag_len: usize,
+    ) -> Result<usize, BlockError> {
+        if depth >= opts.max_depth {
+            return Err(BlockError::TooDeep);
+        }
+        let slot = self.sizes.len();
+        self.sizes.push(0);
+        // A map entry's absent message value (offset 0) encodes as empty.
+        let inner = if obj == 0 { 0 } else { self.size(ts, f.sub, obj, src, opts, depth + 1)? };
+        self.sizes[slot] = u32::try_from(inner).map_err(|_| BlockError::TooLarge)?;
+        Ok(if f.kind == Kind::Group {
+            2 * tag_len + inner
+        } else {
+            tag_len + varint::len(inner as u64) + inner
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn size_repeated(
+        &mut self,
+        ts: &TableSet,
+        m: &Message,
+        f: &Field,
+        r: Ref,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        depth: u32,
+        tag_len: usize,
+    ) -> Result<usize, BlockError> {
+        let slot_at = at + f.offset as usize;
+        if f.kind.is_scalar() {
+            let size = f.kind.slot_size() as usize;
+            let arr = src.array(r, size, slot_at)?;
+            let payload = match f.kind.wire_type() {
+                WireType::Fixed32 => 4 * r.len as usize,
+                WireType::Fixed64 => 8 * r.len as usize,
+                _ => arr.chunks_exact(size).map(|c| scalar_len(f.kind, le_bits(c))).sum(),
+            };
+            return Ok(if f.flags.has(FieldFlags::PACKED) {
+                tag_len + varint::len(payload as u64) + payload
+            } else {
+                r.len as usize * tag_len + payload
+            });
+        }
+        let arr = src.array(r, 8, slot_at)?;
+        let mut n = 0;
+        if f.kind.is_message() {
+            let order = self.map_order(ts, m, f, arr, src, opts)?;
+            for i in order.iter().copied() {
+                let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
+                n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+            }
+            self.order = order;
+        } else {
+            for c in arr.chunks_exact(8) {
+                let e = Ref::unpack(le_bits(c));
+                src.bytes(e, slot_at)?;
+                n += tag_len + varint::len(e.len as u64) + e.len as usize;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Element order of a repeated message field: stored order, or for a
+    /// map in deterministic mode sorted by key with duplicate keys collapsed
+    /// to their last occurrence. Returns a vector to hand back via `self.order`.
+    fn map_order(
+        &mut self,
+        ts: &TableSet,
+        _m: &Message,
+        f: &Field,
+        arr: &[u8],
+        src: Source<'_>,
+        opts: &EncodeOptions,
+    ) -> Result<Vec<u32>, BlockError> {
+        let n = arr.len() / 8;
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        order.extend(0..n as u32);
+        if !(opts.deterministic && f.flags.has(FieldFlags::MAP)) {
+            return Ok(order);
+        }
+        let entry = ts.message(f.sub);
+        let Some(key_field) = ts.fields(entry).first().filter(|k| k.number == 1) else {
+            return Ok(order);
+        };
+        let key = |i: u32| -> Result<MapKey<'_>, BlockError> {
+            let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
+            let obj = src.object(e.offset as usize, entry)?;
+            Ok(if key_field.kind.is_scalar() {
+                let bits = scalar_bits(obj, key_field.offset, key_field.kind);
+                MapKey::Int(match key_field.kind {
+                    Kind::Int32 | Kind::SInt32 | Kind::SFixed32 => bits as u32 as i32 as i128,
+                    Kind::Int64 | Kind::SInt64 | Kind::SFixed64 => bits as i64 as i128,
+                    _ => bits as i128,
+                })
+            } else {
+                let r = Ref::unpack(slot_u64(obj, key_field.offset));
+                MapKey::Bytes(src.bytes(r, e.offset as usize)?)
+            })
+        };
+        // Validate every key first so the comparator cannot fail.
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n as u32 {
+            keys.push(key(i)?);
+        }
+        order.sort_by(|&a, &b| keys[a as usize].cmp(&keys[b as usize]).then(a.cmp(&b)));
+        // Keep the last of each run of equal keys.
+        let mut w = 0;
+        for i in 0..order.len() {
+            let last = i + 1 == order.len()
+                || keys[order[i] as usize].cmp(&keys[order[i + 1] as usize]) != Ordering::Equal;
+            if last {
+                order[w] = order[i];
+                w += 1;
+            }
+        }
+        order.truncate(w);
+        Ok(order)
+    }
+
+    /// Write pass: same walk as `size`, consuming the recorded lengths.
+    fn write(
+        &mut self,
+        ts: &TableSet,
+        mi: u32,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        let m = ts.message(mi);
+        let obj = src.object(at, m)?;
+        for f in ts.fields(m) {
+            let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
+            if f.is_repeated() {
+                let r = Ref::unpack(slot_u64(obj, f.offset));
+                if r.len != 0 {
+                    self.write_repeated(ts, m, f, r, at, src, opts, out)?;
+                }
+                continue;
+            }
+            match presence(ts, m, obj, f) {
+                Present::No => {}
+                Present::Scalar(bits) => {
+                    varint::push(out, tag);
+                    push_scalar(out, f.kind, bits);
+                }
+                Present::Ref(r) => {
+                    if f.kind.is_message() {
+                        self.write_sub(ts, f, r.offset as usize, src, opts, out)?;
+                    } else {
+                        varint::push(out, tag);
+                        varint::push(out, r.len as u64);
+                        out.extend_from_slice(src.bytes(r, at + f.offset as usize)?);
+                    }
+                }
+            }
+        }
+        let unknown = Ref::unpack(slot_u64(obj, m.unknown_offset));
+        out.extend_from_slice(src.array(unknown, 1, at + m.unknown_offset as usize)?);
+        Ok(())
+    }
+
+    fn write_sub(
+        &mut self,
+        ts: &TableSet,
+        f: &Field,
+        obj: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        let len = self.sizes.get(self.next).copied().ok_or(BlockError::OutOfBounds { at: obj })?;
+        self.next += 1;
+        if f.kind == Kind::Group {
+            varint::push(out, ((f.number as u64) << 3) | WireType::StartGroup as u64);
+            if obj != 0 {
+                self.write(ts, f.sub, obj, src, opts, out)?;
+            }
+            varint::push(out, ((f.number as u64) << 3) | WireType::EndGroup as u64);
+        } else {
+            varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
+            varint::push(out, len as u64);
+            if obj != 0 {
+                self.write(ts, f.sub, obj, src, opts, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_repeated(
+        &mut self,
+        ts: &TableSet,
+        m: &Message,
+        f: &Field,
+        r: Ref,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        let slot_at = at + f.offset as usize;
+        if f.kind.is_scalar() {
+            let size = f.kind.slot_size() as usize;
+            let arr = src.array(r, size, slot_at)?;
+            if f.flags.has(FieldFlags::PACKED) {
+                varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
+                match f.kind.wire_type() {
+                    WireType::Fixed32 | WireType::Fixed64 => {
+                        varint::push(out, arr.len() as u64);
+                        out.extend_from_slice(arr);
+                    }
+                    _ => {
+                        let payload: usize =
+                            arr.chunks_exact(size).map(|c| scalar_len(f.kind, le_bits(c))).sum();
+                        varint::push(out, payload as u64);
+                        for c in arr.chunks_exact(size) {
+                            push_scalar(out, f.kind, le_bits(c));
+                        }
+                    }
+                }
+            } else {
+                let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
+                for c in arr.chunks_exact(size) {
+                    varint::push(out, tag);
+                    push_scalar(out, f.kind, le_bits(c));
+                }
+            }
+            return Ok(());
+        }
+        let arr = src.array(r, 8, slot_at)?;
+        if f.kind.is_message() {
+            let order = self.map_order(ts, m, f, arr, src, opts)?;
+            for i in order.iter().copied() {
+                let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
+                self.write_sub(ts, f, e.offset as usize, src, opts, out)?;
+            }
+            self.order = order;
+        } else {
+            let tag = ((f.number as u64) << 3) | WireType::Len as u64;
+            for c in arr.chunks_exact(8) {
+                let e = Ref::unpack(le_bits(c));
+                varint::push(out, tag);
+                varint::push(out, e.len as u64);
+                out.extend_from_slice(src.bytes(e, slot_at)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A map key, ordered the way protobuf's deterministic serialization orders
+/// them (signed integers numerically, unsigned numerically, bool false
+/// first, strings bytewise).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum MapKey<'a> {
+    Int(i128),
+    Bytes(&'a [u8]),
+}
+
+/// Little-endian bits of a 1-, 4- or 8-byte element.
+#[inline(always)]
+pub(crate) fn le_bits(c: &[u8]) -> u64 {
+    match c.len() {
+        8 => u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        4 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64,
+        _ => c.first().copied().unwrap_or(0) as u64,
+    }
+}
+
+#[inline(always)]
+fn push_scalar(out: &mut Vec<u8>, kind: Kind, bits: u64) {
+    match kind.wire_type() {
+        WireType::Fixed32 => out.extend_from_slice(&(bits as u32).to_le_bytes()),
+        WireType::Fixed64 => out.extend_from_slice(&bits.to_le_bytes()),
+        _ => varint::push(out, varint_value(kind, bits)),
+    }
+}

@@ -1,0 +1,129 @@
+//! Base-128 varints and zigzag, the two integer encodings of the wire format.
+//! Reading is bounds-checked and returns `None` on truncation; the caller
+//! turns that into a typed error with the offset.
+
+/// Outcome of reading a varint that did not produce a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VarintError {
+    /// Input ended inside the varint.
+    Truncated,
+    /// Ten bytes and the continuation bit still set.
+    TooLong,
+}
+
+/// Reads a varint at `*pos`, advancing it. Up to ten bytes; bits past 64 are
+/// dropped, as every protobuf implementation does.
+#[inline(always)]
+pub(crate) fn read(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let p = *pos;
+    match buf.get(p) {
+        Some(&b) if b < 0x80 => {
+            *pos = p + 1;
+            return Ok(b as u64);
+        }
+        None => return Err(VarintError::Truncated),
+        _ => {}
+    }
+    if let Some(&b1) = buf.get(p + 1) {
+        if b1 < 0x80 {
+            *pos = p + 2;
+            return Ok((buf[p] as u64 & 0x7f) | (b1 as u64) << 7);
+        }
+    }
+    read_slow(buf, pos)
+}
+
+#[cold]
+fn read_slow(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let Some(&b) = buf.get(*pos + i) else { return Err(VarintError::Truncated) };
+        value |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            *pos += i + 1;
+            return Ok(value);
+        }
+    }
+    Err(VarintError::TooLong)
+}
+
+/// Encoded length of `v`, 1..=10.
+#[inline(always)]
+pub(crate) fn len(v: u64) -> usize {
+    // (bits + 6) / 7 with bits >= 1; the `| 1` makes 0 take one byte.
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    (bits * 9 + 64) / 64
+}
+
+/// Appends `v` to `out`.
+#[inline(always)]
+pub(crate) fn push(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Zigzag-encodes a signed 32-bit value.
+#[inline(always)]
+pub(crate) fn zigzag32(v: i32) -> u32 {
+    ((v << 1) ^ (v >> 31)) as u32
+}
+
+/// Zigzag-encodes a signed 64-bit value.
+#[inline(always)]
+pub(crate) fn zigzag64(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// Zigzag-decodes 32 bits.
+#[inline(always)]
+pub(crate) fn unzigzag32(v: u32) -> i32 {
+    ((v >> 1) as i32) ^ -((v & 1) as i32)
+}
+
+/// Zigzag-decodes 64 bits.
+#[inline(always)]
+pub(crate) fn unzigzag64(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_match_encodings() {
+        for v in [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX >> 1, u64::MAX] {
+            let mut out = Vec::new();
+            push(&mut out, v);
+            assert_eq!(out.len(), len(v), "{v}");
+            let mut pos = 0;
+            assert_eq!(read(&out, &mut pos), Ok(v));
+            assert_eq!(pos, out.len());
+        }
+    }
+
+    #[test]
+    fn malformed_varints() {
+        assert_eq!(read(&[0x80, 0x80], &mut 0), Err(VarintError::Truncated));
+        assert_eq!(read(&[0xff; 11], &mut 0), Err(VarintError::TooLong));
+        // Overlong but terminated: accepted.
+        let mut pos = 0;
+        assert_eq!(read(&[0x81, 0x80, 0x80, 0x00], &mut pos), Ok(1));
+        assert_eq!(pos, 4);
+    }
+
+    #[test]
+    fn zigzag() {
+        for v in [0i32, -1, 1, i32::MIN, i32::MAX] {
+            assert_eq!(unzigzag32(zigzag32(v)), v);
+        }
+        for v in [0i64, -1, 1, i64::MIN, i64::MAX] {
+            assert_eq!(unzigzag64(zigzag64(v)), v);
+        }
+        assert_eq!(zigzag32(-1), 1);
+        assert_eq!(zigzag64(1), 2);
+    }
+}

@@ -1,1 +1,265 @@
-fn main() {}
+//! `protoplane`: the command line.
+//!
+//! Exit status: 0 success, 1 malformed input (one line on stderr naming the
+//! message index, type, field number and byte offset), 2 usage errors
+//! (bad flags, unreadable schema, unknown type).
+
+mod schema_args;
+mod stream;
+
+use std::io::{self, Read, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use protoplane_schema::TableSet;
+use protoplane_wire::{json, DecodeOptions, Decoder, Encoder, EncodeOptions, MessageView, Source};
+
+use schema_args::SchemaArgs;
+use stream::Framing;
+
+#[derive(Parser, Debug)]
+#[command(name = "protoplane", version, about = "protoplane: a table-driven protobuf / RPC engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load .proto files and print a per-type summary of the schema tables.
+    Compile {
+        #[command(flatten)]
+        schema: SchemaArgs,
+        /// Write the serialized table set to this file.
+        #[arg(long, value_name = "FILE")]
+        tables_out: Option<std::path::PathBuf>,
+        /// Print every field of every type as well.
+        #[arg(long)]
+        fields: bool,
+    },
+    /// Decode messages from stdin and re-encode them to stdout.
+    Roundtrip {
+        #[command(flatten)]
+        schema: SchemaArgs,
+        #[command(flatten)]
+        msg: MessageArgs,
+        /// Deterministic serialization (map entries sorted by key).
+        #[arg(long)]
+        deterministic: bool,
+        /// Decode in zero-copy view mode.
+        #[arg(long)]
+        view: bool,
+    },
+    /// Decode wire messages from stdin to proto3 JSON, one object per line.
+    Decode {
+        #[command(flatten)]
+        schema: SchemaArgs,
+        #[command(flatten)]
+        msg: MessageArgs,
+    },
+    /// Encode JSON lines from stdin to wire messages on stdout.
+    Encode {
+        #[command(flatten)]
+        schema: SchemaArgs,
+        #[command(flatten)]
+        msg: MessageArgs,
+        /// Deterministic serialization (map entries sorted by key).
+        #[arg(long)]
+        deterministic: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct MessageArgs {
+    /// Fully qualified message type (e.g. `socialnetwork.LoginRequest`).
+    #[arg(long = "type", value_name = "FULL.NAME")]
+    type_name: String,
+    /// Messages are varint-length-prefixed (a stream), not a single message.
+    #[arg(long)]
+    delimited: bool,
+    /// Maximum sub-message nesting.
+    #[arg(long, default_value_t = 100)]
+    max_depth: u32,
+}
+
+/// A failure and the exit status it maps to.
+enum Failure {
+    Usage(String),
+    Input(String),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("protoplane: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Input(m)) => {
+            eprintln!("protoplane: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Compile { schema, tables_out, fields } => {
+            let ts = schema.load().map_err(Failure::Usage)?;
+            let mut out = String::new();
+            summary(&ts, fields, &mut out);
+            write_stdout(out.as_bytes())?;
+            if let Some(path) = tables_out {
+                std::fs::write(&path, ts.to_bytes())
+                    .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+            }
+            Ok(())
+        }
+        Command::Roundtrip { schema, msg, deterministic, view } => {
+            let (ts, ty) = load_type(&schema, &msg)?;
+            let dopts = DecodeOptions { view, max_depth: msg.max_depth, ..DecodeOptions::default() };
+            let eopts = EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
+            let framing = Framing::new(msg.delimited);
+            let input = read_stdin()?;
+            let mut dec = Decoder::new();
+            let mut enc = Encoder::new();
+            let mut block = protoplane_wire::Block::new();
+            let mut out = Vec::with_capacity(input.len());
+            let mut encoded = Vec::new();
+            for (index, item) in framing.messages(&input).enumerate() {
+                let (at, bytes) = item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
+                    .map_err(|e| input_error(index, at, &e))?;
+                encoded.clear();
+                enc.encode_into(&ts, ty, Source { block: block.as_bytes(), wire: bytes }, &eopts, &mut encoded)
+                    .map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                framing.put(&mut out, &encoded);
+            }
+            write_stdout(&out)
+        }
+        Command::Decode { schema, msg } => {
+            let (ts, ty) = load_type(&schema, &msg)?;
+            let dopts = DecodeOptions { view: true, max_depth: msg.max_depth, ..DecodeOptions::default() };
+            let framing = Framing::new(msg.delimited);
+            let input = read_stdin()?;
+            let mut dec = Decoder::new();
+            let mut block = protoplane_wire::Block::new();
+            let mut out = String::new();
+            for (index, item) in framing.messages(&input).enumerate() {
+                let (at, bytes) = item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
+                    .map_err(|e| input_error(index, at, &e))?;
+                let view = MessageView::new(&ts, Source { block: block.as_bytes(), wire: bytes }, ty)
+                    .and_then(|v| json::to_json(&v, &mut out))
+                    .map_err(|e| Failure::Input(format!("message {index}: {e}")));
+                view?;
+                out.push('\n');
+            }
+            write_stdout(out.as_bytes())
+        }
+        Command::Encode { schema, msg, deterministic } => {
+            let (ts, ty) = load_type(&schema, &msg)?;
+            let eopts = EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
+            let framing = Framing::new(msg.delimited);
+            let input = read_stdin()?;
+            let text = std::str::from_utf8(&input)
+                .map_err(|e| Failure::Input(format!("input is not UTF-8: {e}")))?;
+            let mut enc = Encoder::new();
+            let mut out = Vec::new();
+            let mut encoded = Vec::new();
+            let lines = text.lines().filter(|l| !l.trim().is_empty());
+            let mut count = 0;
+            for (index, line) in lines.enumerate() {
+                if !msg.delimited && index > 0 {
+                    return Err(Failure::Usage(
+                        "more than one JSON object: use --delimited for a stream".into(),
+                    ));
+                }
+                let block = json::from_json(&ts, ty, line).map_err(|e| {
+                    Failure::Input(format!("message {index}: type {}: {e}", msg.type_name))
+                })?;
+                encoded.clear();
+                enc.encode_into(&ts, ty, Source::owned(block.as_bytes()), &eopts, &mut encoded)
+                    .map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                framing.put(&mut out, &encoded);
+                count += 1;
+            }
+            if count == 0 && !msg.delimited {
+                return Err(Failure::Input("message 0: no JSON object on stdin".into()));
+            }
+            write_stdout(&out)
+        }
+    }
+}
+
+fn load_type(schema: &SchemaArgs, msg: &MessageArgs) -> Result<(TableSet, u32), Failure> {
+    let ts = schema.load().map_err(Failure::Usage)?;
+    let ty = ts
+        .message_by_name(&msg.type_name)
+        .ok_or_else(|| Failure::Usage(format!("no message type named {:?}", msg.type_name)))?;
+    Ok((ts, ty))
+}
+
+fn input_error(index: usize, at: usize, e: &protoplane_wire::DecodeError) -> Failure {
+    Failure::Input(format!("message {index} (stream byte {at}): {e}"))
+}
+
+fn read_stdin() -> Result<Vec<u8>, Failure> {
+    let mut input = Vec::new();
+    io::stdin().lock().read_to_end(&mut input).map_err(|e| Failure::Usage(format!("stdin: {e}")))?;
+    Ok(input)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        // A closed pipe (`| head`) is the reader's choice, not our failure.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::Usage(format!("stdout: {e}"))),
+    }
+}
+
+fn summary(ts: &TableSet, fields: bool, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "{:<48} {:>6} {:>6} {:>6} {:>7}", "type", "fields", "oneofs", "size", "depth");
+    for (i, m) in ts.messages().iter().enumerate() {
+        let depth = ts.nesting_depth(i as u32).map_or("rec".to_string(), |d| d.to_string());
+        let _ = writeln!(
+            out,
+            "{:<48} {:>6} {:>6} {:>6} {:>7}",
+            ts.message_name(i as u32),
+            m.fields.len,
+            m.oneofs.len,
+            m.size,
+            depth
+        );
+        if fields {
+            for f in ts.fields(m) {
+                let label = match f.label {
+                    protoplane_schema::Label::Optional => "optional",
+                    protoplane_schema::Label::Required => "required",
+                    protoplane_schema::Label::Repeated => "repeated",
+                };
+                let _ = writeln!(
+                    out,
+                    "    {:>9} {:<8} {:<9} {:<24} offset {:>4} flags {:#06x}",
+                    f.number,
+                    label,
+                    f.kind.proto_name(),
+                    ts.str(f.name),
+                    f.offset,
+                    f.flags.0
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} message types, {} enums, table set {} bytes",
+        ts.messages().len(),
+        ts.enums().len(),
+        ts.to_bytes().len()
+    );
+}

@@ -14,6 +14,7 @@ mod builder;
 mod decode;
 mod encode;
 mod error;
+pub mod json;
 mod varint;
 mod view;
 

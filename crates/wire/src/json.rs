@@ -1,0 +1,392 @@
+//! The proto3 JSON mapping, both directions, over views and builders.
+//!
+//! Output follows protobuf's canonical mapping as protobuf's own printers
+//! emit it by default: lowerCamelCase JSON names, fields in number order,
+//! only present fields (implicit-presence fields when non-zero), 64-bit
+//! integers as strings, enums by name (numbers for undeclared values),
+//! bytes as padded standard base64, non-finite floats as "NaN" /
+//! "Infinity" / "-Infinity", maps as objects (a key received twice shows
+//! its last value). Unknown fields are not represented.
+//!
+//! Input accepts what protobuf's parsers accept: JSON or declared names,
+//! integers as numbers or strings, enums by name or number, standard or
+//! URL-safe base64 with or without padding, `null` for "absent".
+//!
+//! Well-known types (Timestamp, Duration, wrappers, Struct, Any, …) are
+//! printed and parsed as ordinary messages, not with their special forms.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use protoplane_schema::{Field, FieldFlags, Kind, TableSet};
+use serde_json::Value as Json;
+
+use crate::builder::{BuildError, Builder, MessageBuilder};
+use crate::error::BlockError;
+use crate::view::{MessageView, Value};
+
+/// A JSON input that does not fit the schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonError(pub String);
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl From<BuildError> for JsonError {
+    fn from(e: BuildError) -> Self {
+        JsonError(e.to_string())
+    }
+}
+
+/// Appends the JSON form of a message to `out`.
+pub fn to_json(view: &MessageView<'_>, out: &mut String) -> Result<(), BlockError> {
+    write_message(view, out, 0)
+}
+
+fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result<(), BlockError> {
+    if depth > 200 {
+        return Err(BlockError::TooDeep);
+    }
+    let ts = view.tables();
+    out.push('{');
+    let mut first = true;
+    for f in view.fields() {
+        if !view.has(f) {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        write_str(out, ts.str(f.json_name).as_bytes());
+        out.push(':');
+        if f.flags.has(FieldFlags::MAP) {
+            write_map(view, f, out, depth)?;
+        } else if f.is_repeated() {
+            out.push('[');
+            let rep = view.repeated(f)?;
+            for i in 0..rep.len() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(ts, f, rep.get(i)?, out, depth)?;
+            }
+            out.push(']');
+        } else if let Some(v) = view.get(f)? {
+            write_value(ts, f, v, out, depth)?;
+        }
+    }
+    out.push('}');
+    Ok(())
+}
+
+fn write_map(view: &MessageView<'_>, f: &Field, out: &mut String, depth: u32) -> Result<(), BlockError> {
+    let ts = view.tables();
+    let rep = view.repeated(f)?;
+    let entry = ts.message(f.sub);
+    let (Some(kf), Some(vf)) =
+        (ts.field_by_number(entry, 1), ts.field_by_number(entry, 2))
+    else {
+        return Err(BlockError::WrongType);
+    };
+    // Last occurrence of a key wins: collect keys, keep the last index of each.
+    let mut entries: Vec<(String, MessageView<'_>)> = Vec::with_capacity(rep.len());
+    for i in 0..rep.len() {
+        let Some(e) = rep.get(i)?.as_message() else { continue };
+        let key = match e.get_or_default(kf)? {
+            Some(Value::String(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::Bool(b)) => b.to_string(),
+            Some(v) => v.as_i128().map(|x| x.to_string()).unwrap_or_default(),
+            None => String::new(),
+        };
+        match entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = e,
+            None => entries.push((key, e)),
+        }
+    }
+    out.push('{');
+    for (i, (key, e)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str(out, key.as_bytes());
+        out.push(':');
+        match e.get_or_default(vf)? {
+            Some(v) => write_value(ts, vf, v, out, depth)?,
+            None => out.push_str("{}"), // absent message value
+        }
+    }
+    out.push('}');
+    Ok(())
+}
+
+fn write_value(
+    ts: &TableSet,
+    f: &Field,
+    v: Value<'_>,
+    out: &mut String,
+    depth: u32,
+) -> Result<(), BlockError> {
+    match v {
+        Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        Value::I32(x) => {
+            let _ = write!(out, "{x}");
+        }
+        Value::U32(x) => {
+            let _ = write!(out, "{x}");
+        }
+        Value::I64(x) => {
+            let _ = write!(out, "\"{x}\"");
+        }
+        Value::U64(x) => {
+            let _ = write!(out, "\"{x}\"");
+        }
+        Value::F32(x) => write_float(out, x as f64, format!("{x}")),
+        Value::F64(x) => write_float(out, x, format!("{x}")),
+        Value::Enum(n) => match ts.enum_value_name(ts.enum_type(f.sub), n) {
+            Some(name) => write_str(out, name.as_bytes()),
+            None => {
+                let _ = write!(out, "{n}");
+            }
+        },
+        Value::String(b) => write_str(out, String::from_utf8_lossy(b).as_bytes()),
+        Value::Bytes(b) => {
+            out.push('"');
+            out.push_str(&base64::engine::general_purpose::STANDARD.encode(b));
+            out.push('"');
+        }
+        Value::Message(m) => write_message(&m, out, depth + 1)?,
+    }
+    Ok(())
+}
+
+fn write_float(out: &mut String, x: f64, text: String) {
+    if x.is_nan() {
+        out.push_str("\"NaN\"");
+    } else if x.is_infinite() {
+        out.push_str(if x > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
+    } else {
+        out.push_str(&text);
+    }
+}
+
+fn write_str(out: &mut String, s: &[u8]) {
+    out.push('"');
+    for c in String::from_utf8_lossy(s).chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Builds a block of `type_index` from a JSON text.
+pub fn from_json(ts: &TableSet, type_index: u32, text: &str) -> Result<crate::Block, JsonError> {
+    let json: Json = serde_json::from_str(text).map_err(|e| JsonError(format!("invalid JSON: {e}")))?;
+    let mut b = Builder::new(ts, type_index)?;
+    let root = b.root();
+    fill(ts, &mut b, root, &json, 0)?;
+    Ok(b.finish())
+}
+
+fn fill(
+    ts: &TableSet,
+    b: &mut Builder<'_>,
+    at: MessageBuilder,
+    json: &Json,
+    depth: u32,
+) -> Result<(), JsonError> {
+    if depth > 100 {
+        return Err(JsonError("nesting too deep".into()));
+    }
+    let msg = ts.message(at.type_index());
+    let Json::Object(map) = json else {
+        return Err(JsonError(format!("{}: expected an object", ts.message_name(at.type_index()))));
+    };
+    for (key, value) in map {
+        let f = ts.field_by_name(msg, key).ok_or_else(|| {
+            JsonError(format!("{}: no field named {key:?}", ts.message_name(at.type_index())))
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let ctx = |e: JsonError| JsonError(format!("field {key:?}: {}", e.0));
+        if f.flags.has(FieldFlags::MAP) {
+            let Json::Object(entries) = value else {
+                return Err(ctx(JsonError("expected an object for a map".into())));
+            };
+            let entry = ts.message(f.sub);
+            let kf = ts.field_by_number(entry, 1).ok_or_else(|| JsonError("bad map entry".into()))?;
+            let vf = ts.field_by_number(entry, 2).ok_or_else(|| JsonError("bad map entry".into()))?;
+            for (k, v) in entries {
+                let e = b.message(at, f.number)?;
+                let key_json = match kf.kind {
+                    Kind::String => Json::String(k.clone()),
+                    Kind::Bool => match k.as_str() {
+                        "true" => Json::Bool(true),
+                        "false" => Json::Bool(false),
+                        _ => return Err(ctx(JsonError(format!("bad bool map key {k:?}")))),
+                    },
+                    _ => Json::String(k.clone()),
+                };
+                set_one(ts, b, e, kf, &key_json, depth).map_err(ctx)?;
+                if !v.is_null() {
+                    set_one(ts, b, e, vf, v, depth).map_err(ctx)?;
+                }
+            }
+        } else if f.is_repeated() {
+            let Json::Array(items) = value else {
+                return Err(ctx(JsonError("expected an array".into())));
+            };
+            for item in items {
+                if f.kind.is_message() {
+                    let sub = b.message(at, f.number)?;
+                    fill(ts, b, sub, item, depth + 1).map_err(ctx)?;
+                } else {
+                    let v = scalar(ts, f, item).map_err(ctx)?;
+                    b.push(at, f.number, v.as_value())?;
+                }
+            }
+        } else {
+            set_one(ts, b, at, f, value, depth).map_err(ctx)?;
+        }
+    }
+    Ok(())
+}
+
+fn set_one(
+    ts: &TableSet,
+    b: &mut Builder<'_>,
+    at: MessageBuilder,
+    f: &Field,
+    v: &Json,
+    depth: u32,
+) -> Result<(), JsonError> {
+    if f.kind.is_message() {
+        let sub = b.message(at, f.number)?;
+        return fill(ts, b, sub, v, depth + 1);
+    }
+    let owned = scalar(ts, f, v)?;
+    b.set(at, f.number, owned.as_value())?;
+    Ok(())
+}
+
+/// A parsed non-message value that owns its bytes.
+enum Owned {
+    V(Value<'static>),
+    S(Vec<u8>, bool),
+}
+
+impl Owned {
+    fn as_value(&self) -> Value<'_> {
+        match self {
+            Owned::V(v) => *v,
+            Owned::S(b, true) => Value::String(b),
+            Owned::S(b, false) => Value::Bytes(b),
+        }
+    }
+}
+
+fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
+    let bad = || JsonError(format!("value {v} does not fit {}", f.kind.proto_name()));
+    let int = |lo: i128, hi: i128| -> Result<i128, JsonError> {
+        let x = match v {
+            Json::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    i as i128
+                } else if let Some(u) = n.as_u64() {
+                    u as i128
+                } else {
+                    let f = n.as_f64().ok_or_else(bad)?;
+                    if f.fract() != 0.0 || !f.is_finite() {
+                        return Err(bad());
+                    }
+                    f as i128
+                }
+            }
+            Json::String(s) => s.trim().parse::<i128>().map_err(|_| bad())?,
+            _ => return Err(bad()),
+        };
+        if x < lo || x > hi {
+            return Err(bad());
+        }
+        Ok(x)
+    };
+    let float = || -> Result<f64, JsonError> {
+        match v {
+            Json::Number(n) => n.as_f64().ok_or_else(bad),
+            Json::String(s) => match s.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "Infinity" => Ok(f64::INFINITY),
+                "-Infinity" => Ok(f64::NEG_INFINITY),
+                t => t.parse::<f64>().map_err(|_| bad()),
+            },
+            _ => Err(bad()),
+        }
+    };
+    Ok(Owned::V(match f.kind {
+        Kind::Bool => match v {
+            Json::Bool(b) => Value::Bool(*b),
+            Json::String(s) if s == "true" => Value::Bool(true),
+            Json::String(s) if s == "false" => Value::Bool(false),
+            _ => return Err(bad()),
+        },
+        Kind::Int32 | Kind::SInt32 | Kind::SFixed32 => {
+            Value::I32(int(i32::MIN as i128, i32::MAX as i128)? as i32)
+        }
+        Kind::Int64 | Kind::SInt64 | Kind::SFixed64 => {
+            Value::I64(int(i64::MIN as i128, i64::MAX as i128)? as i64)
+        }
+        Kind::UInt32 | Kind::Fixed32 => Value::U32(int(0, u32::MAX as i128)? as u32),
+        Kind::UInt64 | Kind::Fixed64 => Value::U64(int(0, u64::MAX as i128)? as u64),
+        Kind::Float => {
+            let x = float()?;
+            if x.is_finite() && x.abs() > f32::MAX as f64 {
+                return Err(bad());
+            }
+            Value::F32(x as f32)
+        }
+        Kind::Double => Value::F64(float()?),
+        Kind::Enum => {
+            let e = ts.enum_type(f.sub);
+            match v {
+                Json::String(name) => {
+                    Value::Enum(ts.enum_value_by_name(e, name).ok_or_else(bad)?)
+                }
+                _ => Value::Enum(int(i32::MIN as i128, i32::MAX as i128)? as i32),
+            }
+        }
+        Kind::String => match v {
+            Json::String(s) => return Ok(Owned::S(s.as_bytes().to_vec(), true)),
+            _ => return Err(bad()),
+        },
+        Kind::Bytes => match v {
+            Json::String(s) => return Ok(Owned::S(decode_base64(s).ok_or_else(bad)?, false)),
+            _ => return Err(bad()),
+        },
+        Kind::Message | Kind::Group => return Err(bad()),
+    }))
+}
+
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let lenient = GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let std = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
+    let url = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
+    std.decode(s).ok().or_else(|| url.decode(s).ok())
+}

@@ -49,6 +49,9 @@ enum Command {
         /// Decode in zero-copy view mode.
         #[arg(long)]
         view: bool,
+        /// Decode with the simple reference decoder instead of the fast path.
+        #[arg(long, conflicts_with = "view")]
+        reference: bool,
     },
     /// Decode wire messages from stdin to proto3 JSON, one object per line.
     Decode {
@@ -116,7 +119,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Roundtrip { schema, msg, deterministic, view } => {
+        Command::Roundtrip { schema, msg, deterministic, view, reference } => {
             let (ts, ty) = load_type(&schema, &msg)?;
             let dopts = DecodeOptions { view, max_depth: msg.max_depth, ..DecodeOptions::default() };
             let eopts = EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
@@ -129,8 +132,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let mut encoded = Vec::new();
             for (index, item) in framing.messages(&input).enumerate() {
                 let (at, bytes) = item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
-                dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
-                    .map_err(|e| input_error(index, at, &e))?;
+                if reference {
+                    block = protoplane_wire::reference::decode(&ts, ty, bytes, &dopts)
+                        .map_err(|e| input_error(index, at, &e))?;
+                } else {
+                    dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
+                        .map_err(|e| input_error(index, at, &e))?;
+                }
                 encoded.clear();
                 enc.encode_into(&ts, ty, Source { block: block.as_bytes(), wire: bytes }, &eopts, &mut encoded)
                     .map_err(|e| Failure::Input(format!("message {index}: {e}")))?;

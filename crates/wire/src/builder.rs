@@ -55,6 +55,11 @@ impl MessageBuilder {
     pub fn type_index(&self) -> u32 {
         self.msg
     }
+
+    /// Byte offset of the object in the block.
+    pub(crate) fn offset(&self) -> usize {
+        self.obj
+    }
 }
 
 /// Builds one block.

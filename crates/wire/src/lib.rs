@@ -15,6 +15,7 @@ mod decode;
 mod encode;
 mod error;
 pub mod json;
+pub mod reference;
 mod varint;
 mod view;
 

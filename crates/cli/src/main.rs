@@ -4,6 +4,7 @@
 //! message index, type, field number and byte offset), 2 usage errors
 //! (bad flags, unreadable schema, unknown type).
 
+mod demo;
 mod schema_args;
 mod stream;
 
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use protoplane_schema::TableSet;
-use protoplane_wire::{json, DecodeOptions, Decoder, Encoder, EncodeOptions, MessageView, Source};
+use protoplane_wire::{json, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source};
 
 use schema_args::SchemaArgs;
 use stream::Framing;
@@ -26,6 +27,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the wire engine on the social-network service's requests and report.
+    Demo(demo::DemoArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
     Compile {
         #[command(flatten)]
@@ -108,6 +111,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
+        Command::Demo(args) => {
+            let report = demo::run(&args).map_err(Failure::Input)?;
+            write_stdout(report.as_bytes())
+        }
         Command::Compile { schema, tables_out, fields } => {
             let ts = schema.load().map_err(Failure::Usage)?;
             let mut out = String::new();
@@ -121,8 +128,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Roundtrip { schema, msg, deterministic, view, reference } => {
             let (ts, ty) = load_type(&schema, &msg)?;
-            let dopts = DecodeOptions { view, max_depth: msg.max_depth, ..DecodeOptions::default() };
-            let eopts = EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
+            let dopts =
+                DecodeOptions { view, max_depth: msg.max_depth, ..DecodeOptions::default() };
+            let eopts =
+                EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
             let framing = Framing::new(msg.delimited);
             let input = read_stdin()?;
             let mut dec = Decoder::new();
@@ -131,7 +140,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let mut out = Vec::with_capacity(input.len());
             let mut encoded = Vec::new();
             for (index, item) in framing.messages(&input).enumerate() {
-                let (at, bytes) = item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                let (at, bytes) =
+                    item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
                 if reference {
                     block = protoplane_wire::reference::decode(&ts, ty, bytes, &dopts)
                         .map_err(|e| input_error(index, at, &e))?;
@@ -140,27 +150,36 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         .map_err(|e| input_error(index, at, &e))?;
                 }
                 encoded.clear();
-                enc.encode_into(&ts, ty, Source { block: block.as_bytes(), wire: bytes }, &eopts, &mut encoded)
-                    .map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                enc.encode_into(
+                    &ts,
+                    ty,
+                    Source { block: block.as_bytes(), wire: bytes },
+                    &eopts,
+                    &mut encoded,
+                )
+                .map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
                 framing.put(&mut out, &encoded);
             }
             write_stdout(&out)
         }
         Command::Decode { schema, msg } => {
             let (ts, ty) = load_type(&schema, &msg)?;
-            let dopts = DecodeOptions { view: true, max_depth: msg.max_depth, ..DecodeOptions::default() };
+            let dopts =
+                DecodeOptions { view: true, max_depth: msg.max_depth, ..DecodeOptions::default() };
             let framing = Framing::new(msg.delimited);
             let input = read_stdin()?;
             let mut dec = Decoder::new();
             let mut block = protoplane_wire::Block::new();
             let mut out = String::new();
             for (index, item) in framing.messages(&input).enumerate() {
-                let (at, bytes) = item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
+                let (at, bytes) =
+                    item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
                 dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
                     .map_err(|e| input_error(index, at, &e))?;
-                let view = MessageView::new(&ts, Source { block: block.as_bytes(), wire: bytes }, ty)
-                    .and_then(|v| json::to_json(&v, &mut out))
-                    .map_err(|e| Failure::Input(format!("message {index}: {e}")));
+                let view =
+                    MessageView::new(&ts, Source { block: block.as_bytes(), wire: bytes }, ty)
+                        .and_then(|v| json::to_json(&v, &mut out))
+                        .map_err(|e| Failure::Input(format!("message {index}: {e}")));
                 view?;
                 out.push('\n');
             }
@@ -168,7 +187,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Encode { schema, msg, deterministic } => {
             let (ts, ty) = load_type(&schema, &msg)?;
-            let eopts = EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
+            let eopts =
+                EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
             let framing = Framing::new(msg.delimited);
             let input = read_stdin()?;
             let text = std::str::from_utf8(&input)
@@ -215,7 +235,10 @@ fn input_error(index: usize, at: usize, e: &protoplane_wire::DecodeError) -> Fai
 
 fn read_stdin() -> Result<Vec<u8>, Failure> {
     let mut input = Vec::new();
-    io::stdin().lock().read_to_end(&mut input).map_err(|e| Failure::Usage(format!("stdin: {e}")))?;
+    io::stdin()
+        .lock()
+        .read_to_end(&mut input)
+        .map_err(|e| Failure::Usage(format!("stdin: {e}")))?;
     Ok(input)
 }
 
@@ -231,7 +254,11 @@ fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
 
 fn summary(ts: &TableSet, fields: bool, out: &mut String) {
     use std::fmt::Write as _;
-    let _ = writeln!(out, "{:<48} {:>6} {:>6} {:>6} {:>7}", "type", "fields", "oneofs", "size", "depth");
+    let _ = writeln!(
+        out,
+        "{:<48} {:>6} {:>6} {:>6} {:>7}",
+        "type", "fields", "oneofs", "size", "depth"
+    );
     for (i, m) in ts.messages().iter().enumerate() {
         let depth = ts.nesting_depth(i as u32).map_or("rec".to_string(), |d| d.to_string());
         let _ = writeln!(

@@ -29,16 +29,16 @@ impl fmt::Display for FrameError {
     }
 }
 
+/// `(stream offset, message bytes)` or the framing error that ended the stream.
+pub(crate) type Frames<'a> = Box<dyn Iterator<Item = Result<(usize, &'a [u8]), FrameError>> + 'a>;
+
 impl Framing {
     pub(crate) fn new(delimited: bool) -> Self {
         Framing { delimited }
     }
 
     /// Iterates over `(stream offset, message bytes)`.
-    pub(crate) fn messages<'a>(
-        &self,
-        input: &'a [u8],
-    ) -> Box<dyn Iterator<Item = Result<(usize, &'a [u8]), FrameError>> + 'a> {
+    pub(crate) fn messages<'a>(&self, input: &'a [u8]) -> Frames<'a> {
         if !self.delimited {
             return Box::new(std::iter::once(Ok((0, input))));
         }

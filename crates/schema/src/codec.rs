@@ -198,7 +198,9 @@ impl TableSet {
     /// Checks every internal reference; run on anything read from bytes.
     fn validate(&self) -> Result<(), SchemaError> {
         let bad = |what: String| Err(SchemaError::Corrupt(what));
-        let within = |s: Span, n: usize| (s.start as usize).checked_add(s.len as usize).is_some_and(|e| e <= n);
+        let within = |s: Span, n: usize| {
+            (s.start as usize).checked_add(s.len as usize).is_some_and(|e| e <= n)
+        };
         let strings = self.strings.len();
         for (mi, m) in self.messages.iter().enumerate() {
             let ok = within(m.name, strings)

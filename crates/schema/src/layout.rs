@@ -50,7 +50,11 @@ pub(crate) fn lay_out(
     for (i, name) in oneof_names.iter().enumerate() {
         let data_offset = off;
         off += 8;
-        ts.oneofs.push(Oneof { name: *name, case_offset: 4 * (hasbit_words + i as u32), data_offset });
+        ts.oneofs.push(Oneof {
+            name: *name,
+            case_offset: 4 * (hasbit_words + i as u32),
+            data_offset,
+        });
     }
     for f in fields.iter_mut() {
         if f.flags.has(FieldFlags::ONEOF) {

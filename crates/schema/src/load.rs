@@ -57,7 +57,8 @@ impl TableSet {
         root: &[&str],
     ) -> Result<TableSet, SchemaError> {
         let mut resolver = protox::file::ChainFileResolver::new();
-        resolver.add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
+        resolver
+            .add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
         resolver.add(protox::file::GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.include_imports(true);
@@ -70,8 +71,8 @@ impl TableSet {
     /// Loads a serialized `FileDescriptorSet` (`protoc --include_imports
     /// --descriptor_set_out`).
     pub fn from_descriptor_set(bytes: &[u8]) -> Result<TableSet, SchemaError> {
-        let set = FileDescriptorSet::decode(bytes)
-            .map_err(|e| SchemaError::Descriptor(e.to_string()))?;
+        let set =
+            FileDescriptorSet::decode(bytes).map_err(|e| SchemaError::Descriptor(e.to_string()))?;
         lower(&set)
     }
 

@@ -144,9 +144,8 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         let mut oneof_names = Vec::new();
         let mut has_required = false;
         for f in &m.desc.field {
-            let err = |what: &str| {
-                SchemaError::Unsupported(format!("{}.{}: {what}", m.name, f.name()))
-            };
+            let err =
+                |what: &str| SchemaError::Unsupported(format!("{}.{}: {what}", m.name, f.name()));
             let kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
             let number = f.number();
             if !(1..=536_870_911).contains(&number) {

@@ -593,9 +593,8 @@ impl TableSet {
     }
 
     pub(crate) fn rebuild_index(&mut self) {
-        self.message_index = (0..self.messages.len() as u32)
-            .map(|i| (self.message_name(i).to_owned(), i))
-            .collect();
+        self.message_index =
+            (0..self.messages.len() as u32).map(|i| (self.message_name(i).to_owned(), i)).collect();
         self.enum_index = (0..self.enums.len() as u32)
             .map(|i| (self.str(self.enums[i as usize].name).to_owned(), i))
             .collect();

@@ -62,7 +62,8 @@ fn tables() -> TableSet {
         ProtoSource { name: "p2.proto", text: P2 },
         ProtoSource { name: "p3.proto", text: P3 },
     ];
-    TableSet::from_proto_sources(&sources, &["p2.proto", "p3.proto"]).unwrap_or_else(|e| panic!("{e}"))
+    TableSet::from_proto_sources(&sources, &["p2.proto", "p3.proto"])
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -182,7 +183,10 @@ fn placement_is_the_only_runtime_mutation() {
 
 #[test]
 fn bad_schemas_are_errors() {
-    let bad = [ProtoSource { name: "x.proto", text: "syntax = \"proto3\"; message M { Missing m = 1; }" }];
+    let bad = [ProtoSource {
+        name: "x.proto",
+        text: "syntax = \"proto3\"; message M { Missing m = 1; }",
+    }];
     assert!(TableSet::from_proto_sources(&bad, &["x.proto"]).is_err());
     assert!(TableSet::from_descriptor_set(b"\x0a\x05junk").is_err());
     assert!(TableSet::from_bytes(b"nope").is_err());

@@ -290,7 +290,6 @@ pub(crate) fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(buf.get(at..at + 4)?.try_into().ok()?))
 }
 
-
 /// A pool of blocks handed out from a free list (RPCAcc's free-list FIFO):
 /// a server decodes each request into a recycled block, so steady-state
 /// traffic allocates nothing. In split mode the same role is played by

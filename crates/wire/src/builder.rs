@@ -34,7 +34,9 @@ impl fmt::Display for BuildError {
         match self {
             BuildError::NoSuchField(n) => write!(f, "no field number {n}"),
             BuildError::TypeMismatch(n) => write!(f, "value does not match the type of field {n}"),
-            BuildError::Cardinality(n) => write!(f, "field {n}: set on repeated or push on singular"),
+            BuildError::Cardinality(n) => {
+                write!(f, "field {n}: set on repeated or push on singular")
+            }
             BuildError::TooLarge(n) => write!(f, "field {n}: too large for a block"),
             BuildError::UnknownType(n) => write!(f, "unknown type index {n}"),
         }
@@ -78,7 +80,8 @@ impl<'t> Builder<'t> {
 
     /// Starts a block in a recycled allocation (see [`crate::Region`]).
     pub fn reuse(ts: &'t TableSet, type_index: u32, mut block: Block) -> Result<Self, BuildError> {
-        let msg = ts.messages().get(type_index as usize).ok_or(BuildError::UnknownType(type_index))?;
+        let msg =
+            ts.messages().get(type_index as usize).ok_or(BuildError::UnknownType(type_index))?;
         let root = block.start(type_index, msg.size, 0);
         Ok(Builder { ts, block, root: MessageBuilder { obj: root, msg: type_index } })
     }
@@ -99,7 +102,9 @@ impl<'t> Builder<'t> {
     }
 
     fn field(&self, at: MessageBuilder, number: u32) -> Result<&'t Field, BuildError> {
-        self.ts.field_by_number(self.ts.message(at.msg), number).ok_or(BuildError::NoSuchField(number))
+        self.ts
+            .field_by_number(self.ts.message(at.msg), number)
+            .ok_or(BuildError::NoSuchField(number))
     }
 
     fn check(&self, number: u32) -> Result<(), BuildError> {
@@ -134,7 +139,12 @@ impl<'t> Builder<'t> {
     }
 
     /// Sets a singular scalar, string or bytes field.
-    pub fn set(&mut self, at: MessageBuilder, number: u32, value: Value<'_>) -> Result<(), BuildError> {
+    pub fn set(
+        &mut self,
+        at: MessageBuilder,
+        number: u32,
+        value: Value<'_>,
+    ) -> Result<(), BuildError> {
         let f = self.field(at, number)?;
         if f.is_repeated() {
             return Err(BuildError::Cardinality(number));
@@ -156,7 +166,12 @@ impl<'t> Builder<'t> {
     }
 
     /// Appends one element to a repeated scalar, string or bytes field.
-    pub fn push(&mut self, at: MessageBuilder, number: u32, value: Value<'_>) -> Result<(), BuildError> {
+    pub fn push(
+        &mut self,
+        at: MessageBuilder,
+        number: u32,
+        value: Value<'_>,
+    ) -> Result<(), BuildError> {
         let f = self.field(at, number)?;
         if !f.is_repeated() || f.kind.is_message() {
             return Err(BuildError::Cardinality(number));
@@ -165,7 +180,10 @@ impl<'t> Builder<'t> {
         if f.kind.is_scalar() {
             let bits = scalar_bits(f, &value).ok_or(BuildError::TypeMismatch(number))?;
             let size = f.kind.slot_size();
-            let w = self.block.grow_array(slot, size as usize, 1).map_err(|()| BuildError::TooLarge(number))?;
+            let w = self
+                .block
+                .grow_array(slot, size as usize, 1)
+                .map_err(|()| BuildError::TooLarge(number))?;
             self.block.put_scalar(w, size, bits);
         } else {
             let data = bytes_of(f, &value).ok_or(BuildError::TypeMismatch(number))?;
@@ -178,7 +196,11 @@ impl<'t> Builder<'t> {
 
     /// Opens a sub-message field: for a singular field the existing message
     /// (it merges) or a new empty one; for a repeated field a new element.
-    pub fn message(&mut self, at: MessageBuilder, number: u32) -> Result<MessageBuilder, BuildError> {
+    pub fn message(
+        &mut self,
+        at: MessageBuilder,
+        number: u32,
+    ) -> Result<MessageBuilder, BuildError> {
         let f = self.field(at, number)?;
         if !f.kind.is_message() {
             return Err(BuildError::TypeMismatch(number));

@@ -49,7 +49,12 @@ pub struct DecodeOptions {
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { max_depth: 100, max_block: u32::MAX as usize, view: false, check_required: true }
+        DecodeOptions {
+            max_depth: 100,
+            max_block: u32::MAX as usize,
+            view: false,
+            check_required: true,
+        }
     }
 }
 
@@ -219,7 +224,8 @@ impl<'a> Run<'a> {
     /// Finishes the current message and restores its parent; `false` at the root.
     #[inline]
     fn pop(&mut self) -> Result<bool, DecodeError> {
-        if self.opts.check_required && self.msg.flags.has(protoplane_schema::MessageFlags::HAS_REQUIRED)
+        if self.opts.check_required
+            && self.msg.flags.has(protoplane_schema::MessageFlags::HAS_REQUIRED)
         {
             self.check_required()?;
         }
@@ -243,7 +249,9 @@ impl<'a> Run<'a> {
                     .ts
                     .fields(self.msg)
                     .iter()
-                    .find(|f| !f.is_repeated() && !f.flags.has(FieldFlags::ONEOF) && f.presence == bit)
+                    .find(|f| {
+                        !f.is_repeated() && !f.flags.has(FieldFlags::ONEOF) && f.presence == bit
+                    })
                     .map_or(0, |f| f.number);
                 self.field = missing;
                 return Err(self.err(DecodeErrorKind::MissingRequired, self.pos));
@@ -388,8 +396,10 @@ impl<'a> Run<'a> {
     fn store_ref(&mut self, f: &Field, r: Ref, start: usize) -> Result<(), DecodeError> {
         let slot = self.obj + f.offset as usize;
         if f.is_repeated() {
-            let at =
-                self.out.grow_array(slot, 8, 1).map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+            let at = self
+                .out
+                .grow_array(slot, 8, 1)
+                .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
             self.out.put_u64(at, r.pack());
             return self.check_block(start);
         }
@@ -405,7 +415,13 @@ impl<'a> Run<'a> {
 
     /// Enters a sub-message (`group` = 0) or a group (`group` = its number)
     /// that ends at `end`: finds or allocates its object and pushes a frame.
-    fn enter(&mut self, f: &Field, end: usize, group: u32, start: usize) -> Result<(), DecodeError> {
+    fn enter(
+        &mut self,
+        f: &Field,
+        end: usize,
+        group: u32,
+        start: usize,
+    ) -> Result<(), DecodeError> {
         if self.stack.len() >= self.opts.max_depth as usize {
             return Err(self.err(DecodeErrorKind::DepthExceeded, start));
         }
@@ -414,8 +430,10 @@ impl<'a> Run<'a> {
         let obj = if f.is_repeated() {
             let obj = self.out.alloc_zeroed(sub.size as usize);
             let r = Ref { offset: obj as u32, len: sub.size, wire: false, device: false };
-            let at =
-                self.out.grow_array(slot, 8, 1).map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+            let at = self
+                .out
+                .grow_array(slot, 8, 1)
+                .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
             self.out.put_u64(at, r.pack());
             obj
         } else {
@@ -436,7 +454,12 @@ impl<'a> Run<'a> {
             }
         };
         self.check_block(start)?;
-        self.stack.push(Frame { end: self.end, obj: self.obj, msg: self.msg_index, group: self.group });
+        self.stack.push(Frame {
+            end: self.end,
+            obj: self.obj,
+            msg: self.msg_index,
+            group: self.group,
+        });
         self.end = end;
         self.obj = obj;
         self.msg_index = f.sub;
@@ -481,7 +504,9 @@ impl<'a> Run<'a> {
                     let raw = varint::read(payload, &mut p)
                         .map_err(|_| self.err(DecodeErrorKind::VarintTooLong, start))?;
                     let bits = varint_bits(f.kind, raw);
-                    if closed && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32) {
+                    if closed
+                        && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
+                    {
                         // Unknown closed-enum value: kept as an unpacked unknown field.
                         rejected += 1;
                         let mut rec = Vec::with_capacity(15);

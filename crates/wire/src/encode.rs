@@ -78,7 +78,11 @@ impl<'a> Source<'a> {
     #[inline(always)]
     pub(crate) fn array(&self, r: Ref, elem: usize, at: usize) -> Result<&'a [u8], BlockError> {
         if r.device || r.wire {
-            return Err(if r.device { BlockError::NoDeviceRegion } else { BlockError::OutOfBounds { at } });
+            return Err(if r.device {
+                BlockError::NoDeviceRegion
+            } else {
+                BlockError::OutOfBounds { at }
+            });
         }
         if r.len == 0 {
             return Ok(&[]);

@@ -85,13 +85,16 @@ fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result
     Ok(())
 }
 
-fn write_map(view: &MessageView<'_>, f: &Field, out: &mut String, depth: u32) -> Result<(), BlockError> {
+fn write_map(
+    view: &MessageView<'_>,
+    f: &Field,
+    out: &mut String,
+    depth: u32,
+) -> Result<(), BlockError> {
     let ts = view.tables();
     let rep = view.repeated(f)?;
     let entry = ts.message(f.sub);
-    let (Some(kf), Some(vf)) =
-        (ts.field_by_number(entry, 1), ts.field_by_number(entry, 2))
-    else {
+    let (Some(kf), Some(vf)) = (ts.field_by_number(entry, 1), ts.field_by_number(entry, 2)) else {
         return Err(BlockError::WrongType);
     };
     // Last occurrence of a key wins: collect keys, keep the last index of each.
@@ -197,7 +200,8 @@ fn write_str(out: &mut String, s: &[u8]) {
 
 /// Builds a block of `type_index` from a JSON text.
 pub fn from_json(ts: &TableSet, type_index: u32, text: &str) -> Result<crate::Block, JsonError> {
-    let json: Json = serde_json::from_str(text).map_err(|e| JsonError(format!("invalid JSON: {e}")))?;
+    let json: Json =
+        serde_json::from_str(text).map_err(|e| JsonError(format!("invalid JSON: {e}")))?;
     let mut b = Builder::new(ts, type_index)?;
     let root = b.root();
     fill(ts, &mut b, root, &json, 0)?;
@@ -231,8 +235,10 @@ fn fill(
                 return Err(ctx(JsonError("expected an object for a map".into())));
             };
             let entry = ts.message(f.sub);
-            let kf = ts.field_by_number(entry, 1).ok_or_else(|| JsonError("bad map entry".into()))?;
-            let vf = ts.field_by_number(entry, 2).ok_or_else(|| JsonError("bad map entry".into()))?;
+            let kf =
+                ts.field_by_number(entry, 1).ok_or_else(|| JsonError("bad map entry".into()))?;
+            let vf =
+                ts.field_by_number(entry, 2).ok_or_else(|| JsonError("bad map entry".into()))?;
             for (k, v) in entries {
                 let e = b.message(at, f.number)?;
                 let key_json = match kf.kind {
@@ -365,9 +371,7 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
         Kind::Enum => {
             let e = ts.enum_type(f.sub);
             match v {
-                Json::String(name) => {
-                    Value::Enum(ts.enum_value_by_name(e, name).ok_or_else(bad)?)
-                }
+                Json::String(name) => Value::Enum(ts.enum_value_by_name(e, name).ok_or_else(bad)?),
                 _ => Value::Enum(int(i32::MIN as i128, i32::MAX as i128)? as i32),
             }
         }
@@ -385,7 +389,8 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
 
 fn decode_base64(s: &str) -> Option<Vec<u8>> {
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-    let lenient = GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let lenient =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
     let std = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
     let url = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
     std.decode(s).ok().or_else(|| url.decode(s).ok())

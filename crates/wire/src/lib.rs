@@ -22,7 +22,7 @@ mod view;
 pub use block::{
     Block, Ref, Region, BLOCK_VIEW, HEADER_LEN, MAX_LEN, REF_DEVICE, REF_LEN_MASK, REF_WIRE,
 };
-pub use builder::{Builder, BuildError, MessageBuilder};
+pub use builder::{BuildError, Builder, MessageBuilder};
 pub use decode::{decode, DecodeOptions, Decoder};
 pub use encode::{encode, EncodeOptions, Encoder, Source};
 pub use error::{BlockError, DecodeError, DecodeErrorKind};

@@ -38,11 +38,28 @@ struct Reader<'a, 'b> {
 }
 
 impl Reader<'_, '_> {
-    fn fail(&self, at: MessageBuilder, kind: DecodeErrorKind, field: u32, offset: usize) -> DecodeError {
-        DecodeError { kind, message: self.ts.message_name(at.type_index()).to_owned(), field, offset }
+    fn fail(
+        &self,
+        at: MessageBuilder,
+        kind: DecodeErrorKind,
+        field: u32,
+        offset: usize,
+    ) -> DecodeError {
+        DecodeError {
+            kind,
+            message: self.ts.message_name(at.type_index()).to_owned(),
+            field,
+            offset,
+        }
     }
 
-    fn varint(&self, at: MessageBuilder, pos: &mut usize, end: usize, field: u32) -> Result<u64, DecodeError> {
+    fn varint(
+        &self,
+        at: MessageBuilder,
+        pos: &mut usize,
+        end: usize,
+        field: u32,
+    ) -> Result<u64, DecodeError> {
         let start = *pos;
         varint::read(&self.input[..end], pos).map_err(|e| {
             let kind = match e {
@@ -53,7 +70,14 @@ impl Reader<'_, '_> {
         })
     }
 
-    fn take(&self, at: MessageBuilder, pos: &mut usize, end: usize, n: usize, field: u32) -> Result<usize, DecodeError> {
+    fn take(
+        &self,
+        at: MessageBuilder,
+        pos: &mut usize,
+        end: usize,
+        n: usize,
+        field: u32,
+    ) -> Result<usize, DecodeError> {
         if end - *pos < n {
             return Err(self.fail(at, DecodeErrorKind::Truncated, field, *pos));
         }
@@ -112,8 +136,13 @@ impl Reader<'_, '_> {
         }
         let ts = self.ts;
         let block = self.b.block();
-        let view = crate::view::MessageView::at(ts, crate::encode::Source::owned(block.as_bytes()), at.type_index(), at.offset())
-            .map_err(|_| self.fail(at, DecodeErrorKind::BlockTooLarge, 0, pos))?;
+        let view = crate::view::MessageView::at(
+            ts,
+            crate::encode::Source::owned(block.as_bytes()),
+            at.type_index(),
+            at.offset(),
+        )
+        .map_err(|_| self.fail(at, DecodeErrorKind::BlockTooLarge, 0, pos))?;
         for f in view.fields() {
             if f.label == protoplane_schema::Label::Required && !view.has(f) {
                 return Err(self.fail(at, DecodeErrorKind::MissingRequired, f.number, pos));
@@ -141,13 +170,21 @@ impl Reader<'_, '_> {
             while pos < stop {
                 let elem_start = pos;
                 let bits = match f.kind.wire_type() as u32 {
-                    0 => varint_bits(f.kind, self.varint(at, &mut pos, stop, n).map_err(|e| DecodeError { offset: start, ..e })?),
+                    0 => varint_bits(
+                        f.kind,
+                        self.varint(at, &mut pos, stop, n)
+                            .map_err(|e| DecodeError { offset: start, ..e })?,
+                    ),
                     1 => {
-                        let s = self.take(at, &mut pos, stop, 8, n).map_err(|_| self.fail(at, DecodeErrorKind::PackedLength, n, start))?;
+                        let s = self
+                            .take(at, &mut pos, stop, 8, n)
+                            .map_err(|_| self.fail(at, DecodeErrorKind::PackedLength, n, start))?;
                         le(&self.input[s..s + 8])
                     }
                     _ => {
-                        let s = self.take(at, &mut pos, stop, 4, n).map_err(|_| self.fail(at, DecodeErrorKind::PackedLength, n, start))?;
+                        let s = self
+                            .take(at, &mut pos, stop, 4, n)
+                            .map_err(|_| self.fail(at, DecodeErrorKind::PackedLength, n, start))?;
                         le(&self.input[s..s + 4])
                     }
                 };
@@ -158,7 +195,9 @@ impl Reader<'_, '_> {
                     let mut p = elem_start;
                     let raw = varint::read(self.input, &mut p).unwrap_or(0);
                     varint::push(&mut rec, raw);
-                    self.b.push_unknown(at, &rec).map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
+                    self.b
+                        .push_unknown(at, &rec)
+                        .map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
                     continue;
                 }
                 self.store(at, f, bits, start)?;
@@ -175,7 +214,8 @@ impl Reader<'_, '_> {
                 if f.flags.has(FieldFlags::UTF8) && std::str::from_utf8(data).is_err() {
                     return Err(self.fail(at, DecodeErrorKind::InvalidUtf8, n, start));
                 }
-                let v = if f.kind == Kind::String { Value::String(data) } else { Value::Bytes(data) };
+                let v =
+                    if f.kind == Kind::String { Value::String(data) } else { Value::Bytes(data) };
                 let r = if f.is_repeated() { self.b.push(at, n, v) } else { self.b.set(at, n, v) };
                 r.map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
                 Ok(pos + len)
@@ -184,7 +224,10 @@ impl Reader<'_, '_> {
                 if depth >= self.opts.max_depth {
                     return Err(self.fail(at, DecodeErrorKind::DepthExceeded, n, start));
                 }
-                let sub = self.b.message(at, n).map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
+                let sub = self
+                    .b
+                    .message(at, n)
+                    .map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
                 if f.kind == Kind::Group {
                     self.message(sub, pos, end, Some(n), depth + 1)
                 } else {
@@ -218,10 +261,17 @@ impl Reader<'_, '_> {
     }
 
     fn closed_reject(&self, f: &Field, bits: u64) -> bool {
-        f.flags.has(FieldFlags::CLOSED_ENUM) && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
+        f.flags.has(FieldFlags::CLOSED_ENUM)
+            && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
     }
 
-    fn store(&mut self, at: MessageBuilder, f: &Field, bits: u64, start: usize) -> Result<(), DecodeError> {
+    fn store(
+        &mut self,
+        at: MessageBuilder,
+        f: &Field,
+        bits: u64,
+        start: usize,
+    ) -> Result<(), DecodeError> {
         let v = match f.kind {
             Kind::Bool => Value::Bool(bits != 0),
             Kind::Int32 | Kind::SInt32 | Kind::SFixed32 => Value::I32(bits as u32 as i32),
@@ -232,11 +282,22 @@ impl Reader<'_, '_> {
             Kind::Double => Value::F64(f64::from_bits(bits)),
             _ => Value::U64(bits),
         };
-        let r = if f.is_repeated() { self.b.push(at, f.number, v) } else { self.b.set(at, f.number, v) };
+        let r = if f.is_repeated() {
+            self.b.push(at, f.number, v)
+        } else {
+            self.b.set(at, f.number, v)
+        };
         r.map_err(|_| self.fail(at, DecodeErrorKind::TooLong, f.number, start))
     }
 
-    fn length(&self, at: MessageBuilder, pos: &mut usize, end: usize, n: u32, start: usize) -> Result<usize, DecodeError> {
+    fn length(
+        &self,
+        at: MessageBuilder,
+        pos: &mut usize,
+        end: usize,
+        n: u32,
+        start: usize,
+    ) -> Result<usize, DecodeError> {
         let len = self.varint(at, pos, end, n).map_err(|e| DecodeError { offset: start, ..e })?;
         if len > (end - *pos) as u64 {
             return Err(self.fail(at, DecodeErrorKind::LengthOutOfBounds, n, start));
@@ -257,13 +318,16 @@ impl Reader<'_, '_> {
     ) -> Result<usize, DecodeError> {
         match wt {
             0 => {
-                self.varint(at, &mut pos, end, n).map_err(|e| DecodeError { offset: start, ..e })?;
+                self.varint(at, &mut pos, end, n)
+                    .map_err(|e| DecodeError { offset: start, ..e })?;
             }
             1 => {
-                self.take(at, &mut pos, end, 8, n).map_err(|e| DecodeError { offset: start, ..e })?;
+                self.take(at, &mut pos, end, 8, n)
+                    .map_err(|e| DecodeError { offset: start, ..e })?;
             }
             5 => {
-                self.take(at, &mut pos, end, 4, n).map_err(|e| DecodeError { offset: start, ..e })?;
+                self.take(at, &mut pos, end, 4, n)
+                    .map_err(|e| DecodeError { offset: start, ..e })?;
             }
             2 => {
                 let len = self.length(at, &mut pos, end, n, start)?;
@@ -278,7 +342,14 @@ impl Reader<'_, '_> {
         Ok(pos)
     }
 
-    fn skip_group(&self, at: MessageBuilder, g: u32, mut pos: usize, end: usize, depth: u32) -> Result<usize, DecodeError> {
+    fn skip_group(
+        &self,
+        at: MessageBuilder,
+        g: u32,
+        mut pos: usize,
+        end: usize,
+        depth: u32,
+    ) -> Result<usize, DecodeError> {
         if depth > self.opts.max_depth {
             return Err(self.fail(at, DecodeErrorKind::DepthExceeded, g, pos));
         }

@@ -106,7 +106,10 @@ pub struct MessageView<'a> {
 
 impl std::fmt::Debug for MessageView<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MessageView").field("type", &self.type_name()).field("at", &self.at).finish()
+        f.debug_struct("MessageView")
+            .field("type", &self.type_name())
+            .field("at", &self.at)
+            .finish()
     }
 }
 
@@ -165,7 +168,8 @@ impl<'a> MessageView<'a> {
             return Ref::unpack(slot_u64(self.obj, f.offset)).len != 0;
         }
         let set = if f.flags.has(FieldFlags::ONEOF) {
-            slot_u32(self.obj, self.ts.oneofs(self.msg)[f.presence as usize].case_offset) == f.number
+            slot_u32(self.obj, self.ts.oneofs(self.msg)[f.presence as usize].case_offset)
+                == f.number
         } else {
             hasbit(self.obj, f.presence)
         };

@@ -34,7 +34,8 @@ fn roundtrip(ts: &TableSet, ty: u32, msg: &[u8], what: &str) {
             let eopts = EncodeOptions { deterministic, ..EncodeOptions::default() };
             let mut out = Vec::new();
             let src = Source { block: block.as_bytes(), wire: msg };
-            enc.encode_into(ts, ty, src, &eopts, &mut out).unwrap_or_else(|e| panic!("{what}: {e}"));
+            enc.encode_into(ts, ty, src, &eopts, &mut out)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(out == msg, "{what}: view={view} deterministic={deterministic}: bytes differ");
             assert_eq!(enc.encoded_len(ts, ty, src, &eopts).ok(), Some(msg.len()), "{what}");
         }
@@ -80,14 +81,22 @@ fn hyperprotobench_round_trips_byte_exactly() {
     for line in manifest.lines().skip(1) {
         let cols: Vec<&str> = line.split('\t').collect();
         let (bench, ty_name, path) = (cols[0], cols[2], cols[cols.len() - 1]);
-        let from_proto = TableSet::from_proto_files(&[root.join(bench).join("benchmark.proto")], &[root.join(bench)])
-            .unwrap_or_else(|e| panic!("{bench}: {e}"));
-        let from_set = TableSet::from_descriptor_set(&read(&root.join(bench).join("benchmark.descriptor_set.pb")))
-            .unwrap_or_else(|e| panic!("{bench}: {e}"));
-        let from_bytes = TableSet::from_bytes(&from_proto.to_bytes()).unwrap_or_else(|e| panic!("{bench}: {e}"));
+        let from_proto = TableSet::from_proto_files(
+            &[root.join(bench).join("benchmark.proto")],
+            &[root.join(bench)],
+        )
+        .unwrap_or_else(|e| panic!("{bench}: {e}"));
+        let from_set = TableSet::from_descriptor_set(&read(
+            &root.join(bench).join("benchmark.descriptor_set.pb"),
+        ))
+        .unwrap_or_else(|e| panic!("{bench}: {e}"));
+        let from_bytes =
+            TableSet::from_bytes(&from_proto.to_bytes()).unwrap_or_else(|e| panic!("{bench}: {e}"));
         assert_eq!(from_bytes.to_bytes(), from_proto.to_bytes(), "{bench}: table set bytes");
         let msg = read(&root.join(path));
-        for (ts, how) in [(&from_proto, "proto"), (&from_set, "descriptor set"), (&from_bytes, "table bytes")] {
+        for (ts, how) in
+            [(&from_proto, "proto"), (&from_set, "descriptor set"), (&from_bytes, "table bytes")]
+        {
             let ty = ts.message_by_name(ty_name).unwrap_or_else(|| panic!("{ty_name}"));
             roundtrip(ts, ty, &msg, &format!("{path} ({how})"));
         }
@@ -105,20 +114,30 @@ fn socialnetwork_round_trips_byte_exactly_and_through_json() {
     let mut dec = Decoder::new();
     let mut block = Block::new();
     let mut checked = 0;
-    for ty_name in ["RegisterUserRequest", "LoginRequest", "ComposeMediaRequest", "ComposePostRequest", "StorePostRequest"] {
+    for ty_name in [
+        "RegisterUserRequest",
+        "LoginRequest",
+        "ComposeMediaRequest",
+        "ComposePostRequest",
+        "StorePostRequest",
+    ] {
         let bytes = read(&root.join(format!("messages/{ty_name}.ldelim")));
         let ty = ts.message_by_name(&format!("socialnetwork.{ty_name}")).unwrap_or(u32::MAX);
         for (i, msg) in delimited(&bytes).into_iter().enumerate() {
             let what = format!("{ty_name}[{i}]");
             roundtrip(&ts, ty, msg, &what);
             // JSON: wire -> JSON -> wire gives the same (deterministic) bytes.
-            dec.decode_into(&ts, ty, msg, &DecodeOptions::view(), &mut block).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let view = MessageView::new(&ts, Source { block: block.as_bytes(), wire: msg }, ty).unwrap_or_else(|e| panic!("{what}: {e}"));
+            dec.decode_into(&ts, ty, msg, &DecodeOptions::view(), &mut block)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let view = MessageView::new(&ts, Source { block: block.as_bytes(), wire: msg }, ty)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             let mut text = String::new();
             json::to_json(&view, &mut text).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let back = json::from_json(&ts, ty, &text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+            let back =
+                json::from_json(&ts, ty, &text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
             let opts = EncodeOptions { deterministic: true, ..EncodeOptions::default() };
-            let wire = protoplane_wire::encode(&ts, ty, back.as_bytes(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let wire = protoplane_wire::encode(&ts, ty, back.as_bytes(), &opts)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(wire == msg, "{what}: JSON round trip differs: {text}");
             checked += 1;
         }

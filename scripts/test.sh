@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite: the README's second command, and what CI runs.
+#
+# Installs what it needs (Python packages into ./.venv, cargo-fuzz), builds
+# the workspace once in release mode, and runs everything from that build:
+#   1. formatting and clippy (-D warnings)
+#   2. every Rust test (unit, integration, dataset round trips, CLI contract)
+#   3. the cross-check against Python `protobuf` (random + non-canonical messages)
+#   4. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
+# Tests that need ../shared/datasets say so and skip when it is absent.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
+passed=0
+failed=0
+step() { echo; echo "==> $*"; }
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAILED: $*"; }
+
+step "format and lints"
+if cargo fmt --all -- --check; then ok; else bad "cargo fmt"; fi
+if cargo clippy --release --workspace --all-targets --quiet -- -D warnings; then ok; else bad "clippy"; fi
+
+step "build (release, once) and Rust tests"
+cargo build --release --workspace --quiet
+if cargo test --release --workspace; then ok; else bad "cargo test"; fi
+
+step "cross-check against Python protobuf"
+scripts/setup-python.sh
+if .venv/bin/python tests/conformance/crosscheck.py --protoplane target/release/protoplane \
+    --out-dir tests/conformance/out; then ok; else bad "crosscheck"; fi
+
+if [[ "${SKIP_FUZZ:-0}" != 1 && -x scripts/fuzz.sh ]]; then
+    step "fuzz smoke (${FUZZ_SECONDS}s per target)"
+    if scripts/fuzz.sh "$FUZZ_SECONDS"; then ok; else bad "fuzz"; fi
+fi
+
+echo
+echo "test.sh: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

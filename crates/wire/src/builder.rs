@@ -233,6 +233,34 @@ impl<'t> Builder<'t> {
         Ok(MessageBuilder { obj, msg: f.sub })
     }
 
+    /// Moves the last element of map field `map` (the entry `entry`, which
+    /// carried unknown fields) into the message's unknown fields, re-encoded
+    /// as upb does (see `Encoder::encode_entry_as_unknown`).
+    pub(crate) fn entry_to_unknown(
+        &mut self,
+        at: MessageBuilder,
+        map: &Field,
+        entry: MessageBuilder,
+    ) -> Result<(), BuildError> {
+        let mut bytes = Vec::new();
+        crate::Encoder::new()
+            .encode_entry_as_unknown(
+                self.ts,
+                entry.msg,
+                entry.obj,
+                crate::Source::owned(self.block.as_bytes()),
+                &crate::EncodeOptions::default(),
+                &mut bytes,
+            )
+            .map_err(|_| BuildError::TooLarge(map.number))?;
+        self.block.shrink_array(at.obj + map.offset as usize, 1);
+        let mut rec = Vec::with_capacity(bytes.len() + 10);
+        crate::varint::push(&mut rec, ((map.number as u64) << 3) | 2);
+        crate::varint::push(&mut rec, bytes.len() as u64);
+        rec.extend_from_slice(&bytes);
+        self.push_unknown(at, &rec)
+    }
+
     /// Appends raw wire bytes to the message's unknown fields (they are
     /// re-emitted verbatim after the known fields).
     pub fn push_unknown(&mut self, at: MessageBuilder, wire: &[u8]) -> Result<(), BuildError> {

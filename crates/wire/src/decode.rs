@@ -26,9 +26,10 @@
 //! bounded by the input: nothing is reserved from a declared length before
 //! the bytes it declares are known to be present.
 
-use protoplane_schema::{Field, FieldFlags, Kind, Message, TableSet, WireType};
+use protoplane_schema::{Field, FieldFlags, Kind, Message, MessageFlags, TableSet, WireType};
 
 use crate::block::{Block, Ref, BLOCK_VIEW, MAX_LEN};
+use crate::encode::{EncodeOptions, Encoder, Source};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::varint::{self, VarintError};
 
@@ -225,9 +226,15 @@ impl<'a> Run<'a> {
     #[inline]
     fn pop(&mut self) -> Result<bool, DecodeError> {
         if self.opts.check_required
-            && self.msg.flags.has(protoplane_schema::MessageFlags::HAS_REQUIRED)
+            && self.msg.flags.has(MessageFlags::HAS_REQUIRED)
         {
             self.check_required()?;
+        }
+        if self.msg.flags.has(MessageFlags::MAP_ENTRY)
+            && Ref::unpack(self.out.u64_at(self.obj + self.msg.unknown_offset as usize)).len != 0
+            && !self.stack.is_empty()
+        {
+            return self.entry_to_unknown();
         }
         let Some(f) = self.stack.pop() else { return Ok(false) };
         self.end = f.end;
@@ -235,6 +242,38 @@ impl<'a> Run<'a> {
         self.msg_index = f.msg;
         self.msg = self.ts.message(f.msg);
         self.group = f.group;
+        Ok(true)
+    }
+
+    /// A map entry with unknown fields (an unknown closed-enum value among
+    /// them) is not a map element: like upb, move it, re-encoded, into the
+    /// parent's unknown fields.
+    #[cold]
+    fn entry_to_unknown(&mut self) -> Result<bool, DecodeError> {
+        let (entry_mi, entry_obj) = (self.msg_index, self.obj);
+        let mut bytes = Vec::new();
+        let src = Source { block: self.out.as_bytes(), wire: self.input };
+        Encoder::new()
+            .encode_entry_as_unknown(self.ts, entry_mi, entry_obj, src, &EncodeOptions::default(), &mut bytes)
+            .map_err(|_| self.err(DecodeErrorKind::BlockTooLarge, self.pos))?;
+        let Some(f) = self.stack.pop() else { return Ok(false) };
+        self.end = f.end;
+        self.obj = f.obj;
+        self.msg_index = f.msg;
+        self.msg = self.ts.message(f.msg);
+        self.group = f.group;
+        let ts = self.ts;
+        let Some(map) =
+            ts.fields(self.msg).iter().find(|pf| pf.flags.has(FieldFlags::MAP) && pf.sub == entry_mi)
+        else {
+            return Ok(true);
+        };
+        self.out.shrink_array(self.obj + map.offset as usize, 1);
+        let mut rec = Vec::with_capacity(bytes.len() + 10);
+        varint::push(&mut rec, ((map.number as u64) << 3) | WireType::Len as u64);
+        varint::push(&mut rec, bytes.len() as u64);
+        rec.extend_from_slice(&bytes);
+        self.append_unknown(&rec, self.pos)?;
         Ok(true)
     }
 
@@ -511,7 +550,8 @@ impl<'a> Run<'a> {
                         rejected += 1;
                         let mut rec = Vec::with_capacity(15);
                         varint::push(&mut rec, (f.number as u64) << 3);
-                        varint::push(&mut rec, raw);
+                        // upb re-encodes the value truncated to 32 bits.
+                        varint::push(&mut rec, raw as u32 as u64);
                         self.append_unknown(&rec, start)?;
                         continue;
                     }

@@ -265,6 +265,71 @@ impl Encoder {
         Ok(())
     }
 
+    /// Encodes the object of type `mi` at `at` (no tag, no length).
+    pub(crate) fn encode_object(
+        &mut self,
+        ts: &TableSet,
+        mi: u32,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        self.sizes.clear();
+        self.work = 0;
+        let n = self.size(ts, mi, at, src, opts, 0)?;
+        out.reserve(n);
+        self.next = 0;
+        self.write(ts, mi, at, src, opts, out)
+    }
+
+    /// A map entry that carried unknown fields, encoded the way upb (the
+    /// engine behind Python `protobuf`) re-encodes it into the parent's
+    /// unknown fields instead of inserting it into the map: key and value
+    /// only when non-zero, a message value always (possibly empty), then the
+    /// entry's own unknown fields.
+    pub(crate) fn encode_entry_as_unknown(
+        &mut self,
+        ts: &TableSet,
+        mi: u32,
+        at: usize,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BlockError> {
+        let m = ts.message(mi);
+        let obj = src.object(at, m)?;
+        for f in ts.fields(m) {
+            let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
+            if f.kind.is_message() {
+                let r = Ref::unpack(slot_u64(obj, f.offset));
+                let mut inner = Vec::new();
+                if r.offset != 0 {
+                    Encoder::new().encode_object(ts, f.sub, r.offset as usize, src, opts, &mut inner)?;
+                }
+                varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
+                varint::push(out, inner.len() as u64);
+                out.extend_from_slice(&inner);
+            } else if f.kind.is_scalar() {
+                let bits = scalar_bits(obj, f.offset, f.kind);
+                if bits != 0 {
+                    varint::push(out, tag);
+                    push_scalar(out, f.kind, bits);
+                }
+            } else {
+                let r = Ref::unpack(slot_u64(obj, f.offset));
+                if r.len != 0 {
+                    varint::push(out, tag);
+                    varint::push(out, r.len as u64);
+                    out.extend_from_slice(src.bytes(r, at + f.offset as usize)?);
+                }
+            }
+        }
+        let unknown = Ref::unpack(slot_u64(obj, m.unknown_offset));
+        out.extend_from_slice(src.array(unknown, 1, at + m.unknown_offset as usize)?);
+        Ok(())
+    }
+
     /// Counts work (objects, elements, bytes) against the size limit.
     #[inline(always)]
     fn charge(&mut self, units: usize, opts: &EncodeOptions) -> Result<(), BlockError> {

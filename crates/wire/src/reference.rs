@@ -194,7 +194,7 @@ impl Reader<'_, '_> {
                     varint::push(&mut rec, (n as u64) << 3);
                     let mut p = elem_start;
                     let raw = varint::read(self.input, &mut p).unwrap_or(0);
-                    varint::push(&mut rec, raw);
+                    varint::push(&mut rec, raw as u32 as u64);
                     self.b
                         .push_unknown(at, &rec)
                         .map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
@@ -233,6 +233,11 @@ impl Reader<'_, '_> {
                 } else {
                     let len = self.length(at, &mut pos, end, n, start)?;
                     self.message(sub, pos, pos + len, None, depth + 1)?;
+                    if f.flags.has(FieldFlags::MAP) && self.has_unknown(sub) {
+                        self.b
+                            .entry_to_unknown(at, f, sub)
+                            .map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
+                    }
                     Ok(pos + len)
                 }
             }
@@ -258,6 +263,13 @@ impl Reader<'_, '_> {
                 Ok(pos)
             }
         }
+    }
+
+    fn has_unknown(&self, at: MessageBuilder) -> bool {
+        let src = crate::encode::Source::owned(self.b.block().as_bytes());
+        crate::view::MessageView::at(self.ts, src, at.type_index(), at.offset())
+            .and_then(|v| v.unknown_fields())
+            .is_ok_and(|u| !u.is_empty())
     }
 
     fn closed_reject(&self, f: &Field, bits: u64) -> bool {

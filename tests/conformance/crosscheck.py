@@ -19,8 +19,10 @@ derives wire inputs from them:
   bytes, tags);
 * inputs whose meaning differs from the original but which are still valid:
   a known field number with the wrong wire type (becomes an unknown field),
-  unknown values of closed enums (go to the unknown fields), unknown fields
-  inside map entries, high bits set in 32-bit varints, NaN payloads;
+  unknown values of closed enums (go to the unknown fields; in a map value
+  the whole entry does), high bits set in 32-bit varints, NaN payloads; with
+  ``--gray-areas`` also unknown fields inside map entries, which the spec
+  leaves open (see GRAY);
 * malformed inputs (truncation, wire types 6/7, field number 0 or > 2^29-1,
   lengths past the end, 11-byte varints, unbalanced groups, invalid UTF-8 in
   proto3 strings).  Whether an input really is malformed is decided by Python.
@@ -30,24 +32,31 @@ Python's:
 
 * ``roundtrip --delimited --deterministic`` with and without ``--view``: the
   re-encoded bytes must equal ``Msg.FromString(b).SerializeToString(
-  deterministic=True)``;
+  deterministic=True)`` (with map entries in ascending key order, see below);
 * inputs Python rejects (``DecodeError``): one process per input, which must
   exit with status 1 and print exactly one line on stderr;
 * ``decode --delimited``: each JSON line must match ``MessageToJson`` (compared
   semantically: floats with a relative tolerance of 1e-6 or equal as float32,
   everything else exactly);
-* ``encode --delimited``: each of Python's own JSON lines must encode to the
-  bytes Python's ``json_format.Parse`` + deterministic serialization produce.
+* ``encode --delimited --deterministic``: each of Python's own JSON lines must
+  encode to the bytes Python's ``json_format.Parse`` + deterministic
+  serialization produce.
 
 Why Python is the oracle
 ------------------------
 The ``protobuf`` package (upb backend) is maintained by the protobuf team and
 follows the language specification and the conformance suite; its behaviour
 on every corner case above (merging, last-one-wins, unknown-field order,
-closed-enum handling, map-entry ordering in deterministic mode, JSON mapping)
-is what protoplane promises to reproduce.  A few upb choices that the spec
-leaves open are noted next to the mutations that trigger them, so mismatches
-can be triaged.
+closed-enum handling, JSON mapping) is what protoplane promises to reproduce.
+A few upb choices that the spec leaves open are noted next to the mutations
+that trigger them, so mismatches can be triaged.  Two deliberate departures:
+
+* upb's deterministic map order is idiosyncratic (integer keys descending as
+  unsigned numbers; see ascending_map_order()).  Expected outputs are
+  re-sorted by ascending key, the order of C++, Java and Go;
+  ``--python-map-order`` keeps upb's order.
+* Python's JSON parser rejects the +-FLT_MAX that its printer emits; see
+  json_expectation().
 
 The harness also checks itself against Python alone (its wire parser must
 re-encode canonical bytes exactly, semantics-preserving rewrites must parse to
@@ -59,12 +68,15 @@ Usage
     .venv/bin/python tests/conformance/crosscheck.py \\
         --protoplane target/release/protoplane [--count N] [--seed S] [--out-dir DIR]
 
-``--python-only`` runs just the generator/rewriter self-checks.
+``--python-only`` runs just the generator/rewriter self-checks; ``--help``
+lists the other options.  The last line printed is
+``crosscheck: N passed, M failed``; the exit status is 0 only if M is 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -77,9 +89,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import DecodeError, EncodeError
+try:
+    from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+    from google.protobuf.descriptor import Descriptor, FieldDescriptor
+    from google.protobuf.message import DecodeError, EncodeError
+except ImportError:  # pragma: no cover - environment problem, not a test result
+    sys.exit("crosscheck: the protobuf package is missing; run scripts/setup-python.sh "
+             "and use .venv/bin/python")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -226,7 +242,6 @@ class Rec:
     elems:    tagless elements of a packed repeated scalar (LEN).
     fd:       the schema field, or None for unknown fields.
     pad / len_pad / tag_pad: extra bytes for overlong value / length / tag.
-    end_num:  field number written in the END_GROUP tag (malformed inputs).
     """
     num: int
     wt: int
@@ -237,7 +252,6 @@ class Rec:
     pad: int = 0
     len_pad: int = 0
     tag_pad: int = 0
-    end_num: Optional[int] = None
 
 
 def raw(data: bytes) -> Rec:
@@ -270,8 +284,7 @@ def encode_record(rec: Rec) -> bytes:
         return rec.value
     tag = encode_varint(rec.num << 3 | rec.wt, rec.tag_pad)
     if rec.wt == SGROUP:
-        end = rec.num if rec.end_num is None else rec.end_num
-        return tag + encode_records(rec.children) + encode_varint(end << 3 | EGROUP)
+        return tag + encode_records(rec.children) + encode_varint(rec.num << 3 | EGROUP)
     return tag + encode_value(rec)
 
 
@@ -281,7 +294,8 @@ def encode_records(recs: list[Rec]) -> bytes:
 
 def parse_records(buf: bytes, desc: Optional[Descriptor]) -> list[Rec]:
     """Parse a (valid) message encoding into records, using the schema to
-    recognise sub-messages, groups and packed fields."""
+    recognise sub-messages, groups and packed fields.  Overlong varints are
+    remembered as padding, so encode_records() gives back the same bytes."""
     recs, pos = _parse_fields(buf, 0, desc, None)
     if pos != len(buf):
         raise ValueError("trailing bytes after message")
@@ -292,8 +306,10 @@ def _parse_fields(buf: bytes, pos: int, desc: Optional[Descriptor],
                   group_num: Optional[int]) -> tuple[list[Rec], int]:
     recs = []
     while pos < len(buf):
+        start = pos
         key, pos = decode_varint(buf, pos)
         num, wt = key >> 3, key & 7
+        tag_pad = pos - start - varint_size(key)
         if wt == EGROUP:
             if num != group_num:
                 raise ValueError("unbalanced END_GROUP")
@@ -301,15 +317,19 @@ def _parse_fields(buf: bytes, pos: int, desc: Optional[Descriptor],
         fd = desc.fields_by_number.get(num) if desc is not None else None
         if fd is not None and wt != natural_wire_type(fd) and not (wt == LEN and is_packable(fd)):
             fd = None  # wrong wire type: an unknown field as far as parsing goes
-        rec = Rec(num, wt, fd=fd)
+        rec = Rec(num, wt, fd=fd, tag_pad=tag_pad)
         if wt == VARINT:
+            start = pos
             rec.value, pos = decode_varint(buf, pos)
+            rec.pad = pos - start - varint_size(rec.value)
         elif wt == I64:
             rec.value, pos = buf[pos:pos + 8], pos + 8
         elif wt == I32:
             rec.value, pos = buf[pos:pos + 4], pos + 4
         elif wt == LEN:
+            start = pos
             size, pos = decode_varint(buf, pos)
+            rec.len_pad = pos - start - varint_size(size)
             payload, pos = buf[pos:pos + size], pos + size
             if fd is not None and fd.type == F.TYPE_MESSAGE:
                 rec.children = parse_records(payload, fd.message_type)
@@ -334,12 +354,14 @@ def parse_packed(payload: bytes, fd: FieldDescriptor) -> list[Rec]:
     wt = natural_wire_type(fd)
     elems, pos = [], 0
     while pos < len(payload):
+        start, pad = pos, 0
         if wt == VARINT:
             value, pos = decode_varint(payload, pos)
+            pad = pos - start - varint_size(value)
         else:
             width = 8 if wt == I64 else 4
             value, pos = payload[pos:pos + width], pos + width
-        elems.append(Rec(0, wt, value, fd=fd))
+        elems.append(Rec(0, wt, value, fd=fd, pad=pad))
     return elems
 
 
@@ -446,6 +468,7 @@ class Generator:
         self.rng = rng
         self.schema = schema
         self.max_depth = max_depth
+        self.budget = 0
 
     # -- scalars ---------------------------------------------------------
     def integer(self, ftype: int) -> int:
@@ -542,18 +565,23 @@ class Generator:
 
     def repeat_count(self, depth: int, is_message: bool) -> int:
         r = self.rng.random()
-        if r < 0.45:
+        if r < 0.45 or self.budget <= 0:
             return 0
         if is_message:
-            return self.rng.randint(1, 3) if depth < self.max_depth - 1 else 0
-        if r < 0.8:
-            return self.rng.randint(1, 4)
-        if r < 0.95:
-            return self.rng.randint(5, 30)
-        return self.rng.randint(100, 400)
+            n = self.rng.randint(1, 3) if depth < self.max_depth - 1 else 0
+        elif r < 0.8:
+            n = self.rng.randint(1, 4)
+        elif r < 0.95:
+            n = self.rng.randint(5, 30)
+        else:
+            n = self.rng.randint(100, 400)
+        return min(n, self.budget)
 
     # -- messages --------------------------------------------------------
     def message(self, cls, depth: int = 0):
+        """A random message.  A per-message budget of values keeps recursive
+        types (e.g. maps of maps) from growing without bound."""
+        self.budget = self.rng.choice([10, 60, 300, 1200])
         msg = cls()
         self.fill(msg, depth)
         return msg
@@ -566,27 +594,30 @@ class Generator:
             if oneof.full_name in self.schema.synthetic_oneofs:
                 continue
             oneof_members.update(f.name for f in oneof.fields)
-            if self.rng.random() < 0.6:
-                member = self.rng.choice(oneof.fields)
-                self.set_singular(msg, member, depth)
+            if self.rng.random() < 0.6 and self.budget > 0:
+                self.set_singular(msg, self.rng.choice(oneof.fields), depth)
         for fd in desc.fields:
             if fd.name in oneof_members:
                 continue
-            if fd.is_required:
+            if fd.is_required:  # always set, whatever the budget
                 self.set_singular(msg, fd, depth, force=True)
+            elif self.budget <= 0 or self.rng.random() >= density:
+                continue
             elif is_map_field(fd):
                 self.fill_map(msg, fd, depth)
             elif fd.is_repeated:
                 is_msg = fd.type in MESSAGE_TYPES
-                for _ in range(self.repeat_count(depth, is_msg) if self.rng.random() < density else 0):
+                for _ in range(self.repeat_count(depth, is_msg)):
+                    self.budget -= 1
                     if is_msg:
                         self.fill(getattr(msg, fd.name).add(), depth + 1)
                     else:
                         getattr(msg, fd.name).append(self.scalar(fd))
-            elif self.rng.random() < density:
+            else:
                 self.set_singular(msg, fd, depth)
 
     def set_singular(self, msg, fd: FieldDescriptor, depth: int, force: bool = False) -> None:
+        self.budget -= 1
         if fd.type in MESSAGE_TYPES:
             if depth >= self.max_depth and not force:
                 return
@@ -604,15 +635,16 @@ class Generator:
             return
         container = getattr(msg, fd.name)
         for _ in range(self.repeat_count(depth, is_msg)):
+            self.budget -= 1
             key = self.map_key(key_fd)
             if is_msg:
                 entry = container[key]
                 if self.rng.random() < 0.8:
                     self.fill(entry, depth + 1)
-            elif self.rng.random() < 0.15:
-                container[key] = {F.TYPE_STRING: "", F.TYPE_BYTES: b"", F.TYPE_BOOL: False,
-                                  F.TYPE_FLOAT: 0.0, F.TYPE_DOUBLE: 0.0}.get(val_fd.type, 0) \
-                    if val_fd.type != F.TYPE_ENUM else val_fd.enum_type.values[0].number
+            elif self.rng.random() < 0.15:  # default-valued value
+                container[key] = (val_fd.enum_type.values[0].number if val_fd.type == F.TYPE_ENUM else
+                                  {F.TYPE_STRING: "", F.TYPE_BYTES: b"", F.TYPE_BOOL: False,
+                                   F.TYPE_FLOAT: 0.0, F.TYPE_DOUBLE: 0.0}.get(val_fd.type, 0))
             else:
                 container[key] = self.scalar(val_fd)
 
@@ -653,11 +685,13 @@ PRESERVING = ["shuffle", "repack", "dup_scalar", "oneof_switch", "split_message"
 UNKNOWN_ONLY = ["unknown"]
 # Rewrites that change the meaning; the expected output is whatever Python
 # makes of them.
-CHANGING = ["wrong_wire_type", "closed_enum_unknown", "high_bits", "nan_payload",
-            # upb keeps a map entry that contains unknown fields (or a field
-            # with the wrong wire type) as an unknown field of the map's
-            # parent instead of inserting it into the map.
-            "unknown_in_map_entry"]
+CHANGING = ["wrong_wire_type", "closed_enum_unknown", "high_bits", "nan_payload"]
+# Behaviour the specification leaves open; only with --gray-areas.  upb keeps
+# a map entry that contains unknown fields (or a key/value with the wrong wire
+# type) as an unknown field of the map's parent, re-serialized (key and value
+# only if present, nested maps in upb's own order), instead of inserting it
+# into the map; Go, for one, drops the entry's unknown fields and inserts it.
+GRAY = ["unknown_in_map_entry"]
 # Usually malformed; Python decides.
 MALFORMED = ["truncate", "truncate_nested", "bad_wire_type", "field_zero", "len_overrun",
              "varint_overflow", "stray_end_group", "open_group", "mismatched_end_group",
@@ -847,8 +881,8 @@ class Mutator:
         for rec in recs:
             if is_map_field(rec.fd) and rec.children is not None and self.chance(0.3):
                 entry_desc = rec.fd.message_type
-                key = [c for c in rec.children if c.num == 1]
-                body = list(key)
+                keys = [c for c in rec.children if c.num == 1 and c.fd is not None]
+                body = [dataclasses.replace(k) for k in keys[-1:]]  # the key that counts
                 if self.chance(0.7):
                     body.append(self.field_record(entry_desc.fields_by_number[2]))
                 if self.chance(0.5):
@@ -867,7 +901,11 @@ class Mutator:
             if rec.wt == LEN and rec.children is not None:
                 return not rec.children
             return rec.wt == LEN and rec.value == b""
-        return [r for r in recs if not (r.fd is not None and is_default(r) and self.chance(0.7))]
+        counts = {}
+        for r in recs:
+            counts[r.num] = counts.get(r.num, 0) + 1
+        return [r for r in recs if not (r.fd is not None and counts[r.num] == 1 and is_default(r)
+                                        and self.chance(0.7))]
 
     def empty_packed(self, recs: list[Rec], desc: Descriptor) -> list[Rec]:
         """Insert a zero-length packed record for a repeated scalar."""
@@ -886,6 +924,10 @@ class Mutator:
             if fd is None or fd.is_required or not self.chance(0.2):
                 continue
             accepted = {natural_wire_type(fd)} | ({LEN} if is_packable(fd) else set())
+            if fd.type == F.TYPE_GROUP and fd.is_repeated:
+                # upb quirk: it rejects a LEN record for a repeated group
+                # (for an optional group it keeps it as an unknown field).
+                accepted.add(LEN)
             wt = self.rng.choice([w for w in (VARINT, I64, LEN, I32, SGROUP) if w not in accepted])
             bogus = {VARINT: Rec(rec.num, VARINT, self.rng.getrandbits(20)),
                      I64: Rec(rec.num, I64, self.rng.randbytes(8)),
@@ -1021,6 +1063,86 @@ def python_roundtrip(cls, data: bytes):
         return None
 
 
+def map_key_sort_value(entry: Rec):
+    """Sort key of a map entry record: the key's value compared the way C++,
+    Java and Go order deterministic output (signed types signed, unsigned
+    types unsigned, false < true, strings bytewise, shorter prefix first)."""
+    key_fd = entry.fd.message_type.fields_by_number[1]
+    keys = [c for c in entry.children if c.num == 1 and c.fd is not None]
+    if not keys:
+        return b"" if key_fd.type == F.TYPE_STRING else 0
+    rec = keys[-1]
+    t = key_fd.type
+    if t == F.TYPE_STRING:
+        return rec.value
+    if t in STRUCT_FORMATS:
+        return struct.unpack(STRUCT_FORMATS[t], rec.value)[0]
+    value = rec.value
+    if t in (F.TYPE_INT32, F.TYPE_SINT32, F.TYPE_UINT32):
+        value &= MASK32
+    if t in (F.TYPE_SINT32, F.TYPE_SINT64):
+        return (value >> 1) ^ -(value & 1)
+    if t == F.TYPE_INT32:
+        return value - (1 << 32) if value >> 31 else value
+    if t == F.TYPE_INT64:
+        return value - (1 << 64) if value >> 63 else value
+    if t == F.TYPE_BOOL:
+        return int(value != 0)
+    return value
+
+
+def ascending_map_order(full: bytes, stripped: bytes, desc: Descriptor) -> bytes:
+    """Re-order the map entries of Python's deterministic output by ascending
+    key.
+
+    upb, which backs the Python package, writes deterministic map entries in
+    an order of its own (integer keys in descending unsigned order; strings
+    ascending, except that a string precedes its own prefixes), unlike
+    C++, Java and Go, which sort ascending by key.  Deterministic output is
+    not specified across implementations, so protoplane is held to the
+    common ascending order.  ``stripped`` is the same message serialized
+    without unknown fields: at every level the known records come first, and
+    only those are re-ordered (map entries that Python keeps as unknown
+    fields stay where they are)."""
+    def fix(full_recs: list[Rec], known_recs: list[Rec]) -> list[Rec]:
+        k = len(known_recs)
+        head = full_recs[:k]
+        for rec, known in zip(head, known_recs):
+            if rec.children is not None and rec.fd is not None and known.children is not None:
+                rec.children = fix(rec.children, known.children)
+        out, i = [], 0
+        while i < len(head):
+            j = i
+            while j < len(head) and head[j].num == head[i].num:
+                j += 1
+            run = head[i:j]
+            if is_map_field(run[0].fd) and all(r.children is not None for r in run):
+                run = sorted(run, key=map_key_sort_value)
+            out.extend(run)
+            i = j
+        return out + full_recs[k:]
+
+    recs = fix(parse_records(full, desc), parse_records(stripped, desc))
+    result = encode_records(recs)
+    assert len(result) == len(full)
+    return result
+
+
+class Oracle:
+    """Python's verdict on inputs, with deterministic map order normalized
+    to ascending keys unless ``python_map_order`` is set."""
+
+    def __init__(self, python_map_order: bool = False):
+        self.python_map_order = python_map_order
+
+    def normalize(self, cls, data: bytes) -> bytes:
+        if self.python_map_order:
+            return data
+        msg = cls.FromString(data)
+        msg.DiscardUnknownFields()
+        return ascending_map_order(data, msg.SerializeToString(deterministic=True), cls.DESCRIPTOR)
+
+
 def python_json(cls, data: bytes):
     try:
         return json_format.MessageToJson(cls.FromString(data))
@@ -1032,7 +1154,7 @@ FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 FLT_MAX_PRINTED = 3.4028235e38
 
 
-def json_expectation(cls, line: str) -> Optional[bytes]:
+def json_expectation(cls, line: str, oracle: Oracle) -> Optional[bytes]:
     """What `encode` must produce for one of Python's JSON lines.
 
     Python's own parse of the line, with one work-around: Python's json_format
@@ -1050,9 +1172,10 @@ def json_expectation(cls, line: str) -> Optional[bytes]:
             return [fix(v) for v in value]
         return value
     try:
-        return json_format.ParseDict(fix(json.loads(line)), cls()).SerializeToString(deterministic=True)
+        data = json_format.ParseDict(fix(json.loads(line)), cls()).SerializeToString(deterministic=True)
     except json_format.ParseError:
         return None
+    return oracle.normalize(cls, data)
 
 
 def json_diff(expected, actual, path: str = "$") -> Optional[str]:
@@ -1089,6 +1212,43 @@ def json_diff(expected, actual, path: str = "$") -> Optional[str]:
     if type(expected) is not type(actual) or expected != actual:
         return f"{path}: expected {expected!r}, got {actual!r}"
     return None
+
+
+def describe_record(rec: Optional[Rec]) -> str:
+    if rec is None:
+        return "nothing"
+    name = rec.fd.name if rec.fd is not None else "unknown"
+    return f"field {rec.num} ({name}) wire type {rec.wt}: {encode_record(rec)[:48].hex()}"
+
+
+def wire_diff(expected: bytes, actual: bytes, desc: Descriptor) -> str:
+    """Locate the first difference between two encodings, for reports."""
+    try:
+        exp_recs = parse_records(expected, desc)
+    except ValueError:
+        return "expected bytes do not parse"
+    try:
+        act_recs = parse_records(actual, desc)
+    except ValueError as exc:
+        return f"actual bytes do not parse: {exc}"
+
+    def diff(exp: list[Rec], act: list[Rec], path: str) -> Optional[str]:
+        for i in range(max(len(exp), len(act))):
+            e = exp[i] if i < len(exp) else None
+            a = act[i] if i < len(act) else None
+            if e is not None and a is not None and (e.num, e.wt) == (a.num, a.wt):
+                if e.children is not None and a.children is not None:
+                    name = e.fd.name if e.fd is not None else str(e.num)
+                    found = diff(e.children, a.children, f"{path}.{name}[record {i}]")
+                    if found:
+                        return found
+                    continue
+                if encode_record(e) == encode_record(a):
+                    continue
+            return f"record {i} of {path}: expected {describe_record(e)}; got {describe_record(a)}"
+        return None
+
+    return diff(exp_recs, act_recs, "$") or "no difference"
 
 
 def float_equal(a: float, b: float) -> bool:
@@ -1143,7 +1303,10 @@ class SelfCheck:
 
 
 def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: int,
-                 selfcheck: SelfCheck, max_rejects: int) -> TypeCorpus:
+                 selfcheck: SelfCheck, max_rejects: int, oracle: Oracle,
+                 gray_areas: bool = False) -> TypeCorpus:
+    """Generate `count` random messages of one type, and from each a
+    rewritten variant and sometimes a malformed one, with Python's verdicts."""
     rng = random.Random(f"{seed}:{type_name}")
     cls = schema.classes[type_name]
     desc = cls.DESCRIPTOR
@@ -1159,11 +1322,14 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
                         f"{type_name}: parse/encode is not the identity on {canonical.hex()}")
         selfcheck.check(python_roundtrip(cls, canonical) == canonical,
                         f"{type_name}: Python does not round-trip its own output {canonical.hex()}")
-        corpus.accepted.append(Case(canonical, "canonical", canonical))
+        expected = oracle.normalize(cls, canonical)
+        selfcheck.check(python_roundtrip(cls, expected) == canonical,
+                        f"{type_name}: map re-ordering changed the message {canonical.hex()}")
+        corpus.accepted.append(Case(canonical, "canonical", expected))
 
         # JSON line for `encode`; alternate ASCII-escaped and raw UTF-8.
         line = json_format.MessageToJson(msg, indent=None, ensure_ascii=(i % 2 == 0))
-        expected = json_expectation(cls, line)
+        expected = json_expectation(cls, line, oracle)
         if expected is None:
             corpus.json_skipped += 1
         else:
@@ -1177,7 +1343,8 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
             plan = set(rng.sample(PRESERVING, rng.randint(0, 3))) | {"unknown"}
         else:
             plan = set(rng.sample(PRESERVING + UNKNOWN_ONLY, rng.randint(0, 3)))
-            plan |= set(rng.sample(CHANGING, rng.randint(1, 2)))
+            changing = CHANGING + GRAY if gray_areas else CHANGING
+            plan |= set(rng.sample(changing, rng.randint(1, 2)))
         recs = mut.mutate(parse_records(canonical, desc), desc, plan)
         data = encode_records(recs)
         verdict = python_roundtrip(cls, data)
@@ -1195,7 +1362,7 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
         if verdict == REJECT:
             selfcheck.check(False, f"{type_name}: Python rejected valid rewrite {origin}: {data.hex()}")
         elif verdict is not None:
-            mutated.append(Case(data, origin, verdict))
+            mutated.append(Case(data, origin, oracle.normalize(cls, verdict)))
 
         # Occasionally a malformed variant.
         if rng.random() < 0.15:
@@ -1205,7 +1372,7 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
                 if len(corpus.rejected) < max_rejects:
                     corpus.rejected.append(Case(data, f"malformed[{kind}]", REJECT))
             elif verdict is not None:
-                mutated.append(Case(data, f"malformed-but-accepted[{kind}]", verdict))
+                mutated.append(Case(data, f"malformed-but-accepted[{kind}]", oracle.normalize(cls, verdict)))
     corpus.accepted.extend(mutated)
     return corpus
 
@@ -1266,41 +1433,54 @@ class Runner:
         with expectations one by one.
 
         ``describe(item)`` gives (input, origin, expected) for reports.  If the
-        process stops early, the first input without an output is charged with
-        the failure and the remaining inputs run again in a fresh process.
+        process fails part-way (or gives too few outputs), the outputs it did
+        give are still compared, and the rest of the batch is bisected in fresh
+        processes until each failing input is isolated and charged with the
+        failure.  The number of processes per batch is bounded.
         """
+        budget = [100 + 2 * len(items)]
+
         def charge(index: int, actual: str) -> None:
             shown_input, origin, expected = describe(items[index])
             self.fail(Failure(corpus.type_name, mode, index, origin, shown_input, expected, actual))
 
-        start, restarts = 0, 0
-        while start < len(items):
-            rc, out, err = self.run(cmd, encode_in(items[start:]))
+        def resolve(lo: int, hi: int) -> None:
+            if budget[0] <= 0:
+                for index in range(lo, hi):
+                    charge(index, "not run: too many failing processes in this batch")
+                return
+            budget[0] -= 1
+            rc, out, err = self.run(cmd, encode_in(items[lo:hi]))
             stderr = err.decode("utf-8", "replace").strip()[:1000]
             outputs, split_err = split_out(out)
-            expected_count = len(items) - start
-            for offset, actual in enumerate(outputs[:expected_count]):
-                diff = compare(items[start + offset], actual)
+            for offset, actual in enumerate(outputs[:hi - lo]):
+                diff = compare(items[lo + offset], actual)
                 if diff is None:
                     self.passed += 1
                 else:
-                    charge(start + offset, diff)
-            done = start + min(len(outputs), expected_count)
-            if done == len(items):
-                if rc != 0 or len(outputs) != expected_count or split_err:
+                    charge(lo + offset, diff)
+            done = lo + min(len(outputs), hi - lo)
+            if done == hi:
+                if rc != 0 or len(outputs) != hi - lo or split_err:
                     problem = (f"exit status {rc}" if rc != 0 else
-                               split_err or f"{len(outputs) - expected_count} extra outputs")
-                    self.fail(Failure(corpus.type_name, mode, -1, "batch", "(whole batch)",
+                               split_err or f"{len(outputs) - (hi - lo)} extra outputs")
+                    self.fail(Failure(corpus.type_name, mode, -1, "batch", f"(inputs {lo}..{hi - 1})",
                                       "exit status 0 and exactly one output per input",
                                       f"{problem}; stderr: {stderr}"))
                 return
-            reason = "timed out" if rc is None else f"exit status {rc}"
-            charge(done, f"no output ({reason}{'; ' + split_err if split_err else ''}); stderr: {stderr}")
-            start, restarts = done + 1, restarts + 1
-            if rc is None or restarts > 25:
-                for index in range(start, len(items)):
-                    charge(index, "not run: batch timed out or crashed too often")
+            if rc is None:
+                for index in range(done, hi):
+                    charge(index, f"not run: the process for inputs {lo}..{hi - 1} timed out")
                 return
+            if hi - done == 1:
+                reason = f"exit status {rc}" + (f"; {split_err}" if split_err else "")
+                charge(done, f"no output ({reason}); stderr: {stderr}")
+                return
+            mid = (done + hi + 1) // 2
+            resolve(done, mid)
+            resolve(mid, hi)
+
+        resolve(0, len(items))
 
     def roundtrip(self, corpus: TypeCorpus, view: bool) -> None:
         cmd = self.base_cmd("roundtrip", corpus) + ["--delimited", "--deterministic"] + (["--view"] if view else [])
@@ -1308,7 +1488,8 @@ class Runner:
         self.batch(corpus, mode, cmd, corpus.accepted,
                    encode_in=lambda cases: delimited([c.data for c in cases]),
                    split_out=split_delimited,
-                   compare=lambda case, actual: None if actual == case.expected else actual.hex(),
+                   compare=lambda case, actual: None if actual == case.expected else
+                   f"{actual.hex()}\n  first difference: {wire_diff(case.expected, actual, corpus.cls.DESCRIPTOR)}",
                    describe=lambda case: (case.data.hex(), case.origin, case.expected.hex()))
 
     def rejects(self, corpus: TypeCorpus, view: bool) -> None:
@@ -1353,11 +1534,12 @@ class Runner:
                    describe=lambda it: (it[0].data.hex(), it[0].origin, json.dumps(it[1], ensure_ascii=False)))
 
     def encode(self, corpus: TypeCorpus) -> None:
-        cmd = self.base_cmd("encode", corpus) + ["--delimited"]
+        cmd = self.base_cmd("encode", corpus) + ["--delimited", "--deterministic"]
         self.batch(corpus, "encode", cmd, corpus.json_lines,
                    encode_in=lambda its: "".join(line + "\n" for line, _, _ in its).encode("utf-8"),
                    split_out=split_delimited,
-                   compare=lambda it, actual: None if actual == it[1] else actual.hex(),
+                   compare=lambda it, actual: None if actual == it[1] else
+                   f"{actual.hex()}\n  first difference: {wire_diff(it[1], actual, corpus.cls.DESCRIPTOR)}",
                    describe=lambda it: (it[0], "json of " + it[2], it[1].hex()))
 
 
@@ -1402,6 +1584,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--max-rejects", type=int, default=40, help="malformed inputs kept per type (default 40)")
     ap.add_argument("--show", type=int, default=30, help="failures printed in full (default 30)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per protoplane process")
+    ap.add_argument("--python-map-order", action="store_true",
+                    help="expect upb's own deterministic map order instead of ascending keys")
+    ap.add_argument("--gray-areas", action="store_true",
+                    help="also expect upb's behaviour where the spec leaves it open "
+                    "(unknown fields inside map entries)")
     ap.add_argument("--python-only", action="store_true",
                     help="only build the corpus and run the harness self-checks")
     args = ap.parse_args(argv)
@@ -1426,7 +1613,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     selfcheck = SelfCheck()
     with tempfile.TemporaryDirectory(prefix="pp-crosscheck-") as tmp:
         schema = compile_schema(tmp)
-    corpora = [build_corpus(schema, proto, name, args.count, args.seed, selfcheck, args.max_rejects)
+    oracle = Oracle(python_map_order=args.python_map_order)
+    corpora = [build_corpus(schema, proto, name, args.count, args.seed, selfcheck, args.max_rejects,
+                            oracle, args.gray_areas)
                for proto, name in types]
     for c in corpora:
         print(f"crosscheck: {c.type_name}: {len(c.accepted)} accepted inputs, "
@@ -1450,6 +1639,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         runner.decode(c)
         runner.encode(c)
 
+    if args.out_dir:
+        with open(os.path.join(args.out_dir, "failures.jsonl"), "w", encoding="utf-8") as fh:
+            for f in runner.failures:
+                fh.write(json.dumps(dataclasses.asdict(f), ensure_ascii=False) + "\n")
     by_mode: dict[tuple[str, str], int] = {}
     for f in runner.failures:
         by_mode[(f.type_name, f.mode)] = by_mode.get((f.type_name, f.mode), 0) + 1

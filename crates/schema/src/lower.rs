@@ -190,6 +190,7 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                 }
             }
             let synthetic = f.proto3_optional();
+            let is_entry = m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true);
             let mut presence = NONE;
             if let (Some(oi), false) = (f.oneof_index, synthetic) {
                 let next = oneof_map.len() as u32;
@@ -199,14 +200,19 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                     next
                 });
                 flags |= FieldFlags::ONEOF;
-            } else if m.proto3 && label == Label::Optional && !synthetic && !kind.is_message() {
-                // proto3 singular scalar / string / bytes without `optional`.
+            } else if m.proto3
+                && label == Label::Optional
+                && !synthetic
+                && !kind.is_message()
+                && !is_entry
+            {
+                // proto3 singular scalar / string / bytes without `optional`
+                // (map-entry key and value are always written instead).
                 flags |= FieldFlags::IMPLICIT;
             }
             if m.proto3 && kind == Kind::String {
                 flags |= FieldFlags::UTF8;
             }
-            let is_entry = m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true);
             if is_entry {
                 flags |= FieldFlags::ALWAYS;
             }

@@ -32,6 +32,7 @@ use crate::block::{Block, Ref, BLOCK_VIEW, MAX_LEN};
 use crate::encode::{EncodeOptions, Encoder, Source};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::varint::{self, VarintError};
+use crate::view::MessageView;
 
 /// Knobs of a decode.
 #[derive(Clone, Copy, Debug)]
@@ -136,6 +137,7 @@ impl Decoder {
             msg,
             group: 0,
             field: 0,
+            required_seen: false,
         };
         if input.len() > max_block {
             return Err(run.err(DecodeErrorKind::BlockTooLarge, 0));
@@ -162,6 +164,8 @@ struct Run<'a> {
     group: u32,
     /// Field being decoded (for error reports).
     field: u32,
+    /// A message type with `required` fields was decoded somewhere.
+    required_seen: bool,
 }
 
 const VARINT: u32 = WireType::Varint as u32;
@@ -190,6 +194,9 @@ impl<'a> Run<'a> {
                     return Err(self.err(DecodeErrorKind::UnterminatedGroup, self.pos));
                 }
                 if !self.pop()? {
+                    if self.required_seen && self.opts.check_required {
+                        self.check_required()?;
+                    }
                     return Ok(());
                 }
                 continue;
@@ -225,10 +232,8 @@ impl<'a> Run<'a> {
     /// Finishes the current message and restores its parent; `false` at the root.
     #[inline]
     fn pop(&mut self) -> Result<bool, DecodeError> {
-        if self.opts.check_required
-            && self.msg.flags.has(MessageFlags::HAS_REQUIRED)
-        {
-            self.check_required()?;
+        if self.msg.flags.has(MessageFlags::HAS_REQUIRED) {
+            self.required_seen = true;
         }
         if self.msg.flags.has(MessageFlags::MAP_ENTRY)
             && Ref::unpack(self.out.u64_at(self.obj + self.msg.unknown_offset as usize)).len != 0
@@ -254,7 +259,14 @@ impl<'a> Run<'a> {
         let mut bytes = Vec::new();
         let src = Source { block: self.out.as_bytes(), wire: self.input };
         Encoder::new()
-            .encode_entry_as_unknown(self.ts, entry_mi, entry_obj, src, &EncodeOptions::default(), &mut bytes)
+            .encode_entry_as_unknown(
+                self.ts,
+                entry_mi,
+                entry_obj,
+                src,
+                &EncodeOptions::default(),
+                &mut bytes,
+            )
             .map_err(|_| self.err(DecodeErrorKind::BlockTooLarge, self.pos))?;
         let Some(f) = self.stack.pop() else { return Ok(false) };
         self.end = f.end;
@@ -263,8 +275,10 @@ impl<'a> Run<'a> {
         self.msg = self.ts.message(f.msg);
         self.group = f.group;
         let ts = self.ts;
-        let Some(map) =
-            ts.fields(self.msg).iter().find(|pf| pf.flags.has(FieldFlags::MAP) && pf.sub == entry_mi)
+        let Some(map) = ts
+            .fields(self.msg)
+            .iter()
+            .find(|pf| pf.flags.has(FieldFlags::MAP) && pf.sub == entry_mi)
         else {
             return Ok(true);
         };
@@ -277,24 +291,20 @@ impl<'a> Run<'a> {
         Ok(true)
     }
 
+    /// Required fields are checked on the finished message, not per
+    /// occurrence: a sub-message split across several occurrences merges
+    /// first (protobuf semantics), so only the merged result can miss one.
     #[cold]
     fn check_required(&mut self) -> Result<(), DecodeError> {
-        let mask = self.ts.required_mask(self.msg);
-        for (i, &m) in mask.iter().enumerate() {
-            let word = self.out.u32_at(self.obj + 4 * i);
-            if word & m != m {
-                let bit = 32 * i as u32 + (m & !word).trailing_zeros();
-                let missing = self
-                    .ts
-                    .fields(self.msg)
-                    .iter()
-                    .find(|f| {
-                        !f.is_repeated() && !f.flags.has(FieldFlags::ONEOF) && f.presence == bit
-                    })
-                    .map_or(0, |f| f.number);
-                self.field = missing;
-                return Err(self.err(DecodeErrorKind::MissingRequired, self.pos));
-            }
+        let src = Source { block: self.out.as_bytes(), wire: self.input };
+        let root_type = self.out.type_index().unwrap_or(0);
+        let missing = MessageView::new(self.ts, src, root_type)
+            .and_then(|v| v.missing_required(self.opts.max_depth + 1))
+            .map_err(|_| self.err(DecodeErrorKind::DepthExceeded, self.pos))?;
+        if let Some((ty, field)) = missing {
+            self.msg_index = ty;
+            self.field = field;
+            return Err(self.err(DecodeErrorKind::MissingRequired, self.input.len()));
         }
         Ok(())
     }

@@ -22,7 +22,7 @@
 
 use std::cmp::Ordering;
 
-use protoplane_schema::{Field, FieldFlags, Kind, Message, TableSet, WireType};
+use protoplane_schema::{Field, FieldFlags, Kind, Message, MessageFlags, TableSet, WireType};
 
 use crate::block::{read_u32, Ref, HEADER_LEN};
 use crate::error::BlockError;
@@ -285,9 +285,11 @@ impl Encoder {
 
     /// A map entry that carried unknown fields, encoded the way upb (the
     /// engine behind Python `protobuf`) re-encodes it into the parent's
-    /// unknown fields instead of inserting it into the map: key and value
-    /// only when non-zero, a message value always (possibly empty), then the
-    /// entry's own unknown fields.
+    /// unknown fields instead of inserting it into the map. upb gives proto2
+    /// entry fields explicit presence (written when they were on the wire)
+    /// and proto3 scalar / string ones implicit presence (written when
+    /// non-zero); a message value is written when it was on the wire. The
+    /// entry's own unknown fields follow.
     pub(crate) fn encode_entry_as_unknown(
         &mut self,
         ts: &TableSet,
@@ -298,27 +300,39 @@ impl Encoder {
         out: &mut Vec<u8>,
     ) -> Result<(), BlockError> {
         let m = ts.message(mi);
+        let proto3 = m.flags.has(MessageFlags::PROTO3);
         let obj = src.object(at, m)?;
         for f in ts.fields(m) {
             let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
+            let seen = hasbit(obj, f.presence);
             if f.kind.is_message() {
+                if !seen {
+                    continue;
+                }
                 let r = Ref::unpack(slot_u64(obj, f.offset));
                 let mut inner = Vec::new();
                 if r.offset != 0 {
-                    Encoder::new().encode_object(ts, f.sub, r.offset as usize, src, opts, &mut inner)?;
+                    Encoder::new().encode_object(
+                        ts,
+                        f.sub,
+                        r.offset as usize,
+                        src,
+                        opts,
+                        &mut inner,
+                    )?;
                 }
                 varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
                 varint::push(out, inner.len() as u64);
                 out.extend_from_slice(&inner);
             } else if f.kind.is_scalar() {
                 let bits = scalar_bits(obj, f.offset, f.kind);
-                if bits != 0 {
+                if (proto3 && bits != 0) || (!proto3 && seen) {
                     varint::push(out, tag);
                     push_scalar(out, f.kind, bits);
                 }
             } else {
                 let r = Ref::unpack(slot_u64(obj, f.offset));
-                if r.len != 0 {
+                if (proto3 && r.len != 0) || (!proto3 && seen) {
                     varint::push(out, tag);
                     varint::push(out, r.len as u64);
                     out.extend_from_slice(src.bytes(r, at + f.offset as usize)?);

@@ -362,7 +362,7 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
         Kind::UInt64 | Kind::Fixed64 => Value::U64(int(0, u64::MAX as i128)? as u64),
         Kind::Float => {
             let x = float()?;
-            if x.is_finite() && x.abs() > f32::MAX as f64 {
+            if x.is_finite() && !(x as f32).is_finite() {
                 return Err(bad());
             }
             Value::F32(x as f32)

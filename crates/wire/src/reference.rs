@@ -27,6 +27,22 @@ pub fn decode(
     let root = b.root();
     let mut r = Reader { ts, input, opts, b: &mut b };
     r.message(root, 0, input.len(), None, 0)?;
+    if opts.check_required {
+        let src = crate::encode::Source::owned(b.block().as_bytes());
+        let view = crate::view::MessageView::new(ts, src, type_index)
+            .map_err(|_| err(DecodeErrorKind::BlockTooLarge))?;
+        let missing = view
+            .missing_required(opts.max_depth + 1)
+            .map_err(|_| err(DecodeErrorKind::DepthExceeded))?;
+        if let Some((ty, field)) = missing {
+            return Err(DecodeError {
+                kind: DecodeErrorKind::MissingRequired,
+                message: ts.message_name(ty).to_owned(),
+                field,
+                offset: input.len(),
+            });
+        }
+    }
     Ok(b.finish())
 }
 
@@ -114,7 +130,6 @@ impl Reader<'_, '_> {
             }
             if wt == 4 {
                 if group == Some(number) {
-                    self.check_required(at, pos)?;
                     return Ok(pos);
                 }
                 return Err(self.fail(at, DecodeErrorKind::UnmatchedEndGroup, number, start));
@@ -126,29 +141,7 @@ impl Reader<'_, '_> {
                 None => self.skip_unknown(at, number, wt, start, pos, end, depth)?,
             };
         }
-        self.check_required(at, pos)?;
         Ok(pos)
-    }
-
-    fn check_required(&self, at: MessageBuilder, pos: usize) -> Result<(), DecodeError> {
-        if !self.opts.check_required {
-            return Ok(());
-        }
-        let ts = self.ts;
-        let block = self.b.block();
-        let view = crate::view::MessageView::at(
-            ts,
-            crate::encode::Source::owned(block.as_bytes()),
-            at.type_index(),
-            at.offset(),
-        )
-        .map_err(|_| self.fail(at, DecodeErrorKind::BlockTooLarge, 0, pos))?;
-        for f in view.fields() {
-            if f.label == protoplane_schema::Label::Required && !view.has(f) {
-                return Err(self.fail(at, DecodeErrorKind::MissingRequired, f.number, pos));
-            }
-        }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -257,6 +257,38 @@ impl<'a> MessageView<'a> {
         Ok(RepeatedView { view: *self, field: f, arr, elem })
     }
 
+    /// The first proto2 `required` field missing anywhere in this message
+    /// tree, as `(type index, field number)`. Sub-messages are visited only
+    /// when present; `depth` bounds the walk.
+    pub fn missing_required(&self, depth: u32) -> Result<Option<(u32, u32)>, BlockError> {
+        if depth == 0 {
+            return Err(BlockError::TooDeep);
+        }
+        for f in self.fields() {
+            if f.label == protoplane_schema::Label::Required && !self.has(f) {
+                return Ok(Some((self.index, f.number)));
+            }
+            if !f.kind.is_message() || !self.has(f) {
+                continue;
+            }
+            if f.is_repeated() {
+                let rep = self.repeated(f)?;
+                for i in 0..rep.len() {
+                    if let Some(m) = rep.get(i)?.as_message() {
+                        if let Some(found) = m.missing_required(depth - 1)? {
+                            return Ok(Some(found));
+                        }
+                    }
+                }
+            } else if let Some(m) = self.get(f)?.and_then(|v| v.as_message()) {
+                if let Some(found) = m.missing_required(depth - 1)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Unknown fields, byte for byte as received.
     pub fn unknown_fields(&self) -> Result<&'a [u8], BlockError> {
         let r = Ref::unpack(slot_u64(self.obj, self.msg.unknown_offset));

@@ -26,6 +26,7 @@ use protoplane_schema::{Field, FieldFlags, Kind, Message, MessageFlags, TableSet
 
 use crate::block::{read_u32, Ref, HEADER_LEN};
 use crate::error::BlockError;
+use crate::sink::{SgList, Sink};
 use crate::varint;
 
 /// Knobs of an encode.
@@ -262,6 +263,24 @@ impl Encoder {
         self.next = 0;
         self.write(ts, type_index, root, src, opts, out)?;
         debug_assert_eq!(out.len() - start, n);
+        Ok(())
+    }
+
+    /// Scatter-gather encode: fills `out` with the framing and references
+    /// to the payloads of `src` (see [`SgList`]); no payload byte is copied.
+    pub fn encode_sg<'a>(
+        &mut self,
+        ts: &TableSet,
+        type_index: u32,
+        src: Source<'a>,
+        opts: &EncodeOptions,
+        out: &mut SgList<'a>,
+    ) -> Result<(), BlockError> {
+        self.encoded_len(ts, type_index, src, opts)?;
+        let root = src.root(ts, type_index)?;
+        self.next = 0;
+        self.write(ts, type_index, root, src, opts, out)?;
+        out.finish();
         Ok(())
     }
 
@@ -531,14 +550,14 @@ impl Encoder {
     }
 
     /// Write pass: same walk as `size`, consuming the recorded lengths.
-    fn write(
+    fn write<'a, S: Sink<'a>>(
         &mut self,
         ts: &TableSet,
         mi: u32,
         at: usize,
-        src: Source<'_>,
+        src: Source<'a>,
         opts: &EncodeOptions,
-        out: &mut Vec<u8>,
+        out: &mut S,
     ) -> Result<(), BlockError> {
         let m = ts.message(mi);
         let obj = src.object(at, m)?;
@@ -554,45 +573,45 @@ impl Encoder {
             match presence(ts, m, obj, f) {
                 Present::No => {}
                 Present::Scalar(bits) => {
-                    varint::push(out, tag);
+                    out.varint(tag);
                     push_scalar(out, f.kind, bits);
                 }
                 Present::Ref(r) => {
                     if f.kind.is_message() {
                         self.write_sub(ts, f, r.offset as usize, src, opts, out)?;
                     } else {
-                        varint::push(out, tag);
-                        varint::push(out, r.len as u64);
-                        out.extend_from_slice(src.bytes(r, at + f.offset as usize)?);
+                        out.varint(tag);
+                        out.varint(r.len as u64);
+                        out.payload(src.bytes(r, at + f.offset as usize)?);
                     }
                 }
             }
         }
         let unknown = Ref::unpack(slot_u64(obj, m.unknown_offset));
-        out.extend_from_slice(src.array(unknown, 1, at + m.unknown_offset as usize)?);
+        out.payload(src.array(unknown, 1, at + m.unknown_offset as usize)?);
         Ok(())
     }
 
-    fn write_sub(
+    fn write_sub<'a, S: Sink<'a>>(
         &mut self,
         ts: &TableSet,
         f: &Field,
         obj: usize,
-        src: Source<'_>,
+        src: Source<'a>,
         opts: &EncodeOptions,
-        out: &mut Vec<u8>,
+        out: &mut S,
     ) -> Result<(), BlockError> {
         let len = self.sizes.get(self.next).copied().ok_or(BlockError::OutOfBounds { at: obj })?;
         self.next += 1;
         if f.kind == Kind::Group {
-            varint::push(out, ((f.number as u64) << 3) | WireType::StartGroup as u64);
+            out.varint(((f.number as u64) << 3) | WireType::StartGroup as u64);
             if obj != 0 {
                 self.write(ts, f.sub, obj, src, opts, out)?;
             }
-            varint::push(out, ((f.number as u64) << 3) | WireType::EndGroup as u64);
+            out.varint(((f.number as u64) << 3) | WireType::EndGroup as u64);
         } else {
-            varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
-            varint::push(out, len as u64);
+            out.varint(((f.number as u64) << 3) | WireType::Len as u64);
+            out.varint(len as u64);
             if obj != 0 {
                 self.write(ts, f.sub, obj, src, opts, out)?;
             }
@@ -601,32 +620,32 @@ impl Encoder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn write_repeated(
+    fn write_repeated<'a, S: Sink<'a>>(
         &mut self,
         ts: &TableSet,
         m: &Message,
         f: &Field,
         r: Ref,
         at: usize,
-        src: Source<'_>,
+        src: Source<'a>,
         opts: &EncodeOptions,
-        out: &mut Vec<u8>,
+        out: &mut S,
     ) -> Result<(), BlockError> {
         let slot_at = at + f.offset as usize;
         if f.kind.is_scalar() {
             let size = f.kind.slot_size() as usize;
             let arr = src.array(r, size, slot_at)?;
             if f.flags.has(FieldFlags::PACKED) {
-                varint::push(out, ((f.number as u64) << 3) | WireType::Len as u64);
+                out.varint(((f.number as u64) << 3) | WireType::Len as u64);
                 match f.kind.wire_type() {
                     WireType::Fixed32 | WireType::Fixed64 => {
-                        varint::push(out, arr.len() as u64);
-                        out.extend_from_slice(arr);
+                        out.varint(arr.len() as u64);
+                        out.payload(arr);
                     }
                     _ => {
                         let payload: usize =
                             arr.chunks_exact(size).map(|c| scalar_len(f.kind, le_bits(c))).sum();
-                        varint::push(out, payload as u64);
+                        out.varint(payload as u64);
                         for c in arr.chunks_exact(size) {
                             push_scalar(out, f.kind, le_bits(c));
                         }
@@ -635,7 +654,7 @@ impl Encoder {
             } else {
                 let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
                 for c in arr.chunks_exact(size) {
-                    varint::push(out, tag);
+                    out.varint(tag);
                     push_scalar(out, f.kind, le_bits(c));
                 }
             }
@@ -653,9 +672,9 @@ impl Encoder {
             let tag = ((f.number as u64) << 3) | WireType::Len as u64;
             for c in arr.chunks_exact(8) {
                 let e = Ref::unpack(le_bits(c));
-                varint::push(out, tag);
-                varint::push(out, e.len as u64);
-                out.extend_from_slice(src.bytes(e, slot_at)?);
+                out.varint(tag);
+                out.varint(e.len as u64);
+                out.payload(src.bytes(e, slot_at)?);
             }
         }
         Ok(())
@@ -682,10 +701,10 @@ pub(crate) fn le_bits(c: &[u8]) -> u64 {
 }
 
 #[inline(always)]
-fn push_scalar(out: &mut Vec<u8>, kind: Kind, bits: u64) {
+fn push_scalar<'a, S: Sink<'a>>(out: &mut S, kind: Kind, bits: u64) {
     match kind.wire_type() {
-        WireType::Fixed32 => out.extend_from_slice(&(bits as u32).to_le_bytes()),
-        WireType::Fixed64 => out.extend_from_slice(&bits.to_le_bytes()),
-        _ => varint::push(out, varint_value(kind, bits)),
+        WireType::Fixed32 => out.bytes(&(bits as u32).to_le_bytes()),
+        WireType::Fixed64 => out.bytes(&bits.to_le_bytes()),
+        _ => out.varint(varint_value(kind, bits)),
     }
 }

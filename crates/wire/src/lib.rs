@@ -16,6 +16,7 @@ mod encode;
 mod error;
 pub mod json;
 pub mod reference;
+mod sink;
 mod varint;
 mod view;
 
@@ -26,4 +27,5 @@ pub use builder::{BuildError, Builder, MessageBuilder};
 pub use decode::{decode, DecodeOptions, Decoder};
 pub use encode::{encode, EncodeOptions, Encoder, Source};
 pub use error::{BlockError, DecodeError, DecodeErrorKind};
+pub use sink::SgList;
 pub use view::{MessageView, RepeatedView, Value};

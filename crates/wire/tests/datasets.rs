@@ -40,12 +40,47 @@ fn roundtrip(ts: &TableSet, ty: u32, msg: &[u8], what: &str) {
             assert_eq!(enc.encoded_len(ts, ty, src, &eopts).ok(), Some(msg.len()), "{what}");
         }
     }
+    // Scatter-gather: the same bytes, payloads of 64+ bytes referenced, not copied.
+    let block =
+        decode(ts, ty, msg, &DecodeOptions::view()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut sg = protoplane_wire::SgList::new(64);
+    let src = Source { block: block.as_bytes(), wire: msg };
+    enc.encode_sg(ts, ty, src, &EncodeOptions::default(), &mut sg)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(sg.to_vec() == msg, "{what}: scatter-gather bytes differ");
+    // Every string / bytes payload of 64+ bytes is referenced, not copied.
+    let view = MessageView::new(ts, src, ty).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let big = big_payload_bytes(&view, 64);
+    assert_eq!(sg.total_len() - sg.copied_len(), big, "{what}: referenced bytes");
     // The reference decoder agrees.
     let block = protoplane_wire::reference::decode(ts, ty, msg, &DecodeOptions::default())
         .unwrap_or_else(|e| panic!("{what} (reference): {e}"));
     let out = protoplane_wire::encode(ts, ty, block.as_bytes(), &EncodeOptions::default())
         .unwrap_or_else(|e| panic!("{what} (reference): {e}"));
     assert!(out == msg, "{what}: reference decoder re-encodes differently");
+}
+
+/// Sum of the lengths of all string / bytes values of at least `min` bytes.
+fn big_payload_bytes(view: &MessageView<'_>, min: usize) -> usize {
+    let mut n = 0;
+    let mut add = |v: protoplane_wire::Value<'_>| match v {
+        protoplane_wire::Value::String(b) | protoplane_wire::Value::Bytes(b) if b.len() >= min => {
+            b.len()
+        }
+        protoplane_wire::Value::Message(m) => big_payload_bytes(&m, min),
+        _ => 0,
+    };
+    for f in view.fields() {
+        if f.is_repeated() {
+            let rep = view.repeated(f).unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..rep.len() {
+                n += add(rep.get(i).unwrap_or_else(|e| panic!("{e}")));
+            }
+        } else if let Some(v) = view.get(f).unwrap_or_else(|e| panic!("{e}")) {
+            n += add(v);
+        }
+    }
+    n
 }
 
 fn read(path: &Path) -> Vec<u8> {

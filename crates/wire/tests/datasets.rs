@@ -63,7 +63,7 @@ fn roundtrip(ts: &TableSet, ty: u32, msg: &[u8], what: &str) {
 /// Sum of the lengths of all string / bytes values of at least `min` bytes.
 fn big_payload_bytes(view: &MessageView<'_>, min: usize) -> usize {
     let mut n = 0;
-    let mut add = |v: protoplane_wire::Value<'_>| match v {
+    let add = |v: protoplane_wire::Value<'_>| match v {
         protoplane_wire::Value::String(b) | protoplane_wire::Value::Bytes(b) if b.len() >= min => {
             b.len()
         }

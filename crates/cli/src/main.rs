@@ -4,6 +4,7 @@
 //! message index, type, field number and byte offset), 2 usage errors
 //! (bad flags, unreadable schema, unknown type).
 
+mod bench;
 mod demo;
 mod schema_args;
 mod stream;
@@ -29,6 +30,12 @@ struct Cli {
 enum Command {
     /// Run the wire engine on the social-network service's requests and report.
     Demo(demo::DemoArgs),
+    /// Benchmarks against the libraries a user would otherwise pick.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// One benchmark worker process (driven by `protoplane bench`).
+    #[command(hide = true)]
+    BenchWorker(bench::worker::WorkerArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
     Compile {
         #[command(flatten)]
@@ -111,6 +118,14 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
+        Command::Bench(bench::BenchCommand::Wire(args)) => {
+            let report = bench::wire::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
+        Command::BenchWorker(args) => {
+            let rows = bench::worker::run(&args).map_err(Failure::Input)?;
+            write_stdout(rows.as_bytes())
+        }
         Command::Demo(args) => {
             let report = demo::run(&args).map_err(Failure::Input)?;
             write_stdout(report.as_bytes())

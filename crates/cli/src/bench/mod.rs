@@ -1,0 +1,14 @@
+//! Benchmarks: `protoplane bench wire` (the driver) and `protoplane
+//! bench-worker` (protoplane's worker). See `bench/README.md` at the
+//! repository root for the method and the worker protocol.
+
+pub(crate) mod jobs;
+pub(crate) mod wire;
+pub(crate) mod worker;
+
+/// `protoplane bench …`
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// protoplane's wire engine against prost, buffa and protobuf C++.
+    Wire(wire::WireArgs),
+}

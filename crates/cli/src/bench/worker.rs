@@ -1,0 +1,163 @@
+//! `protoplane bench-worker`: protoplane's side of the side-by-side wire
+//! benchmark (protocol in `bench/README.md`).
+//!
+//! Ops, each over every message of a job:
+//! * `decode_owned`: wire -> block with strings copied, into a reused block
+//!   (the engine's steady state: blocks come from a region's free list);
+//! * `decode_view`: the same with strings referencing the wire bytes;
+//! * `encode`: block -> wire into a reused buffer (size pass included);
+//! * `encode_sg`: block -> scatter-gather list (framing copied, payloads of
+//!   64+ bytes referenced);
+//! * `memcpy`: copy of the wire bytes into a preallocated buffer, the
+//!   physical floor for anything that produces a contiguous copy.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use protoplane_schema::TableSet;
+use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, SgList, Source};
+
+use super::jobs::{self, measure, Timing};
+
+const OPS: [&str; 5] = ["decode_owned", "decode_view", "encode", "encode_sg", "memcpy"];
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct WorkerArgs {
+    /// Job file (TSV, see bench/README.md).
+    #[arg(long)]
+    jobs: PathBuf,
+    /// Schema list (TSV: key, .proto file, include dirs).
+    #[arg(long)]
+    schemas: PathBuf,
+    /// Comma-separated ops (default: all).
+    #[arg(long)]
+    ops: Option<String>,
+    /// Minimum time of one sample, ms.
+    #[arg(long, default_value_t = 5)]
+    min_time_ms: u64,
+    /// Samples per (job, op).
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+}
+
+pub(crate) fn run(args: &WorkerArgs) -> Result<String, String> {
+    let jobs = jobs::read_jobs(&args.jobs)?;
+    let mut tables: HashMap<String, TableSet> = HashMap::new();
+    for s in jobs::read_schemas(&args.schemas)? {
+        let ts = TableSet::from_proto_files(&[&s.proto], &s.includes)
+            .map_err(|e| format!("{}: {e}", s.key))?;
+        tables.insert(s.key, ts);
+    }
+    let ops: Vec<&str> = match &args.ops {
+        Some(list) => OPS.iter().copied().filter(|o| list.split(',').any(|x| x == *o)).collect(),
+        None => OPS.to_vec(),
+    };
+    let timing = Timing { min_time_ms: args.min_time_ms, samples: args.samples };
+    let mut out = String::new();
+    for job in &jobs {
+        let Some(ts) = tables.get(&job.schema) else { continue };
+        let ty = ts
+            .message_by_name(&job.type_name)
+            .ok_or_else(|| format!("{}: no type {}", job.schema, job.type_name))?;
+        let msgs = job.messages()?;
+        let n = msgs.len().max(1) as f64;
+        let bytes = msgs.iter().map(Vec::len).sum::<usize>() as f64 / n;
+        verify(ts, ty, &msgs).map_err(|e| format!("{} {}: {e}", job.bench, job.message))?;
+        let mut dec = Decoder::new();
+        let mut enc = Encoder::new();
+        let mut block = Block::new();
+        let owned: Vec<Block> = msgs
+            .iter()
+            .map(|m| protoplane_wire::decode(ts, ty, m, &DecodeOptions::default()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let views: Vec<Block> = msgs
+            .iter()
+            .map(|m| protoplane_wire::decode(ts, ty, m, &DecodeOptions::view()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let eopts = EncodeOptions::default();
+        for op in &ops {
+            let ns = match *op {
+                "decode_owned" | "decode_view" => {
+                    let opts = if *op == "decode_view" {
+                        DecodeOptions::view()
+                    } else {
+                        DecodeOptions::default()
+                    };
+                    measure(timing, || {
+                        for m in &msgs {
+                            let r = dec.decode_into(ts, ty, black_box(m), &opts, &mut block);
+                            black_box((r.is_ok(), block.as_bytes().len()));
+                        }
+                    })
+                }
+                "encode" => {
+                    let mut buf = Vec::new();
+                    measure(timing, || {
+                        for b in &owned {
+                            buf.clear();
+                            let r = enc.encode_into(
+                                ts,
+                                ty,
+                                Source::owned(black_box(b.as_bytes())),
+                                &eopts,
+                                &mut buf,
+                            );
+                            black_box((r.is_ok(), buf.len()));
+                        }
+                    })
+                }
+                "encode_sg" => {
+                    let mut sg = SgList::new(64);
+                    measure(timing, || {
+                        for (b, m) in views.iter().zip(&msgs) {
+                            sg.clear();
+                            let src = Source { block: black_box(b.as_bytes()), wire: m };
+                            let r = enc.encode_sg(ts, ty, src, &eopts, &mut sg);
+                            black_box((r.is_ok(), sg.len()));
+                        }
+                    })
+                }
+                _ => {
+                    let mut buf = vec![0u8; msgs.iter().map(Vec::len).max().unwrap_or(0)];
+                    measure(timing, || {
+                        for m in &msgs {
+                            buf[..m.len()].copy_from_slice(black_box(m));
+                            black_box(&buf);
+                        }
+                    })
+                }
+            };
+            out.push_str(&format!(
+                "protoplane,{op},{},{},{},{:.1},{:.1}\n",
+                job.dataset,
+                job.bench,
+                job.message,
+                bytes,
+                ns / n
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Decode + encode must give back every input byte for byte.
+fn verify(ts: &TableSet, ty: u32, msgs: &[Vec<u8>]) -> Result<(), String> {
+    let opts = EncodeOptions { deterministic: true, ..EncodeOptions::default() };
+    for (i, m) in msgs.iter().enumerate() {
+        for dopts in [DecodeOptions::default(), DecodeOptions::view()] {
+            let b = protoplane_wire::decode(ts, ty, m, &dopts)
+                .map_err(|e| format!("message {i}: {e}"))?;
+            let mut out = Vec::new();
+            Encoder::new()
+                .encode_into(ts, ty, Source { block: b.as_bytes(), wire: m }, &opts, &mut out)
+                .map_err(|e| format!("message {i}: {e}"))?;
+            if out != *m {
+                return Err(format!("message {i}: re-encoding differs"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -87,7 +87,7 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
     let repo = std::env::current_dir().map_err(|e| e.to_string())?;
     let work = repo.join("target/bench");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let (schemas, jobs) = plan(args, &repo)?;
+    let (schemas, jobs, dominated) = plan(args, &repo)?;
     if jobs.is_empty() {
         return Err("no messages to benchmark (see --datasets / --proto)".into());
     }
@@ -174,7 +174,7 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
         }
         write(path, &csv)?;
     }
-    let report = report(&rows, rounds, &notes);
+    let report = report(&rows, rounds, &notes, &dominated);
     let md = args.markdown.clone().unwrap_or_else(|| work.join("wire.md"));
     write(&md, &report)?;
     Ok(format!("{report}\nreport written to {}\n", md.display()))
@@ -191,8 +191,11 @@ fn which(prog: &str) -> bool {
     Command::new(prog).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
-/// The schemas and jobs: the shared datasets, or the user's own messages.
-fn plan(args: &WireArgs, repo: &Path) -> Result<(Vec<Schema>, Vec<Job>), String> {
+/// The schemas and jobs: the shared datasets, or the user's own messages;
+/// plus the (bench, message) pairs whose payload is > 90% string / bytes.
+type Plan = (Vec<Schema>, Vec<Job>, BTreeSet<(String, String)>);
+
+fn plan(args: &WireArgs, repo: &Path) -> Result<Plan, String> {
     if let (Some(proto), Some(ty)) = (&args.proto, &args.type_name) {
         let mut includes = args.includes.clone();
         if includes.is_empty() {
@@ -219,7 +222,7 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<(Vec<Schema>, Vec<Job>), String>
                 path: abs(m),
             })
             .collect();
-        return Ok((vec![schema], jobs));
+        return Ok((vec![schema], jobs, BTreeSet::new()));
     }
     let root = args.datasets.clone().unwrap_or_else(|| repo.join("../shared/datasets"));
     let root = abs(&root);
@@ -228,6 +231,7 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<(Vec<Schema>, Vec<Job>), String>
     };
     let mut schemas = Vec::new();
     let mut jobs = Vec::new();
+    let mut dominated = BTreeSet::new();
     let hpb = root.join("hyperprotobench");
     if let Ok(manifest) = std::fs::read_to_string(hpb.join("manifest.tsv")) {
         let mut seen = BTreeSet::new();
@@ -243,6 +247,11 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<(Vec<Schema>, Vec<Job>), String>
                     proto: hpb.join(c[0]).join("benchmark.proto"),
                     includes: vec![hpb.join(c[0])],
                 });
+            }
+            let (size, payload) =
+                (c[3].parse::<f64>().unwrap_or(1.0), c[8].parse::<f64>().unwrap_or(0.0));
+            if payload > 0.9 * size {
+                dominated.insert((c[0].to_string(), c[1].to_string()));
             }
             jobs.push(Job {
                 dataset: "hyperprotobench".into(),
@@ -281,7 +290,7 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<(Vec<Schema>, Vec<Job>), String>
             });
         }
     }
-    Ok((schemas, jobs))
+    Ok((schemas, jobs, dominated))
 }
 
 fn abs(p: &Path) -> PathBuf {
@@ -371,10 +380,16 @@ const COLUMNS: [(&str, &str, &str); 15] = [
 ];
 
 type Key = (String, String, String); // (dataset, bench, message)
+/// (dataset, bench, message) -> (impl, op) -> per-round values.
+type Cells = BTreeMap<Key, BTreeMap<(String, String), Vec<f64>>>;
 
-fn report(rows: &[Row], rounds: usize, notes: &[String]) -> String {
-    // (dataset, bench, message) -> (impl, op) -> per-round values
-    let mut cells: BTreeMap<Key, BTreeMap<(String, String), Vec<f64>>> = BTreeMap::new();
+fn report(
+    rows: &[Row],
+    rounds: usize,
+    notes: &[String],
+    dominated: &BTreeSet<(String, String)>,
+) -> String {
+    let mut cells: Cells = BTreeMap::new();
     let mut bytes: BTreeMap<Key, f64> = BTreeMap::new();
     for r in rows {
         let key = (r.dataset.clone(), r.bench.clone(), r.message.clone());
@@ -401,8 +416,6 @@ fn report(rows: &[Row], rounds: usize, notes: &[String]) -> String {
     let mut benches: Vec<(String, String)> =
         cells.keys().map(|(d, b, _)| (d.clone(), b.clone())).collect();
     benches.dedup();
-    // Per-bench geometric means, for the targets table.
-    let mut gm: BTreeMap<(String, String), BTreeMap<(String, String), f64>> = BTreeMap::new();
     for (dataset, bench) in &benches {
         let _ = writeln!(md, "## {dataset} / {bench}\n");
         let mut header = String::from("| message | bytes |");
@@ -435,14 +448,12 @@ fn report(rows: &[Row], rounds: usize, notes: &[String]) -> String {
                 writeln!(md, " {} |", spread.map_or("–".into(), |s| format!("{:.0}%", 100.0 * s)));
         }
         let _ = write!(md, "| **geomean** | |");
-        let entry = gm.entry((dataset.clone(), bench.clone())).or_default();
         for (i, o, _) in &present {
             match per_col
                 .get(&(i.to_string(), o.to_string()))
                 .and_then(|v| geomean(v.iter().copied()))
             {
                 Some(g) => {
-                    entry.insert((i.to_string(), o.to_string()), g);
                     let _ = write!(md, " **{}** |", fmt_ns(g));
                 }
                 None => md.push_str(" – |"),
@@ -450,7 +461,7 @@ fn report(rows: &[Row], rounds: usize, notes: &[String]) -> String {
         }
         let _ = writeln!(md, " |\n");
     }
-    md.push_str(&targets(&gm, &cells));
+    md.push_str(&targets(&cells, dominated));
     md
 }
 
@@ -463,10 +474,7 @@ fn fmt_ns(ns: f64) -> String {
 }
 
 /// The targets of the wire-speed issue, as ratios of geometric means.
-fn targets(
-    gm: &BTreeMap<(String, String), BTreeMap<(String, String), f64>>,
-    cells: &BTreeMap<Key, BTreeMap<(String, String), Vec<f64>>>,
-) -> String {
+fn targets(cells: &Cells, dominated: &BTreeSet<(String, String)>) -> String {
     let mut md = String::from(
         "## Ratios against the peers (geomean over messages; > 1 = protoplane faster)\n\n",
     );
@@ -557,7 +565,7 @@ fn targets(
     for op in ["decode_owned", "encode"] {
         let ratios: Vec<f64> = cells
             .iter()
-            .filter(|((d, _, _), _)| d == h)
+            .filter(|((d, b, m), _)| d == h && dominated.contains(&(b.clone(), m.clone())))
             .filter_map(|(_, by)| {
                 let m = by.get(&k("protoplane", "memcpy"))?;
                 let o = by.get(&k("protoplane", op))?;
@@ -566,8 +574,7 @@ fn targets(
                     v.sort_by(f64::total_cmp);
                     v[v.len() / 2]
                 };
-                // memcpy >= 1 µs keeps tiny messages (fixed costs dominate) out.
-                (med(m) >= 1000.0).then(|| med(o) / med(m))
+                Some(med(o) / med(m))
             })
             .collect();
         if let Some(g) = geomean(ratios.iter().copied()) {
@@ -579,6 +586,5 @@ fn targets(
             );
         }
     }
-    let _ = gm;
     md
 }

@@ -208,7 +208,8 @@ pub struct Encoder {
     sizes: Vec<u32>,
     next: usize,
     work: usize,
-    order: Vec<u32>,
+    /// Pool of map-order vectors (nested maps need one each).
+    orders: Vec<Vec<u32>>,
 }
 
 /// Encodes a block whose strings are all inside it (owned mode).
@@ -475,12 +476,19 @@ impl Encoder {
         let arr = src.array(r, 8, slot_at)?;
         let mut n = 0;
         if f.kind.is_message() {
-            let order = self.map_order(ts, m, f, arr, src, opts)?;
-            for i in order.iter().copied() {
-                let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
-                n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+            if opts.deterministic && f.flags.has(FieldFlags::MAP) {
+                let order = self.map_order(ts, m, f, arr, src)?;
+                for i in order.iter().copied() {
+                    let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
+                    n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+                }
+                self.orders.push(order);
+            } else {
+                for c in arr.chunks_exact(8) {
+                    let e = Ref::unpack(le_bits(c));
+                    n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+                }
             }
-            self.order = order;
         } else {
             for c in arr.chunks_exact(8) {
                 let e = Ref::unpack(le_bits(c));
@@ -491,9 +499,10 @@ impl Encoder {
         Ok(n)
     }
 
-    /// Element order of a repeated message field: stored order, or for a
-    /// map in deterministic mode sorted by key with duplicate keys collapsed
-    /// to their last occurrence. Returns a vector to hand back via `self.order`.
+    /// Deterministic order of a map's entries: sorted by key, a key that
+    /// occurs twice collapsed to its last occurrence. The vector comes from
+    /// (and goes back to) a small pool, so steady-state encoding allocates nothing.
+    #[cold]
     fn map_order(
         &mut self,
         ts: &TableSet,
@@ -501,15 +510,11 @@ impl Encoder {
         f: &Field,
         arr: &[u8],
         src: Source<'_>,
-        opts: &EncodeOptions,
     ) -> Result<Vec<u32>, BlockError> {
         let n = arr.len() / 8;
-        let mut order = std::mem::take(&mut self.order);
+        let mut order = self.orders.pop().unwrap_or_default();
         order.clear();
         order.extend(0..n as u32);
-        if !(opts.deterministic && f.flags.has(FieldFlags::MAP)) {
-            return Ok(order);
-        }
         let entry = ts.message(f.sub);
         let Some(key_field) = ts.fields(entry).first().filter(|k| k.number == 1) else {
             return Ok(order);
@@ -662,12 +667,19 @@ impl Encoder {
         }
         let arr = src.array(r, 8, slot_at)?;
         if f.kind.is_message() {
-            let order = self.map_order(ts, m, f, arr, src, opts)?;
-            for i in order.iter().copied() {
-                let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
-                self.write_sub(ts, f, e.offset as usize, src, opts, out)?;
+            if opts.deterministic && f.flags.has(FieldFlags::MAP) {
+                let order = self.map_order(ts, m, f, arr, src)?;
+                for i in order.iter().copied() {
+                    let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
+                    self.write_sub(ts, f, e.offset as usize, src, opts, out)?;
+                }
+                self.orders.push(order);
+            } else {
+                for c in arr.chunks_exact(8) {
+                    let e = Ref::unpack(le_bits(c));
+                    self.write_sub(ts, f, e.offset as usize, src, opts, out)?;
+                }
             }
-            self.order = order;
         } else {
             let tag = ((f.number as u64) << 3) | WireType::Len as u64;
             for c in arr.chunks_exact(8) {

@@ -6,7 +6,8 @@
 #   1. formatting and clippy (-D warnings)
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract)
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
-#   4. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
+#   4. a smoke run of `protoplane bench wire` (protoplane's worker only)
+#   5. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Tests that need ../shared/datasets say so and skip when it is absent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +31,14 @@ step "cross-check against Python protobuf"
 scripts/setup-python.sh
 if .venv/bin/python tests/conformance/crosscheck.py --protoplane target/release/protoplane \
     --out-dir tests/conformance/out; then ok; else bad "crosscheck"; fi
+
+step "benchmark smoke (protoplane worker only, no timing claims)"
+if [[ -d ../shared/datasets ]]; then
+    if target/release/protoplane bench wire --impls protoplane --quick \
+        --markdown target/bench/smoke.md >/dev/null; then ok; else bad "bench smoke"; fi
+else
+    echo "skipped: no ../shared/datasets"
+fi
 
 if [[ "${SKIP_FUZZ:-0}" != 1 && -x scripts/fuzz.sh ]]; then
     step "fuzz smoke (${FUZZ_SECONDS}s per target)"

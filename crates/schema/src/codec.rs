@@ -219,8 +219,70 @@ impl TableSet {
             if fields.windows(2).any(|w| w[0].number >= w[1].number) {
                 return bad(format!("message {mi}: fields not sorted"));
             }
-            if self.dense[m.dense.range()].iter().any(|&d| d as u32 > m.fields.len) {
-                return bad(format!("message {mi}: dense index out of range"));
+            // The dense index must point at the field with that number.
+            for (i, &d) in self.dense[m.dense.range()].iter().enumerate() {
+                if d != 0 && fields.get(d as usize - 1).map(|f| f.number) != Some(i as u32 + 1) {
+                    return bad(format!("message {mi}: dense entry {} is wrong", i + 1));
+                }
+            }
+            // Object size is bounded by what its slots need, so a forged
+            // table cannot make every decode allocate a huge object.
+            let need = 8 * (4 + m.fields.len as u64 + m.oneofs.len as u64)
+                + 4 * (m.hasbit_words as u64 + m.oneofs.len as u64);
+            if m.size as u64 > need || m.hasbit_words > m.fields.len.div_ceil(32) {
+                return bad(format!("message {mi}: object size out of proportion"));
+            }
+            // Slots may not overlap: a forged layout could otherwise make one
+            // field's bytes read as another's offset or length.
+            let mut used = vec![false; m.size as usize];
+            let mut claim = |at: u32, len: u32| -> bool {
+                let r = at as usize..at as usize + len as usize;
+                if r.end > used.len() || used[r.clone()].iter().any(|&u| u) {
+                    return false;
+                }
+                used[r].iter_mut().for_each(|u| *u = true);
+                true
+            };
+            if !claim(0, 4 * m.hasbit_words) || !claim(m.unknown_offset, 8) {
+                return bad(format!("message {mi}: overlapping slots"));
+            }
+            for o in &self.oneofs[m.oneofs.range()] {
+                if !claim(o.case_offset, 4) || !claim(o.data_offset, 8) {
+                    return bad(format!("message {mi}: overlapping oneof slots"));
+                }
+            }
+            for f in fields {
+                let in_oneof = f.flags.has(FieldFlags::ONEOF) && !f.is_repeated();
+                let ok = if in_oneof {
+                    self.oneofs
+                        .get((m.oneofs.start + f.presence) as usize)
+                        .is_some_and(|o| f.presence < m.oneofs.len && o.data_offset == f.offset)
+                } else {
+                    let size = if f.is_repeated() { 8 } else { f.kind.slot_size() };
+                    claim(f.offset, size)
+                };
+                if !ok {
+                    return bad(format!("message {mi} field {}: overlapping slot", f.number));
+                }
+                // Flags must fit the kind.
+                let flags = f.flags;
+                let consistent = (!flags.has(FieldFlags::CLOSED_ENUM) || f.kind == Kind::Enum)
+                    && (!flags.has(FieldFlags::UTF8) || f.kind == Kind::String)
+                    && (!flags.has(FieldFlags::PACKED) || (f.is_repeated() && f.kind.is_scalar()))
+                    && (!flags.has(FieldFlags::MAP)
+                        || (f.is_repeated()
+                            && f.kind == Kind::Message
+                            && self
+                                .messages
+                                .get(f.sub as usize)
+                                .is_some_and(|e| e.flags.has(crate::MessageFlags::MAP_ENTRY))))
+                    && (!flags.has(FieldFlags::ONEOF) || !f.is_repeated());
+                if !consistent {
+                    return bad(format!(
+                        "message {mi} field {}: flags do not fit its type",
+                        f.number
+                    ));
+                }
             }
             for o in &self.oneofs[m.oneofs.range()] {
                 let ok = within(o.name, strings)

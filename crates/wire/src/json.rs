@@ -198,6 +198,10 @@ fn write_str(out: &mut String, s: &[u8]) {
     out.push('"');
 }
 
+/// Deepest message level `from_json` builds (the root is level 0): the
+/// encoder's default depth limit, so whatever parses also encodes.
+const MAX_DEPTH: u32 = 100;
+
 /// Builds a block of `type_index` from a JSON text.
 pub fn from_json(ts: &TableSet, type_index: u32, text: &str) -> Result<crate::Block, JsonError> {
     let json: Json =
@@ -215,7 +219,7 @@ fn fill(
     json: &Json,
     depth: u32,
 ) -> Result<(), JsonError> {
-    if depth > 100 {
+    if depth > MAX_DEPTH {
         return Err(JsonError("nesting too deep".into()));
     }
     let msg = ts.message(at.type_index());
@@ -239,6 +243,9 @@ fn fill(
                 ts.field_by_number(entry, 1).ok_or_else(|| JsonError("bad map entry".into()))?;
             let vf =
                 ts.field_by_number(entry, 2).ok_or_else(|| JsonError("bad map entry".into()))?;
+            if depth + 1 > MAX_DEPTH {
+                return Err(JsonError("nesting too deep".into()));
+            }
             for (k, v) in entries {
                 let e = b.message(at, f.number)?;
                 let key_json = match kf.kind {
@@ -252,7 +259,8 @@ fn fill(
                 };
                 set_one(ts, b, e, kf, &key_json, depth).map_err(ctx)?;
                 if !v.is_null() {
-                    set_one(ts, b, e, vf, v, depth).map_err(ctx)?;
+                    // The entry is a message level of its own on the wire.
+                    set_one(ts, b, e, vf, v, depth + 1).map_err(ctx)?;
                 }
             }
         } else if f.is_repeated() {

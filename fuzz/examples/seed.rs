@@ -1,0 +1,196 @@
+//! Writes seed inputs for the fuzz targets; `scripts/fuzz.sh` runs it:
+//!
+//! ```text
+//! cargo run --example seed -- CORPUS [SHARED] [CONFORMANCE_OUT]
+//! ```
+//!
+//! * `CORPUS/decode`: every message of `SHARED/datasets/socialnetwork`
+//!   prefixed with the selector byte of its type, small valid messages of the
+//!   test schema, and the messages `tests/conformance/crosscheck.py --out-dir`
+//!   wrote. Their types are not fuzzed, so they are seeded as `hostile.P2`
+//!   (proto2 types) or `hostile3.S3` (proto3) inputs: realistic wire shapes,
+//!   most fields arriving unknown or with a mismatched wire type.
+//! * `CORPUS/json`: the JSON form of every `decode` seed that decodes, and
+//!   the conformance JSON lines (seeded like their wire messages).
+//! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
+//!   dataset's descriptor set and of every dataset `.proto`.
+//!
+//! A directory that is not there is skipped; each part prints what it wrote.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use protoplane_fuzz::{hostile, selector, social, targets};
+use protoplane_schema::TableSet;
+use protoplane_wire::{decode, json, DecodeOptions, MessageView, Source};
+
+/// Valid messages of the test schema: (type, hex).
+const HOSTILE_SEEDS: &[(&str, &str)] = &[
+    ("hostile.R", "0a 02 10 01 10 02 1a 00 23 28 03 24"),
+    ("hostile.R", "10 07 53 5b 08 01 5c 11 00 00 00 00 00 00 00 00 54"),
+    ("hostile.Chain", "0b 12 02 0b 0c 0c"),
+    ("hostile.P2", "0a 01 ff 18 01 20 02 2a 04 01 00 00 00 3a 02 01 02 52 02 00 01 62 01 78"),
+    ("hostile.P2", "18 01 4a 02 18 02 6a 02 10 01 50 07"),
+    (
+        "hostile.S2",
+        "09 00 00 00 00 00 00 f8 3f 15 00 00 c0 3f 18 01 20 01 \
+         28 ff ff ff ff ff ff ff ff ff 01 40 01 4a 01 61 62 01 00 70 02 \
+         88 01 03 90 01 04",
+    ),
+    (
+        "hostile3.S3",
+        "28 05 4a 02 68 69 5a 02 28 01 a2 01 04 01 00 00 00 ba 01 05 0a 01 6b 12 00 c0 01 00",
+    ),
+];
+
+/// Writes numbered seed files into one target's corpus directory.
+struct Dir {
+    path: PathBuf,
+    written: usize,
+}
+
+impl Dir {
+    fn new(corpus: &Path, target: &str) -> Dir {
+        let path = corpus.join(target);
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Dir { path, written: 0 }
+    }
+
+    fn put(&mut self, name: &str, bytes: &[u8]) {
+        let path = self.path.join(format!("seed-{name}-{}", self.written));
+        fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        self.written += 1;
+    }
+
+    /// A selector byte followed by `body`.
+    fn put_selected(&mut self, name: &str, sel: u8, body: &[u8]) {
+        let mut input = Vec::with_capacity(body.len() + 1);
+        input.push(sel);
+        input.extend_from_slice(body);
+        self.put(name, &input);
+    }
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap_or("?"), 16).expect("hex"))
+        .collect()
+}
+
+/// Splits a stream of varint-length-prefixed messages (stops at damage).
+fn delimited(bytes: &[u8]) -> Vec<&[u8]> {
+    let (mut out, mut pos) = (Vec::new(), 0);
+    while pos < bytes.len() {
+        let (mut len, mut shift) = (0usize, 0);
+        loop {
+            let Some(&b) = bytes.get(pos) else { return out };
+            pos += 1;
+            len |= usize::from(b & 0x7f) << shift;
+            shift += 7;
+            if b < 0x80 || shift > 35 {
+                break;
+            }
+        }
+        let Some(msg) = bytes.get(pos..pos + len) else { return out };
+        out.push(msg);
+        pos += len;
+    }
+    out
+}
+
+/// The JSON form of `wire` as type `sel`, if it decodes.
+fn to_json(sel: u8, wire: &[u8]) -> Option<String> {
+    let t = &targets()[sel as usize];
+    let block = decode(t.tables, t.type_index, wire, &DecodeOptions::view()).ok()?;
+    let view =
+        MessageView::new(t.tables, Source { block: block.as_bytes(), wire }, t.type_index).ok()?;
+    let mut text = String::new();
+    json::to_json(&view, &mut text).ok()?;
+    Some(text)
+}
+
+fn sel(name: &str) -> u8 {
+    selector(name).unwrap_or_else(|| panic!("{name} is not a fuzzed type"))
+}
+
+fn main() {
+    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let Some(corpus) = args.first() else {
+        eprintln!("usage: seed CORPUS [SHARED] [CONFORMANCE_OUT]");
+        std::process::exit(2);
+    };
+    let shared = args.get(1).filter(|p| p.join("datasets").is_dir());
+    let conformance = args.get(2).filter(|p| p.is_dir());
+    let (mut wire, mut text, mut tables) =
+        (Dir::new(corpus, "decode"), Dir::new(corpus, "json"), Dir::new(corpus, "tables"));
+
+    for &(name, h) in HOSTILE_SEEDS {
+        let (s, msg) = (sel(name), hex(h));
+        let t = &targets()[s as usize];
+        if let Err(e) = decode(t.tables, t.type_index, &msg, &DecodeOptions::default()) {
+            panic!("seed {name} {h}: {e}");
+        }
+        wire.put_selected(name, s, &msg);
+        text.put_selected(name, s, to_json(s, &msg).unwrap_or_default().as_bytes());
+    }
+    tables.put("social", &social().to_bytes());
+    tables.put("hostile", &hostile().to_bytes());
+
+    if let Some(shared) = shared {
+        let sn = shared.join("datasets/socialnetwork");
+        let manifest = fs::read_to_string(sn.join("manifest.tsv")).unwrap_or_default();
+        for line in manifest.lines().skip(1) {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let (Some(&ty), Some(&path)) = (cols.first(), cols.last()) else { continue };
+            let (Some(s), Ok(bytes)) = (selector(ty), fs::read(sn.join(path))) else { continue };
+            for msg in delimited(&bytes) {
+                wire.put_selected(ty, s, msg);
+                if let Some(j) = to_json(s, msg) {
+                    text.put_selected(ty, s, j.as_bytes());
+                }
+            }
+        }
+        if let Ok(set) = fs::read(sn.join("social_network.descriptor_set.pb")) {
+            if let Ok(ts) = TableSet::from_descriptor_set(&set) {
+                tables.put("social-descriptor-set", &ts.to_bytes());
+            }
+        }
+        let hpb = shared.join("datasets/hyperprotobench");
+        let mut benches: Vec<PathBuf> = fs::read_dir(&hpb)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        benches.sort();
+        for bench in benches.iter().filter(|b| b.join("benchmark.proto").is_file()) {
+            if let Ok(ts) = TableSet::from_proto_files(&[bench.join("benchmark.proto")], &[bench]) {
+                tables.put("hyperprotobench", &ts.to_bytes());
+            }
+        }
+    }
+
+    if let Some(out) = conformance {
+        let mut types: Vec<PathBuf> = fs::read_dir(out)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        types.sort();
+        for dir in types {
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+            let s = sel(if name.contains("test2") { "hostile.P2" } else { "hostile3.S3" });
+            for file in ["canonical", "mutated", "rejected"] {
+                let bytes = fs::read(dir.join(format!("{file}.delimited"))).unwrap_or_default();
+                for msg in delimited(&bytes).into_iter().take(200) {
+                    wire.put_selected(&format!("{name}-{file}"), s, msg);
+                }
+            }
+            let lines = fs::read_to_string(dir.join("encode.jsonl")).unwrap_or_default();
+            for line in lines.lines().take(200) {
+                text.put_selected(&name, s, line.as_bytes());
+            }
+        }
+    }
+
+    for dir in [&wire, &text, &tables] {
+        println!("seed: {} inputs in {}", dir.written, dir.path.display());
+    }
+}

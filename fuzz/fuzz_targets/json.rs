@@ -1,0 +1,34 @@
+//! JSON parsing of arbitrary UTF-8. The first byte selects the message type
+//! (see `protoplane_fuzz::targets`), the rest is the JSON text.
+//!
+//! Properties, beyond "never panics": a message `from_json` accepts
+//! encodes, and its encoding decodes (required fields aside: JSON does not
+//! check them).
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use protoplane_fuzz::pick;
+use protoplane_wire::{decode, json, DecodeOptions, EncodeOptions, Encoder, Source};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((t, rest)) = pick(data) else { return };
+    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let Ok(block) = json::from_json(t.tables, t.type_index, text) else { return };
+    let mut wire = Vec::new();
+    Encoder::new()
+        .encode_into(
+            t.tables,
+            t.type_index,
+            Source::owned(block.as_bytes()),
+            &EncodeOptions::default(),
+            &mut wire,
+        )
+        .unwrap_or_else(|e| {
+            panic!("{}: from_json accepted a message that does not encode: {e}", t.name)
+        });
+    let opts = DecodeOptions { check_required: false, ..DecodeOptions::default() };
+    if let Err(e) = decode(t.tables, t.type_index, &wire, &opts) {
+        panic!("{}: the encoding of a JSON message does not decode: {e}", t.name);
+    }
+});

@@ -37,7 +37,7 @@ pub fn social() -> &'static TableSet {
     TABLES.get_or_init(|| {
         load(&[ProtoSource {
             name: "social_network.proto",
-            text: include_str!("../../crates/wire/tests/protos/social_network.proto"),
+            text: include_str!("../../protos/socialnetwork/social_network.proto"),
         }])
     })
 }

@@ -216,6 +216,16 @@ impl TableSet {
                 return bad(format!("message {mi}: span or size out of range"));
             }
             let fields = &self.fields[m.fields.range()];
+            if m.flags.has(crate::MessageFlags::MAP_ENTRY) {
+                // A map entry is exactly `key = 1` and `value = 2`, both singular.
+                let shape = fields.len() == 2
+                    && fields.iter().zip([1, 2]).all(|(f, n)| {
+                        f.number == n && !f.is_repeated() && !f.flags.has(FieldFlags::ONEOF)
+                    });
+                if !shape {
+                    return bad(format!("message {mi}: malformed map entry"));
+                }
+            }
             if fields.windows(2).any(|w| w[0].number >= w[1].number) {
                 return bad(format!("message {mi}: fields not sorted"));
             }

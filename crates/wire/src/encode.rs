@@ -323,6 +323,9 @@ impl Encoder {
         let proto3 = m.flags.has(MessageFlags::PROTO3);
         let obj = src.object(at, m)?;
         for f in ts.fields(m) {
+            if f.is_repeated() || f.flags.has(FieldFlags::ONEOF) {
+                continue; // not a map entry's shape (table validation rejects it too)
+            }
             let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
             let seen = hasbit(obj, f.presence);
             if f.kind.is_message() {

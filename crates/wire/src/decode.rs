@@ -242,12 +242,18 @@ impl<'a> Run<'a> {
             return self.entry_to_unknown();
         }
         let Some(f) = self.stack.pop() else { return Ok(false) };
+        self.restore(f);
+        Ok(true)
+    }
+
+    /// Makes a parent frame current again.
+    #[inline(always)]
+    fn restore(&mut self, f: Frame) {
         self.end = f.end;
         self.obj = f.obj;
         self.msg_index = f.msg;
         self.msg = self.ts.message(f.msg);
         self.group = f.group;
-        Ok(true)
     }
 
     /// A map entry with unknown fields (an unknown closed-enum value among
@@ -269,11 +275,7 @@ impl<'a> Run<'a> {
             )
             .map_err(|_| self.err(DecodeErrorKind::BlockTooLarge, self.pos))?;
         let Some(f) = self.stack.pop() else { return Ok(false) };
-        self.end = f.end;
-        self.obj = f.obj;
-        self.msg_index = f.msg;
-        self.msg = self.ts.message(f.msg);
-        self.group = f.group;
+        self.restore(f);
         let ts = self.ts;
         let Some(map) = ts
             .fields(self.msg)

@@ -68,18 +68,6 @@ impl<'a> SgList<'a> {
         SgList { scratch: Vec::new(), segs: Vec::new(), open: 0, min_payload: min_payload.max(1) }
     }
 
-    /// Forgets the content, keeps the allocations; `'b` may differ.
-    pub fn recycle<'b>(mut self) -> SgList<'b> {
-        self.scratch.clear();
-        self.segs.clear();
-        SgList {
-            scratch: self.scratch,
-            segs: self.segs.into_iter().map(|_| Seg::Scratch(0..0)).collect(),
-            open: 0,
-            min_payload: self.min_payload,
-        }
-    }
-
     /// Forgets the content, keeps the allocations.
     pub fn clear(&mut self) {
         self.scratch.clear();

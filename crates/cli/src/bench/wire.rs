@@ -396,11 +396,6 @@ fn report(
         bytes.insert(key.clone(), r.bytes);
         cells.entry(key).or_default().entry((r.imp.clone(), r.op.clone())).or_default().push(r.ns);
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let present: Vec<&(&str, &str, &str)> =
         COLUMNS.iter().filter(|(i, o, _)| rows.iter().any(|r| r.imp == *i && r.op == *o)).collect();
     let mut md = String::new();
@@ -465,6 +460,13 @@ fn report(
     md
 }
 
+/// Median of per-round values (never empty: a cell exists only once measured).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn fmt_ns(ns: f64) -> String {
     if ns >= 10_000.0 {
         format!("{:.1}µs", ns / 1000.0)
@@ -482,13 +484,12 @@ fn targets(cells: &Cells, dominated: &BTreeSet<(String, String)>) -> String {
     let k = |i: &str, o: &str| (i.to_string(), o.to_string());
     // Geomeans over all HyperProtoBench messages (not per bench).
     let all = |dataset: &str, col: (String, String)| -> Option<f64> {
-        geomean(cells.iter().filter(|((d, _, _), _)| d == dataset).filter_map(|(_, by)| {
-            by.get(&col).map(|v| {
-                let mut v = v.clone();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            })
-        }))
+        geomean(
+            cells
+                .iter()
+                .filter(|((d, _, _), _)| d == dataset)
+                .filter_map(|(_, by)| by.get(&col).map(|v| median(v))),
+        )
     };
     let mut line = |dataset: &str,
                     what: &str,
@@ -569,12 +570,7 @@ fn targets(cells: &Cells, dominated: &BTreeSet<(String, String)>) -> String {
             .filter_map(|(_, by)| {
                 let m = by.get(&k("protoplane", "memcpy"))?;
                 let o = by.get(&k("protoplane", op))?;
-                let med = |v: &Vec<f64>| {
-                    let mut v = v.clone();
-                    v.sort_by(f64::total_cmp);
-                    v[v.len() / 2]
-                };
-                Some(med(o) / med(m))
+                Some(median(o) / median(m))
             })
             .collect();
         if let Some(g) = geomean(ratios.iter().copied()) {

@@ -21,6 +21,6 @@ mod table;
 pub use error::SchemaError;
 pub use load::{compile_protos, ProtoSource};
 pub use table::{
-    Enum, EnumValue, Field, FieldFlags, Kind, Label, Message, MessageFlags, Oneof, Placement, Span,
-    TableSet, WireType, NONE,
+    Card, Enum, EnumValue, Field, FieldFlags, FieldOp, Kind, Label, Message, MessageFlags, Oneof,
+    Placement, Span, TableSet, ValueOp, WireType, NONE,
 };

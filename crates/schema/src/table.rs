@@ -323,6 +323,155 @@ impl Field {
     }
 }
 
+/// How a field's value is converted between wire and slot: the part of
+/// [`Kind`] the hot loops need, one `match` instead of several.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ValueOp {
+    /// `int32`, open `enum`: varint; 32-bit slot; negative values are
+    /// sign-extended to ten bytes on the wire.
+    #[default]
+    Int32,
+    /// `uint32`: varint, 32-bit slot, no sign extension.
+    UInt32,
+    /// `int64`, `uint64`: varint, 64-bit slot.
+    Int64,
+    /// `sint32`: zigzag varint, 32-bit slot.
+    SInt32,
+    /// `sint64`: zigzag varint, 64-bit slot.
+    SInt64,
+    /// `bool`: varint, 1-byte slot holding 0 or 1.
+    Bool,
+    /// closed (proto2) `enum`: like `Int32`, values the enum does not
+    /// declare go to the unknown fields.
+    ClosedEnum,
+    /// `fixed32`, `sfixed32`, `float`: four little-endian bytes.
+    Fixed32,
+    /// `fixed64`, `sfixed64`, `double`: eight little-endian bytes.
+    Fixed64,
+    /// `bytes` (and `string` without UTF-8 checking): a reference.
+    Bytes,
+    /// proto3 `string`: a reference, UTF-8 checked on decode.
+    Utf8,
+    /// A length-delimited sub-message.
+    Message,
+    /// A group.
+    Group,
+}
+
+/// Where a field's presence is recorded: the part of `label` + `flags` the
+/// hot loops need.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Card {
+    /// Singular with a hasbit (`FieldOp::presence` is the bit index).
+    #[default]
+    Hasbit,
+    /// Singular proto3 implicit presence: has a hasbit, encoded only when
+    /// the value is non-zero / non-empty.
+    Implicit,
+    /// Oneof member (`FieldOp::presence` is the case word's byte offset).
+    Oneof,
+    /// Map-entry key or value: always encoded.
+    Always,
+    /// Repeated, unpacked on the wire (strings, messages, unpacked scalars).
+    Repeated,
+    /// Repeated scalar, packed on the wire.
+    Packed,
+}
+
+/// The hot-path form of a [`Field`], derived from it whenever a table set
+/// is built or loaded (never serialized, so it adds nothing to the format):
+/// the canonical tag already varint-encoded, and the value and presence
+/// handling resolved into two small enums. `TableSet::ops` is parallel to
+/// `TableSet::fields` (same index). 24 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldOp {
+    /// The canonical tag's varint bytes, little endian (low `tag_len` bytes).
+    /// Packed fields: the length-delimited tag.
+    pub tag_bytes: u64,
+    /// The canonical tag (`number << 3 | wire type`).
+    pub tag: u32,
+    /// Slot offset in the object.
+    pub offset: u32,
+    /// Hasbit index (`Hasbit`, `Implicit`, `Always`), case word offset
+    /// (`Oneof`), unused for repeated fields.
+    pub presence: u32,
+    /// Bytes of `tag_bytes` in use, 1..=5.
+    pub tag_len: u8,
+    /// Value conversion.
+    pub value: ValueOp,
+    /// Presence handling.
+    pub card: Card,
+    /// Slot (element) size in bytes: 1, 4 or 8.
+    pub size: u8,
+}
+
+impl FieldOp {
+    /// Derives the op of `f`, a field of a message whose oneofs are `oneofs`.
+    pub fn of(f: &Field, oneofs: &[Oneof]) -> FieldOp {
+        let value = match f.kind {
+            Kind::Int32 => ValueOp::Int32,
+            Kind::Enum if f.flags.has(FieldFlags::CLOSED_ENUM) => ValueOp::ClosedEnum,
+            Kind::Enum => ValueOp::Int32,
+            Kind::UInt32 => ValueOp::UInt32,
+            Kind::Int64 | Kind::UInt64 => ValueOp::Int64,
+            Kind::SInt32 => ValueOp::SInt32,
+            Kind::SInt64 => ValueOp::SInt64,
+            Kind::Bool => ValueOp::Bool,
+            Kind::Fixed32 | Kind::SFixed32 | Kind::Float => ValueOp::Fixed32,
+            Kind::Fixed64 | Kind::SFixed64 | Kind::Double => ValueOp::Fixed64,
+            Kind::String if f.flags.has(FieldFlags::UTF8) => ValueOp::Utf8,
+            Kind::String | Kind::Bytes => ValueOp::Bytes,
+            Kind::Message => ValueOp::Message,
+            Kind::Group => ValueOp::Group,
+        };
+        let packed = f.is_repeated() && f.flags.has(FieldFlags::PACKED) && f.kind.is_scalar();
+        let card = if f.is_repeated() {
+            if packed {
+                Card::Packed
+            } else {
+                Card::Repeated
+            }
+        } else if f.flags.has(FieldFlags::ONEOF) {
+            Card::Oneof
+        } else if f.flags.has(FieldFlags::ALWAYS) {
+            Card::Always
+        } else if f.flags.has(FieldFlags::IMPLICIT) {
+            Card::Implicit
+        } else {
+            Card::Hasbit
+        };
+        let presence = match card {
+            Card::Oneof => oneofs.get(f.presence as usize).map_or(0, |o| o.case_offset),
+            Card::Repeated | Card::Packed => 0,
+            _ => f.presence,
+        };
+        let wt = if packed { WireType::Len } else { f.kind.wire_type() };
+        let tag = (f.number << 3) | wt as u32;
+        let (mut tag_bytes, mut tag_len, mut v) = (0u64, 0u8, tag);
+        loop {
+            let byte = (v & 0x7f) as u64 | if v >= 0x80 { 0x80 } else { 0 };
+            tag_bytes |= byte << (8 * tag_len);
+            tag_len += 1;
+            v >>= 7;
+            if v == 0 {
+                break;
+            }
+        }
+        FieldOp {
+            tag_bytes,
+            tag,
+            offset: f.offset,
+            presence,
+            tag_len,
+            value,
+            card,
+            size: f.kind.slot_size() as u8,
+        }
+    }
+}
+
 /// Per-message flag bits (`Message::flags`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MessageFlags(pub u16);
@@ -404,6 +553,8 @@ pub struct EnumValue {
 pub struct TableSet {
     pub(crate) messages: Vec<Message>,
     pub(crate) fields: Vec<Field>,
+    /// Derived, never serialized: `ops[i]` is the hot-path form of `fields[i]`.
+    pub(crate) ops: Vec<FieldOp>,
     pub(crate) oneofs: Vec<Oneof>,
     pub(crate) enums: Vec<Enum>,
     pub(crate) enum_values: Vec<EnumValue>,
@@ -444,6 +595,24 @@ impl TableSet {
     #[inline]
     pub fn fields(&self, message: &Message) -> &[Field] {
         &self.fields[message.fields.range()]
+    }
+
+    /// The hot-path ops of a message's fields (parallel to [`TableSet::fields`]).
+    #[inline]
+    pub fn ops(&self, message: &Message) -> &[FieldOp] {
+        &self.ops[message.fields.range()]
+    }
+
+    /// Index (within the message's fields) of field `number`: the
+    /// decoder's hot lookup. Small numbers are a direct index (ProtoAcc/upb
+    /// style dense table); the rest binary search.
+    #[inline(always)]
+    pub fn field_slot(&self, message: &Message, number: u32) -> Option<usize> {
+        if number.wrapping_sub(1) < message.dense.len {
+            let slot = self.dense[message.dense.start as usize + number as usize - 1];
+            return (slot as usize).checked_sub(1);
+        }
+        self.fields[message.fields.range()].binary_search_by_key(&number, |f| f.number).ok()
     }
 
     /// The oneofs of a message.
@@ -560,6 +729,7 @@ impl TableSet {
             Placement::Host => field.flags.0 &= !FieldFlags::DEVICE,
             Placement::Device => field.flags.0 |= FieldFlags::DEVICE,
         }
+        self.rebuild_ops();
         true
     }
 
@@ -592,7 +762,25 @@ impl TableSet {
         visit(self, message, &mut vec![0; n], &mut vec![None; n])
     }
 
+    /// Derives `ops` from `fields` (after building or loading a table set).
+    pub(crate) fn rebuild_ops(&mut self) {
+        let mut ops = vec![FieldOp::default(); self.fields.len()];
+        for m in &self.messages {
+            let oneofs = self.oneofs.get(m.oneofs.range()).unwrap_or(&[]);
+            let (Some(fields), Some(out)) =
+                (self.fields.get(m.fields.range()), ops.get_mut(m.fields.range()))
+            else {
+                continue;
+            };
+            for (f, op) in fields.iter().zip(out) {
+                *op = FieldOp::of(f, oneofs);
+            }
+        }
+        self.ops = ops;
+    }
+
     pub(crate) fn rebuild_index(&mut self) {
+        self.rebuild_ops();
         self.message_index =
             (0..self.messages.len() as u32).map(|i| (self.message_name(i).to_owned(), i)).collect();
         self.enum_index = (0..self.enums.len() as u32)

@@ -23,11 +23,12 @@
 //!
 //! Arrays that grow while decoding (repeated fields arriving interleaved with
 //! others, unknown fields) have a capacity that is never stored: it is
-//! always [`capacity`]`(len)`, a power of two. An array that needs more room
-//! is extended in place when it is the last thing in the block, otherwise it
-//! moves to the end with twice the room. Space left behind is never reused:
-//! at most half of an array's footprint is slack, so a block stays within a
-//! small constant factor of the wire bytes it was decoded from.
+//! always [`capacity`]`(len)`, a power of two, at least 4. An array that
+//! needs more room is extended in place when it is the last thing in the
+//! block, otherwise it moves to the end with twice the room. Space left
+//! behind is never reused: past 4 elements at most half of an array's
+//! footprint is slack, so a block stays within a small constant factor of
+//! the wire bytes it was decoded from.
 
 /// Size of the block header.
 pub const HEADER_LEN: usize = 16;
@@ -45,13 +46,18 @@ pub const MAX_LEN: usize = REF_LEN_MASK as usize;
 /// Header flag: strings / bytes may reference the wire bytes.
 pub const BLOCK_VIEW: u32 = 1;
 
+/// Smallest capacity of a non-empty growable array: most repeated fields
+/// hold a handful of elements, and growing 1 -> 2 -> 4 would move such an
+/// array twice (a move copies it to the end of the block).
+pub(crate) const MIN_CAPACITY: u32 = 4;
+
 /// Capacity of a growable array holding `len` elements.
 #[inline]
 pub(crate) fn capacity(len: u32) -> u32 {
     if len == 0 {
         0
     } else {
-        len.next_power_of_two()
+        len.next_power_of_two().max(MIN_CAPACITY)
     }
 }
 
@@ -251,7 +257,13 @@ impl Block {
     /// [`MAX_LEN`] elements.
     #[inline]
     pub(crate) fn grow_array(&mut self, slot: usize, elem: usize, extra: u32) -> Result<usize, ()> {
-        let r = Ref::unpack(self.u64_at(slot));
+        let raw = self.u64_at(slot);
+        let r = Ref::unpack(raw);
+        if extra == 1 && r.len != 0 && r.len < capacity(r.len) {
+            // Hot case: one more element and room left; bump the length.
+            self.put_u64(slot, raw + (1 << 32));
+            return Ok(r.offset as usize + r.len as usize * elem);
+        }
         let new_len = r.len.checked_add(extra).filter(|&n| n as usize <= MAX_LEN).ok_or(())?;
         let old_cap = capacity(r.len);
         let new_cap = capacity(new_len);
@@ -344,23 +356,34 @@ mod tests {
         let mut b = Block::new();
         let obj = b.start(0, 16, 0);
         let slot = obj;
-        // First element: fresh allocation.
+        let vals = |b: &Block| -> Vec<u32> {
+            let r = Ref::unpack(b.u64_at(slot));
+            (0..r.len as usize).map(|i| b.u32_at(r.offset as usize + 4 * i)).collect()
+        };
+        // First element: a fresh array with room for MIN_CAPACITY.
         let at = b.grow_array(slot, 4, 1).unwrap_or(0);
         b.put_u32(at, 10);
-        // Array is last: grows in place.
-        let at2 = b.grow_array(slot, 4, 1).unwrap_or(0);
-        assert_eq!(at2, at + 4);
-        b.put_u32(at2, 11);
-        // Something else allocated behind it: the next growth moves it.
+        // Room left: the next ones go right after, even with something
+        // allocated behind the array.
         b.alloc_copy(b"xyz");
-        let at3 = b.grow_array(slot, 4, 1).unwrap_or(0);
-        b.put_u32(at3, 12);
+        for i in 1..MIN_CAPACITY {
+            let next = b.grow_array(slot, 4, 1).unwrap_or(0);
+            assert_eq!(next, at + 4 * i as usize);
+            b.put_u32(next, 10 + i);
+        }
+        // Full and not last: the next growth moves it to the end, doubled.
+        let end = b.len();
+        let moved = b.grow_array(slot, 4, 1).unwrap_or(0);
+        b.put_u32(moved, 14);
         let r = Ref::unpack(b.u64_at(slot));
-        assert_eq!(r.len, 3);
-        let vals: Vec<u32> = (0..3).map(|i| b.u32_at(r.offset as usize + 4 * i)).collect();
-        assert_eq!(vals, [10, 11, 12]);
-        // Capacity 4 now: one more fits without moving.
-        let at4 = b.grow_array(slot, 4, 1).unwrap_or(0);
-        assert_eq!(at4, r.offset as usize + 12);
+        assert!(r.offset as usize >= end);
+        assert_eq!(vals(&b), [10, 11, 12, 13, 14]);
+        // Now last in the block: grows in place once past capacity 8.
+        for i in 5..9 {
+            let at = b.grow_array(slot, 4, 1).unwrap_or(0);
+            b.put_u32(at, 10 + i);
+        }
+        assert_eq!(Ref::unpack(b.u64_at(slot)).offset, r.offset);
+        assert_eq!(vals(&b), (10..19).collect::<Vec<u32>>());
     }
 }

@@ -26,7 +26,9 @@
 //! bounded by the input: nothing is reserved from a declared length before
 //! the bytes it declares are known to be present.
 
-use protoplane_schema::{Field, FieldFlags, Kind, Message, MessageFlags, TableSet, WireType};
+use protoplane_schema::{
+    Card, Field, FieldFlags, FieldOp, Kind, Message, MessageFlags, TableSet, ValueOp, WireType,
+};
 
 use crate::block::{Block, Ref, BLOCK_VIEW, MAX_LEN};
 use crate::encode::{EncodeOptions, Encoder, Source};
@@ -135,6 +137,8 @@ impl Decoder {
             obj: root,
             msg_index: type_index,
             msg,
+            fields: tables.fields(msg),
+            ops: tables.ops(msg),
             group: 0,
             field: 0,
             required_seen: false,
@@ -161,6 +165,9 @@ struct Run<'a> {
     obj: usize,
     msg_index: u32,
     msg: &'a Message,
+    /// `msg`'s fields and their hot-path ops.
+    fields: &'a [Field],
+    ops: &'a [FieldOp],
     group: u32,
     /// Field being decoded (for error reports).
     field: u32,
@@ -204,10 +211,25 @@ impl<'a> Run<'a> {
             let start = self.pos;
             self.field = 0;
             let tag = self.varint(start)?;
+            // Fast path: a known field in its canonical encoding (the tag
+            // the encoder writes), one `match` on the precomputed op.
+            // Everything else (field 0, end-group, unknown numbers, wire
+            // types that differ from the declaration, packed/unpacked
+            // mismatches, closed enums) takes the general path below.
+            let number = (tag >> 3) as u32;
+            let ts = self.ts;
+            if let Some(i) = ts.field_slot(self.msg, number) {
+                if let Some(op) = self.ops.get(i) {
+                    if tag == op.tag as u64 && op.value != ValueOp::ClosedEnum {
+                        self.field = number;
+                        self.fast(op, i, start)?;
+                        continue;
+                    }
+                }
+            }
             if tag > u32::MAX as u64 {
                 return Err(self.err(DecodeErrorKind::TagTooLarge, start));
             }
-            let number = (tag >> 3) as u32;
             let wt = (tag & 7) as u32;
             self.field = number;
             if number == 0 {
@@ -221,10 +243,108 @@ impl<'a> Run<'a> {
                 self.pop()?;
                 continue;
             }
-            let ts = self.ts;
             match ts.field_by_number(self.msg, number) {
                 Some(f) => self.known(f, wt, start)?,
                 None => self.unknown(wt, start)?,
+            }
+        }
+    }
+
+    /// One field in its canonical encoding (`op.tag` matched).
+    #[inline(always)]
+    fn fast(&mut self, op: &FieldOp, index: usize, start: usize) -> Result<(), DecodeError> {
+        if op.card == Card::Packed {
+            // The canonical tag of a packed field is the length-delimited one.
+            let f = &self.fields[index];
+            return self.packed(f, start);
+        }
+        let bits = match op.value {
+            ValueOp::Int32 | ValueOp::UInt32 => self.value(start)? as u32 as u64,
+            ValueOp::Int64 => self.value(start)?,
+            ValueOp::SInt32 => varint::unzigzag32(self.value(start)? as u32) as u32 as u64,
+            ValueOp::SInt64 => varint::unzigzag64(self.value(start)?) as u64,
+            ValueOp::Bool => (self.value(start)? != 0) as u64,
+            ValueOp::Fixed32 => u32::from_le_bytes(self.fixed::<4>(start)?) as u64,
+            ValueOp::Fixed64 => u64::from_le_bytes(self.fixed::<8>(start)?),
+            ValueOp::Bytes | ValueOp::Utf8 => return self.bytes_op(op, start),
+            ValueOp::Message => {
+                let len = self.length(start)?;
+                let f = &self.fields[index];
+                return self.enter(f, self.pos + len, 0, start);
+            }
+            ValueOp::Group => {
+                let f = &self.fields[index];
+                return self.enter(f, self.end, f.number, start);
+            }
+            ValueOp::ClosedEnum => {
+                let f = &self.fields[index];
+                return self.known(f, VARINT, start);
+            }
+        };
+        let obj = self.obj;
+        match op.card {
+            Card::Hasbit | Card::Implicit | Card::Always => {
+                self.out.put_scalar(obj + op.offset as usize, op.size as u32, bits);
+                self.out.set_hasbit(obj, op.presence);
+                Ok(())
+            }
+            Card::Oneof => {
+                self.out.put_u32(obj + op.presence as usize, self.field);
+                self.out.put_u64(obj + op.offset as usize, bits);
+                Ok(())
+            }
+            Card::Repeated | Card::Packed => {
+                let size = op.size as usize;
+                let at = self
+                    .out
+                    .grow_array(obj + op.offset as usize, size, 1)
+                    .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+                self.out.put_scalar(at, size as u32, bits);
+                self.check_block(start)
+            }
+        }
+    }
+
+    /// A `string` or `bytes` occurrence, fast path.
+    #[inline(always)]
+    fn bytes_op(&mut self, op: &FieldOp, start: usize) -> Result<(), DecodeError> {
+        let len = self.length(start)?;
+        if len > MAX_LEN {
+            return Err(self.err(DecodeErrorKind::TooLong, start));
+        }
+        let data = &self.input[self.pos..self.pos + len];
+        if op.value == ValueOp::Utf8 && !utf8(data) {
+            return Err(self.err(DecodeErrorKind::InvalidUtf8, start));
+        }
+        let r = if len == 0 {
+            0
+        } else if self.opts.view {
+            Ref { offset: self.pos as u32, len: len as u32, wire: true, device: false }.pack()
+        } else {
+            let at = self.out.alloc_copy(data);
+            self.check_block(start)?;
+            Ref { offset: at as u32, len: len as u32, wire: false, device: false }.pack()
+        };
+        self.pos += len;
+        let (obj, slot) = (self.obj, self.obj + op.offset as usize);
+        match op.card {
+            Card::Hasbit | Card::Implicit | Card::Always => {
+                self.out.set_hasbit(obj, op.presence);
+                self.out.put_u64(slot, r);
+                Ok(())
+            }
+            Card::Oneof => {
+                self.out.put_u32(obj + op.presence as usize, self.field);
+                self.out.put_u64(slot, r);
+                Ok(())
+            }
+            Card::Repeated | Card::Packed => {
+                let at = self
+                    .out
+                    .grow_array(slot, 8, 1)
+                    .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+                self.out.put_u64(at, r);
+                self.check_block(start)
             }
         }
     }
@@ -253,6 +373,8 @@ impl<'a> Run<'a> {
         self.obj = f.obj;
         self.msg_index = f.msg;
         self.msg = self.ts.message(f.msg);
+        self.fields = self.ts.fields(self.msg);
+        self.ops = self.ts.ops(self.msg);
         self.group = f.group;
     }
 
@@ -315,6 +437,18 @@ impl<'a> Run<'a> {
     #[inline(always)]
     fn varint(&mut self, at: usize) -> Result<u64, DecodeError> {
         varint::read(&self.input[..self.end], &mut self.pos).map_err(|e| {
+            let kind = match e {
+                VarintError::Truncated => DecodeErrorKind::Truncated,
+                VarintError::TooLong => DecodeErrorKind::VarintTooLong,
+            };
+            self.err(kind, at)
+        })
+    }
+
+    /// Reads a varint value (not a tag): see [`varint::read_value`].
+    #[inline(always)]
+    fn value(&mut self, at: usize) -> Result<u64, DecodeError> {
+        varint::read_value(&self.input[..self.end], &mut self.pos).map_err(|e| {
             let kind = match e {
                 VarintError::Truncated => DecodeErrorKind::Truncated,
                 VarintError::TooLong => DecodeErrorKind::VarintTooLong,
@@ -426,7 +560,7 @@ impl<'a> Run<'a> {
             return Err(self.err(DecodeErrorKind::TooLong, start));
         }
         let data = &self.input[self.pos..self.pos + len];
-        if f.flags.has(FieldFlags::UTF8) && std::str::from_utf8(data).is_err() {
+        if f.flags.has(FieldFlags::UTF8) && !utf8(data) {
             return Err(self.err(DecodeErrorKind::InvalidUtf8, start));
         }
         let r = if len == 0 {
@@ -515,6 +649,8 @@ impl<'a> Run<'a> {
         self.obj = obj;
         self.msg_index = f.sub;
         self.msg = sub;
+        self.fields = self.ts.fields(sub);
+        self.ops = self.ts.ops(sub);
         self.group = group;
         Ok(())
     }
@@ -549,6 +685,13 @@ impl<'a> Run<'a> {
                 let mut at =
                     self.out.grow_array(slot, size as usize, n).map_err(|()| too_long(self))?;
                 let closed = f.flags.has(FieldFlags::CLOSED_ENUM);
+                if !closed {
+                    let dst = &mut self.out.buf[at..at + n as usize * size as usize];
+                    return match unpack_varints(payload, dst, f.kind) {
+                        Ok(()) => self.check_block(start),
+                        Err(_) => Err(self.err(DecodeErrorKind::VarintTooLong, start)),
+                    };
+                }
                 let mut rejected = 0u32;
                 let mut p = 0;
                 while p < len {
@@ -664,6 +807,45 @@ impl<'a> Run<'a> {
         self.out.buf[at..at + bytes.len()].copy_from_slice(bytes);
         self.check_block(start)
     }
+}
+
+/// Whether `data` is valid UTF-8. Most strings on the wire are ASCII, which
+/// `is_ascii` confirms a word at a time, far cheaper than the full
+/// validation for the short strings of typical requests.
+#[inline(always)]
+fn utf8(data: &[u8]) -> bool {
+    data.is_ascii() || std::str::from_utf8(data).is_ok()
+}
+
+/// Decodes a packed run of varints into `dst`, an array of exactly as many
+/// slots as the run has varints (the caller counted their last bytes), with
+/// the conversion chosen once per run rather than once per element.
+fn unpack_varints(payload: &[u8], dst: &mut [u8], kind: Kind) -> Result<(), VarintError> {
+    let mut p = 0;
+    match kind.slot_size() {
+        8 => {
+            let zigzag = kind == Kind::SInt64;
+            for c in dst.chunks_exact_mut(8) {
+                let raw = varint::read(payload, &mut p)?;
+                let v = if zigzag { varint::unzigzag64(raw) as u64 } else { raw };
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        4 => {
+            let zigzag = kind == Kind::SInt32;
+            for c in dst.chunks_exact_mut(4) {
+                let raw = varint::read(payload, &mut p)? as u32;
+                let v = if zigzag { varint::unzigzag32(raw) as u32 } else { raw };
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        _ => {
+            for c in dst.iter_mut() {
+                *c = (varint::read(payload, &mut p)? != 0) as u8;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Converts a wire varint to the bits its slot holds.

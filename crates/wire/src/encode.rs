@@ -22,11 +22,13 @@
 
 use std::cmp::Ordering;
 
-use protoplane_schema::{Field, FieldFlags, Kind, Message, MessageFlags, TableSet, WireType};
+use protoplane_schema::{
+    Card, Field, FieldFlags, FieldOp, Kind, Message, MessageFlags, TableSet, ValueOp, WireType,
+};
 
 use crate::block::{read_u32, Ref, HEADER_LEN};
 use crate::error::BlockError;
-use crate::sink::{SgList, Sink};
+use crate::sink::{SgList, Sink, Staged};
 use crate::varint;
 
 /// Knobs of an encode.
@@ -113,18 +115,25 @@ impl<'a> Source<'a> {
     }
 }
 
+// Slot reads: one bounds check each (the object slice was checked against
+// the message size, the offsets come from validated tables, so they never
+// fail on a well-formed block; a forged block reads zeros, never panics).
 #[inline(always)]
 pub(crate) fn slot_u32(obj: &[u8], off: u32) -> u32 {
     let o = off as usize;
-    u32::from_le_bytes([obj[o], obj[o + 1], obj[o + 2], obj[o + 3]])
+    match obj.get(o..o + 4) {
+        Some(b) => u32::from_le_bytes(b.try_into().unwrap_or([0; 4])),
+        None => 0,
+    }
 }
 
 #[inline(always)]
 pub(crate) fn slot_u64(obj: &[u8], off: u32) -> u64 {
     let o = off as usize;
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&obj[o..o + 8]);
-    u64::from_le_bytes(a)
+    match obj.get(o..o + 8) {
+        Some(b) => u64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
+        None => 0,
+    }
 }
 
 /// Slot bits of a scalar of `kind` (zero-extended).
@@ -165,40 +174,16 @@ fn scalar_len(kind: Kind, bits: u64) -> usize {
     }
 }
 
-/// Where a field's value is, if present.
-enum Present {
-    No,
-    Scalar(u64),
-    Ref(Ref),
-}
-
+/// Whether a singular field is set (hasbit, oneof case or always-encoded
+/// map-entry field); `false` for repeated fields, whose presence is their
+/// length. Implicit-presence fields are then also checked for zero.
 #[inline(always)]
-fn presence(ts: &TableSet, m: &Message, obj: &[u8], f: &Field) -> Present {
-    let set = if f.flags.has(FieldFlags::ONEOF) {
-        let case = ts.oneofs(m)[f.presence as usize].case_offset;
-        slot_u32(obj, case) == f.number
-    } else {
-        f.flags.has(FieldFlags::ALWAYS) || hasbit(obj, f.presence)
-    };
-    if !set {
-        return Present::No;
-    }
-    if f.kind.is_scalar() {
-        // Oneof members read their own width out of the 8-byte union slot.
-        let bits = scalar_bits(obj, f.offset, f.kind);
-        if f.flags.has(FieldFlags::IMPLICIT) && bits == 0 {
-            return Present::No;
-        }
-        Present::Scalar(bits)
-    } else {
-        let r = Ref::unpack(slot_u64(obj, f.offset));
-        if f.flags.has(FieldFlags::IMPLICIT) && r.len == 0 {
-            return Present::No;
-        }
-        if f.kind.is_message() && r.offset == 0 && !f.flags.has(FieldFlags::ALWAYS) {
-            return Present::No;
-        }
-        Present::Ref(r)
+fn present(obj: &[u8], op: &FieldOp) -> bool {
+    match op.card {
+        Card::Hasbit | Card::Implicit => hasbit(obj, op.presence),
+        Card::Oneof => slot_u32(obj, op.presence) == op.tag >> 3,
+        Card::Always => true,
+        Card::Repeated | Card::Packed => false,
     }
 }
 
@@ -262,7 +247,9 @@ impl Encoder {
         out.reserve(n);
         let start = out.len();
         self.next = 0;
-        self.write(ts, type_index, root, src, opts, out)?;
+        let mut staged = Staged::new(out);
+        self.write(ts, type_index, root, src, opts, &mut staged)?;
+        staged.flush();
         debug_assert_eq!(out.len() - start, n);
         Ok(())
     }
@@ -392,29 +379,86 @@ impl Encoder {
         let obj = src.object(at, m)?;
         self.charge(1, opts)?;
         let mut n = 0usize;
-        for f in ts.fields(m) {
-            let tag_len = varint::len((f.number as u64) << 3);
-            if f.is_repeated() {
-                let r = Ref::unpack(slot_u64(obj, f.offset));
-                if r.len == 0 {
-                    continue;
-                }
-                self.charge(r.len as usize, opts)?;
-                n += self.size_repeated(ts, m, f, r, at, src, opts, depth, tag_len)?;
-                continue;
-            }
-            match presence(ts, m, obj, f) {
-                Present::No => {}
-                Present::Scalar(bits) => n += tag_len + scalar_len(f.kind, bits),
-                Present::Ref(r) => {
-                    if f.kind.is_message() {
-                        n += self.size_sub(ts, f, r.offset as usize, src, opts, depth, tag_len)?;
-                    } else {
-                        src.bytes(r, at + f.offset as usize)?;
-                        n += tag_len + varint::len(r.len as u64) + r.len as usize;
+        for (i, op) in ts.ops(m).iter().enumerate() {
+            if !present(obj, op) {
+                if matches!(op.card, Card::Repeated | Card::Packed) {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if r.len != 0 {
+                        self.charge(r.len as usize, opts)?;
+                        let f = &ts.fields(m)[i];
+                        n += self.size_repeated(ts, m, f, r, at, src, opts, depth, op.tag_len)?;
                     }
                 }
+                continue;
             }
+            let tl = op.tag_len as usize;
+            let implicit = op.card == Card::Implicit;
+            n += match op.value {
+                ValueOp::Int32 | ValueOp::ClosedEnum => {
+                    let v = slot_u32(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    tl + varint::len(v as i32 as i64 as u64)
+                }
+                ValueOp::UInt32 => {
+                    let v = slot_u32(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    tl + varint::len(v as u64)
+                }
+                ValueOp::SInt32 => {
+                    let v = slot_u32(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    tl + varint::len(varint::zigzag32(v as i32) as u64)
+                }
+                ValueOp::Int64 | ValueOp::SInt64 => {
+                    let v = slot_u64(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    let v =
+                        if op.value == ValueOp::SInt64 { varint::zigzag64(v as i64) } else { v };
+                    tl + varint::len(v)
+                }
+                ValueOp::Bool => {
+                    if implicit && obj.get(op.offset as usize).copied().unwrap_or(0) == 0 {
+                        continue;
+                    }
+                    tl + 1
+                }
+                ValueOp::Fixed32 => {
+                    if implicit && slot_u32(obj, op.offset) == 0 {
+                        continue;
+                    }
+                    tl + 4
+                }
+                ValueOp::Fixed64 => {
+                    if implicit && slot_u64(obj, op.offset) == 0 {
+                        continue;
+                    }
+                    tl + 8
+                }
+                ValueOp::Bytes | ValueOp::Utf8 => {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if implicit && r.len == 0 {
+                        continue;
+                    }
+                    src.bytes(r, at + op.offset as usize)?;
+                    tl + varint::len(r.len as u64) + r.len as usize
+                }
+                ValueOp::Message | ValueOp::Group => {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if r.offset == 0 && op.card != Card::Always {
+                        continue;
+                    }
+                    let f = &ts.fields(m)[i];
+                    self.size_sub(ts, f, r.offset as usize, src, opts, depth, op.tag_len)?
+                }
+            };
         }
         let unknown = Ref::unpack(slot_u64(obj, m.unknown_offset));
         n += src.array(unknown, 1, at + m.unknown_offset as usize)?.len();
@@ -431,8 +475,9 @@ impl Encoder {
         src: Source<'_>,
         opts: &EncodeOptions,
         depth: u32,
-        tag_len: usize,
+        tag_len: u8,
     ) -> Result<usize, BlockError> {
+        let tag_len = tag_len as usize;
         if depth >= opts.max_depth {
             return Err(BlockError::TooDeep);
         }
@@ -459,8 +504,9 @@ impl Encoder {
         src: Source<'_>,
         opts: &EncodeOptions,
         depth: u32,
-        tag_len: usize,
+        tag_len: u8,
     ) -> Result<usize, BlockError> {
+        let tag_len = tag_len as usize;
         let slot_at = at + f.offset as usize;
         if f.kind.is_scalar() {
             let size = f.kind.slot_size() as usize;
@@ -483,13 +529,15 @@ impl Encoder {
                 let order = self.map_order(ts, m, f, arr, src)?;
                 for i in order.iter().copied() {
                     let e = Ref::unpack(le_bits(&arr[8 * i as usize..8 * i as usize + 8]));
-                    n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+                    n +=
+                        self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len as u8)?;
                 }
                 self.orders.push(order);
             } else {
                 for c in arr.chunks_exact(8) {
                     let e = Ref::unpack(le_bits(c));
-                    n += self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len)?;
+                    n +=
+                        self.size_sub(ts, f, e.offset as usize, src, opts, depth, tag_len as u8)?;
                 }
             }
         } else {
@@ -569,29 +617,83 @@ impl Encoder {
     ) -> Result<(), BlockError> {
         let m = ts.message(mi);
         let obj = src.object(at, m)?;
-        for f in ts.fields(m) {
-            let tag = ((f.number as u64) << 3) | f.kind.wire_type() as u64;
-            if f.is_repeated() {
-                let r = Ref::unpack(slot_u64(obj, f.offset));
-                if r.len != 0 {
-                    self.write_repeated(ts, m, f, r, at, src, opts, out)?;
+        for (i, op) in ts.ops(m).iter().enumerate() {
+            if !present(obj, op) {
+                if matches!(op.card, Card::Repeated | Card::Packed) {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if r.len != 0 {
+                        let f = &ts.fields(m)[i];
+                        self.write_repeated(ts, m, f, r, at, src, opts, out)?;
+                    }
                 }
                 continue;
             }
-            match presence(ts, m, obj, f) {
-                Present::No => {}
-                Present::Scalar(bits) => {
-                    out.varint(tag);
-                    push_scalar(out, f.kind, bits);
-                }
-                Present::Ref(r) => {
-                    if f.kind.is_message() {
-                        self.write_sub(ts, f, r.offset as usize, src, opts, out)?;
-                    } else {
-                        out.varint(tag);
-                        out.varint(r.len as u64);
-                        out.payload(src.bytes(r, at + f.offset as usize)?);
+            let implicit = op.card == Card::Implicit;
+            match op.value {
+                ValueOp::Int32 | ValueOp::ClosedEnum | ValueOp::UInt32 | ValueOp::SInt32 => {
+                    let v = slot_u32(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
                     }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.varint(match op.value {
+                        ValueOp::UInt32 => v as u64,
+                        ValueOp::SInt32 => varint::zigzag32(v as i32) as u64,
+                        _ => v as i32 as i64 as u64,
+                    });
+                }
+                ValueOp::Int64 | ValueOp::SInt64 => {
+                    let v = slot_u64(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.varint(if op.value == ValueOp::SInt64 {
+                        varint::zigzag64(v as i64)
+                    } else {
+                        v
+                    });
+                }
+                ValueOp::Bool => {
+                    let v = obj.get(op.offset as usize).copied().unwrap_or(0);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.bytes(&[(v != 0) as u8]);
+                }
+                ValueOp::Fixed32 => {
+                    let v = slot_u32(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.bytes(&v.to_le_bytes());
+                }
+                ValueOp::Fixed64 => {
+                    let v = slot_u64(obj, op.offset);
+                    if implicit && v == 0 {
+                        continue;
+                    }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.bytes(&v.to_le_bytes());
+                }
+                ValueOp::Bytes | ValueOp::Utf8 => {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if implicit && r.len == 0 {
+                        continue;
+                    }
+                    out.tag(op.tag_bytes, op.tag_len);
+                    out.varint(r.len as u64);
+                    out.payload(src.bytes(r, at + op.offset as usize)?);
+                }
+                ValueOp::Message | ValueOp::Group => {
+                    let r = Ref::unpack(slot_u64(obj, op.offset));
+                    if r.offset == 0 && op.card != Card::Always {
+                        continue;
+                    }
+                    let f = &ts.fields(m)[i];
+                    self.write_sub(ts, f, r.offset as usize, src, opts, out)?;
                 }
             }
         }

@@ -21,6 +21,100 @@ pub(crate) trait Sink<'a> {
     fn payload(&mut self, b: &'a [u8]);
     /// A varint.
     fn varint(&mut self, v: u64);
+    /// A pre-encoded tag: the low `len` bytes of `bytes`.
+    #[inline(always)]
+    fn tag(&mut self, bytes: u64, len: u8) {
+        self.bytes(&bytes.to_le_bytes()[..len as usize]);
+    }
+}
+
+/// Bytes staged before they go to the output vector.
+const STAGE: usize = 256;
+/// Payloads up to this long are staged; longer ones are appended directly.
+const STAGE_PAYLOAD: usize = 64;
+
+/// The contiguous encoder's sink: framing and short values are written into
+/// a small fixed staging array (plain stores, one bounds check per value)
+/// and appended to the output vector a few hundred bytes at a time; long
+/// payloads are appended directly. Pushing byte by byte into the `Vec`
+/// instead costs a capacity check per byte and, because a byte store may
+/// alias anything, reloads of the vector's pointer and length after each.
+/// Call [`Staged::flush`] at the end.
+pub(crate) struct Staged<'v> {
+    out: &'v mut Vec<u8>,
+    stage: [u8; STAGE],
+    n: usize,
+}
+
+impl<'v> Staged<'v> {
+    pub(crate) fn new(out: &'v mut Vec<u8>) -> Self {
+        Staged { out, stage: [0; STAGE], n: 0 }
+    }
+
+    /// Appends the staged bytes to the output.
+    #[inline(never)]
+    pub(crate) fn flush(&mut self) {
+        self.out.extend_from_slice(&self.stage[..self.n]);
+        self.n = 0;
+    }
+
+    /// Room for 16 more bytes in the staging array.
+    #[inline(always)]
+    fn room(&mut self) -> &mut [u8; 16] {
+        if self.n > STAGE - 16 {
+            self.flush();
+        }
+        let n = self.n;
+        let r: &mut [u8] = &mut self.stage[n..n + 16];
+        r.try_into().unwrap_or_else(|_| unreachable!("n <= STAGE - 16"))
+    }
+}
+
+impl<'a> Sink<'a> for Staged<'_> {
+    #[inline(always)]
+    fn bytes(&mut self, b: &[u8]) {
+        if b.len() <= 16 {
+            self.room()[..b.len()].copy_from_slice(b);
+            self.n += b.len();
+        } else {
+            self.payload(b);
+        }
+    }
+    #[inline(always)]
+    fn payload(&mut self, b: &[u8]) {
+        if b.len() <= STAGE_PAYLOAD {
+            if self.n + b.len() > STAGE {
+                self.flush();
+            }
+            self.stage[self.n..self.n + b.len()].copy_from_slice(b);
+            self.n += b.len();
+        } else {
+            self.flush();
+            self.out.extend_from_slice(b);
+        }
+    }
+    #[inline(always)]
+    fn varint(&mut self, mut v: u64) {
+        let r = self.room();
+        if v < 0x80 {
+            r[0] = v as u8;
+            self.n += 1;
+            return;
+        }
+        let mut i = 0;
+        while v >= 0x80 && i < 9 {
+            r[i] = v as u8 | 0x80;
+            v >>= 7;
+            i += 1;
+        }
+        r[i] = v as u8;
+        self.n += i + 1;
+    }
+    #[inline(always)]
+    fn tag(&mut self, bytes: u64, len: u8) {
+        self.room()[..8].copy_from_slice(&bytes.to_le_bytes());
+        self.n += len as usize;
+    }
 }
 
 impl<'a> Sink<'a> for Vec<u8> {

@@ -33,8 +33,60 @@ pub(crate) fn read(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
     read_slow(buf, pos)
 }
 
-#[cold]
+/// Reads a varint whose length is unpredictable (a value rather than a tag):
+/// with ten bytes available there is no branch on its length at all.
+#[inline(always)]
+pub(crate) fn read_value(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    read_slow(buf, pos)
+}
+
+#[inline]
 fn read_slow(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let p = *pos;
+    let Some(chunk) = buf.get(p..p + 10) else { return read_tail(buf, pos) };
+    // Ten bytes available: decode without a branch per byte. The first
+    // eight bytes are one little-endian word; the lowest clear
+    // continuation bit marks the end, and the 7-bit groups below it are
+    // packed together by three mask-and-shift steps.
+    let word = u64::from_le_bytes([
+        chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+    ]);
+    let stops = !word & 0x8080_8080_8080_8080;
+    if stops != 0 {
+        let bits = stops.trailing_zeros() + 1; // through the last byte's top bit
+        let word = if bits == 64 { word } else { word & ((1u64 << bits) - 1) };
+        *pos = p + bits as usize / 8;
+        return Ok(compact(word));
+    }
+    // Nine or ten bytes: 56 bits from the word, then up to two more bytes.
+    let mut value = compact(word);
+    let b8 = chunk[8];
+    value |= ((b8 & 0x7f) as u64) << 56;
+    if b8 < 0x80 {
+        *pos = p + 9;
+        return Ok(value);
+    }
+    let b9 = chunk[9];
+    if b9 >= 0x80 {
+        return Err(VarintError::TooLong);
+    }
+    value |= (b9 as u64) << 63; // bits past 64 are dropped
+    *pos = p + 10;
+    Ok(value)
+}
+
+/// Packs the low 7 bits of each of the eight bytes of `word` into 56 bits.
+#[inline(always)]
+fn compact(word: u64) -> u64 {
+    let x = word & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
+}
+
+/// A varint within the last ten bytes of the buffer: bytes checked one by one.
+#[cold]
+fn read_tail(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
     let mut value = 0u64;
     for i in 0..10 {
         let Some(&b) = buf.get(*pos + i) else { return Err(VarintError::Truncated) };
@@ -103,6 +155,30 @@ mod tests {
             assert_eq!(read(&out, &mut pos), Ok(v));
             assert_eq!(pos, out.len());
         }
+    }
+
+    #[test]
+    fn every_length_and_position_decodes() {
+        // Each length 1..=10, at the start of a buffer with and without ten
+        // bytes of room after it (the word-at-a-time and the byte-wise path).
+        for bits in 0..64 {
+            for v in [1u64 << bits, (1u64 << bits) - 1, (1u64 << bits) | 0x55, u64::MAX >> bits] {
+                let mut enc = Vec::new();
+                push(&mut enc, v);
+                for pad in [0usize, 12] {
+                    let mut buf = enc.clone();
+                    buf.resize(enc.len() + pad, 0xff);
+                    let mut pos = 0;
+                    assert_eq!(read(&buf, &mut pos), Ok(v), "{v:#x} pad {pad}");
+                    assert_eq!(pos, enc.len());
+                }
+            }
+        }
+        // Overlong ten-byte encodings keep the low 64 bits.
+        let mut pos = 0;
+        let ten = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0];
+        assert_eq!(read(&ten, &mut pos), Ok(u64::MAX));
+        assert_eq!(pos, 10);
     }
 
     #[test]

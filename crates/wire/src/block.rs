@@ -61,6 +61,9 @@ pub(crate) fn capacity(len: u32) -> u32 {
     }
 }
 
+/// Source of zero bytes for small allocations.
+static ZEROS: [u8; 256] = [0; 256];
+
 /// Copies at least this long get a 4K-aliasing-free placement (see
 /// `Block::alloc_copy`).
 const ALIGNED_COPY_MIN: usize = 2048;
@@ -199,7 +202,14 @@ impl Block {
     #[inline(always)]
     pub(crate) fn alloc_zeroed(&mut self, size: usize) -> usize {
         let at = (self.buf.len() + 7) & !7;
-        self.buf.resize(at + size, 0);
+        let grow = at + size - self.buf.len();
+        if grow <= ZEROS.len() {
+            // Objects and new arrays are small: an inlined append of static
+            // zeros is cheaper than the out-of-line `Vec::resize`.
+            self.buf.extend_from_slice(&ZEROS[..grow]);
+        } else {
+            self.buf.resize(at + size, 0);
+        }
         at
     }
 

@@ -26,9 +26,10 @@ use protoplane_schema::{
     Card, Field, FieldFlags, FieldOp, Kind, Message, MessageFlags, TableSet, ValueOp, WireType,
 };
 
+use crate::back::Back;
 use crate::block::{read_u32, Ref, HEADER_LEN};
 use crate::error::BlockError;
-use crate::sink::{SgList, Sink, Staged};
+use crate::sink::{SgList, Sink};
 use crate::varint;
 
 /// Knobs of an encode.
@@ -178,7 +179,7 @@ fn scalar_len(kind: Kind, bits: u64) -> usize {
 /// map-entry field); `false` for repeated fields, whose presence is their
 /// length. Implicit-presence fields are then also checked for zero.
 #[inline(always)]
-fn present(obj: &[u8], op: &FieldOp) -> bool {
+pub(crate) fn present(obj: &[u8], op: &FieldOp) -> bool {
     match op.card {
         Card::Hasbit | Card::Implicit => hasbit(obj, op.presence),
         Card::Oneof => slot_u32(obj, op.presence) == op.tag >> 3,
@@ -187,14 +188,39 @@ fn present(obj: &[u8], op: &FieldOp) -> bool {
     }
 }
 
+/// How much work (objects visited plus repeated elements) an encode of
+/// `src` may do. A block built by the decoder or a builder is a tree: every
+/// object (at least 8 bytes) and every array element (at least 1 byte) is
+/// reached once, so the work is at most the block's length. A forged block
+/// whose references share objects (a DAG) could otherwise make a small
+/// block encode for minutes; it fails with `TooLarge` once it has done more
+/// work than any tree of its size could need.
+pub(crate) fn work_budget(src: Source<'_>, opts: &EncodeOptions) -> usize {
+    opts.max_size.min(src.block.len() + 64)
+}
+
+/// The most bytes an encode of `src` may produce: per block byte at most 8
+/// (an unpacked `bool` element, one byte in its array, is a tag of up to
+/// five bytes and a value byte; every other slot or object yields less per
+/// byte it occupies) plus the wire bytes a view references. Past this the
+/// block shares references and fails with `TooLarge` before the output
+/// buffer grows further.
+pub(crate) fn output_budget(src: Source<'_>, opts: &EncodeOptions) -> usize {
+    opts.max_size.min(8 * src.block.len() + src.wire.len() + 64)
+}
+
 /// Reusable encoder scratch (sub-message sizes, map orderings).
 #[derive(Debug, Default)]
 pub struct Encoder {
     sizes: Vec<u32>,
     next: usize,
     work: usize,
+    /// Limit of `work` for this encode (see [`work_budget`]).
+    budget: usize,
     /// Pool of map-order vectors (nested maps need one each).
-    orders: Vec<Vec<u32>>,
+    pub(crate) orders: Vec<Vec<u32>>,
+    /// The back-to-front output buffer (see `back.rs`), reused.
+    back: Vec<u8>,
 }
 
 /// Encodes a block whose strings are all inside it (owned mode).
@@ -226,6 +252,7 @@ impl Encoder {
         let root = src.root(ts, type_index)?;
         self.sizes.clear();
         self.work = 0;
+        self.budget = work_budget(src, opts);
         let n = self.size(ts, type_index, root, src, opts, 0)?;
         if n > opts.max_size {
             return Err(BlockError::TooLarge);
@@ -233,7 +260,31 @@ impl Encoder {
         Ok(n)
     }
 
-    /// Appends the encoding of the message in `src` to `out`.
+    /// Encodes the message in `src` into the encoder's own reused buffer and
+    /// returns the bytes: one back-to-front pass (see `back.rs`), no size
+    /// pass, no copy beyond the payloads'. The slice is valid until the
+    /// encoder is used again; the buffer keeps the size of the largest
+    /// message encoded so far.
+    pub fn encode(
+        &mut self,
+        ts: &TableSet,
+        type_index: u32,
+        src: Source<'_>,
+        opts: &EncodeOptions,
+    ) -> Result<&[u8], BlockError> {
+        let root = src.root(ts, type_index)?;
+        self.work = 0;
+        self.budget = work_budget(src, opts);
+        let mut w = Back::new(std::mem::take(&mut self.back), output_budget(src, opts));
+        let done = self.back_object(ts, type_index, root, src, opts, 0, &mut w);
+        let pos = w.pos;
+        self.back = w.buf;
+        done?;
+        Ok(&self.back[pos..])
+    }
+
+    /// Appends the encoding of the message in `src` to `out` ([`Encoder::encode`]
+    /// followed by one copy).
     pub fn encode_into(
         &mut self,
         ts: &TableSet,
@@ -242,15 +293,8 @@ impl Encoder {
         opts: &EncodeOptions,
         out: &mut Vec<u8>,
     ) -> Result<(), BlockError> {
-        let n = self.encoded_len(ts, type_index, src, opts)?;
-        let root = src.root(ts, type_index)?;
-        out.reserve(n);
-        let start = out.len();
-        self.next = 0;
-        let mut staged = Staged::new(out);
-        self.write(ts, type_index, root, src, opts, &mut staged)?;
-        staged.flush();
-        debug_assert_eq!(out.len() - start, n);
+        let bytes = self.encode(ts, type_index, src, opts)?;
+        out.extend_from_slice(bytes);
         Ok(())
     }
 
@@ -284,6 +328,7 @@ impl Encoder {
     ) -> Result<(), BlockError> {
         self.sizes.clear();
         self.work = 0;
+        self.budget = work_budget(src, opts);
         let n = self.size(ts, mi, at, src, opts, 0)?;
         out.reserve(n);
         self.next = 0;
@@ -356,9 +401,9 @@ impl Encoder {
 
     /// Counts work (objects, elements, bytes) against the size limit.
     #[inline(always)]
-    fn charge(&mut self, units: usize, opts: &EncodeOptions) -> Result<(), BlockError> {
+    pub(crate) fn charge(&mut self, units: usize, _opts: &EncodeOptions) -> Result<(), BlockError> {
         self.work += units;
-        if self.work > opts.max_size {
+        if self.work > self.budget {
             return Err(BlockError::TooLarge);
         }
         Ok(())
@@ -554,7 +599,7 @@ impl Encoder {
     /// occurs twice collapsed to its last occurrence. The vector comes from
     /// (and goes back to) a small pool, so steady-state encoding allocates nothing.
     #[cold]
-    fn map_order(
+    pub(crate) fn map_order(
         &mut self,
         ts: &TableSet,
         _m: &Message,

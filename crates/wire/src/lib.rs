@@ -9,6 +9,7 @@
 //!
 //! Start with `block.rs` (the format), then `decode.rs`.
 
+mod back;
 mod block;
 mod builder;
 mod decode;

@@ -12,6 +12,8 @@
 //!   most fields arriving unknown or with a mismatched wire type.
 //! * `CORPUS/json`: the JSON form of every `decode` seed that decodes, and
 //!   the conformance JSON lines (seeded like their wire messages).
+//! * `CORPUS/block`: the owned-mode block of every `decode` seed that decodes
+//!   (selector byte, then the block's bytes).
 //! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
 //!   dataset's descriptor set and of every dataset `.proto`.
 //!
@@ -111,6 +113,13 @@ fn to_json(sel: u8, wire: &[u8]) -> Option<String> {
     Some(text)
 }
 
+/// The owned-mode block of `wire` as type `sel`, if it decodes.
+fn block_of(sel: u8, wire: &[u8]) -> Option<Vec<u8>> {
+    let t = &targets()[sel as usize];
+    let block = decode(t.tables, t.type_index, wire, &DecodeOptions::default()).ok()?;
+    Some(block.into_bytes())
+}
+
 fn sel(name: &str) -> u8 {
     selector(name).unwrap_or_else(|| panic!("{name} is not a fuzzed type"))
 }
@@ -125,6 +134,7 @@ fn main() {
     let conformance = args.get(2).filter(|p| p.is_dir());
     let (mut wire, mut text, mut tables) =
         (Dir::new(corpus, "decode"), Dir::new(corpus, "json"), Dir::new(corpus, "tables"));
+    let mut blocks = Dir::new(corpus, "block");
 
     for &(name, h) in HOSTILE_SEEDS {
         let (s, msg) = (sel(name), hex(h));
@@ -134,6 +144,7 @@ fn main() {
         }
         wire.put_selected(name, s, &msg);
         text.put_selected(name, s, to_json(s, &msg).unwrap_or_default().as_bytes());
+        blocks.put_selected(name, s, &block_of(s, &msg).unwrap_or_default());
     }
     tables.put("social", &social().to_bytes());
     tables.put("hostile", &hostile().to_bytes());
@@ -149,6 +160,9 @@ fn main() {
                 wire.put_selected(ty, s, msg);
                 if let Some(j) = to_json(s, msg) {
                     text.put_selected(ty, s, j.as_bytes());
+                }
+                if let Some(b) = block_of(s, msg) {
+                    blocks.put_selected(ty, s, &b);
                 }
             }
         }
@@ -181,6 +195,9 @@ fn main() {
                 let bytes = fs::read(dir.join(format!("{file}.delimited"))).unwrap_or_default();
                 for msg in delimited(&bytes).into_iter().take(200) {
                     wire.put_selected(&format!("{name}-{file}"), s, msg);
+                    if let Some(b) = block_of(s, msg).filter(|_| file == "canonical") {
+                        blocks.put_selected(&format!("{name}-{file}"), s, &b);
+                    }
                 }
             }
             let lines = fs::read_to_string(dir.join("encode.jsonl")).unwrap_or_default();
@@ -190,7 +207,7 @@ fn main() {
         }
     }
 
-    for dir in [&wire, &text, &tables] {
+    for dir in [&wire, &blocks, &text, &tables] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }

@@ -10,15 +10,23 @@
 //! arrival order; with `deterministic`, map entries sorted by key (and a
 //! key that arrived twice written once, the last value winning).
 //!
-//! Two passes. `size` computes every sub-message's length once, in pre-order,
-//! into a scratch list; `write` walks the same order forward and appends.
-//! (ProtoAcc encodes back to front so that lengths are known after the
-//! content; in safe Rust a back-to-front writer needs a zero-filled buffer
-//! first, a full extra pass over payload-heavy messages, so we size first.)
+//! Two encoders produce these bytes:
+//! * the contiguous one ([`Encoder::encode`], [`Encoder::encode_into`]) writes
+//!   back to front in a single pass (`back.rs`), ProtoAcc's order;
+//! * the forward one, two passes: `size` computes every sub-message's length
+//!   once, in pre-order, into a scratch list; `write` walks the same order
+//!   forward. It serves [`Encoder::encoded_len`] and the scatter-gather
+//!   encode ([`Encoder::encode_sg`]), whose pieces must come out in order.
+//!
+//! Both are driven by the schema's precomputed field ops (`FieldOp`: the
+//! canonical tag already varint-encoded, value and presence handling
+//! resolved), one `match` per field instead of several on `Kind`.
 //!
 //! The block is not trusted: every object and reference is bounds-checked,
-//! depth is limited (a reference cycle fails as too deep), and the total
-//! work is bounded by the size limit (shared sub-objects cannot explode).
+//! depth is limited (a reference cycle fails as too deep), and the work and
+//! the output are bounded by what a tree-shaped block of the same size can
+//! need ([`work_budget`], [`output_budget`]): shared sub-objects fail fast
+//! instead of exploding.
 
 use std::cmp::Ordering;
 

@@ -180,7 +180,13 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
     Ok(format!("{report}\nreport written to {}\n", md.display()))
 }
 
+/// Writes `text` to `path` unless it already holds exactly that: the peer
+/// workers' build scripts watch the schema list, and rewriting it unchanged
+/// would make cargo regenerate and re-link them (minutes, fat LTO) each run.
 fn write(path: &Path, text: &str) -> Result<(), String> {
+    if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+        return Ok(());
+    }
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }

@@ -190,11 +190,14 @@ impl Block {
     /// Starts a block holding one zeroed root object of `size` bytes.
     pub(crate) fn start(&mut self, type_index: u32, size: u32, flags: u32) -> usize {
         self.buf.clear();
-        self.buf.resize(HEADER_LEN, 0);
+        let mut header = [0u8; HEADER_LEN];
+        header[0..4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        header[4..8].copy_from_slice(&type_index.to_le_bytes());
+        header[8..12].copy_from_slice(&flags.to_le_bytes());
+        self.buf.extend_from_slice(&header);
+        // HEADER_LEN is 8-aligned: the root object follows the header.
         let root = self.alloc_zeroed(size as usize);
-        self.buf[0..4].copy_from_slice(&(root as u32).to_le_bytes());
-        self.buf[4..8].copy_from_slice(&type_index.to_le_bytes());
-        self.buf[8..12].copy_from_slice(&flags.to_le_bytes());
+        debug_assert_eq!(root, HEADER_LEN);
         root
     }
 

@@ -14,6 +14,8 @@
 //!   the conformance JSON lines (seeded like their wire messages).
 //! * `CORPUS/block`: the owned-mode block of every `decode` seed that decodes
 //!   (selector byte, then the block's bytes).
+//! * `CORPUS/grpc`: framed gRPC streams (two control bytes, then the
+//!   stream; see `fuzz_targets/grpc.rs`) and header values.
 //! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
 //!   dataset's descriptor set and of every dataset `.proto`.
 //!
@@ -135,6 +137,19 @@ fn main() {
     let (mut wire, mut text, mut tables) =
         (Dir::new(corpus, "decode"), Dir::new(corpus, "json"), Dir::new(corpus, "tables"));
     let mut blocks = Dir::new(corpus, "block");
+    let mut grpc = Dir::new(corpus, "grpc");
+    for (name, stream) in [
+        ("empty", Vec::new()),
+        ("one", [&[0u8, 0, 0, 0, 3][..], b"abc"].concat()),
+        ("two", [&[0u8, 0, 0, 0, 0][..], &[1, 0, 0, 0, 2], b"zz"].concat()),
+        ("big", [&[0u8, 0, 0, 1, 0][..], &[9; 256]].concat()),
+        ("flag", vec![2, 0, 0, 0, 0]),
+        ("timeout", b"100m".to_vec()),
+        ("message", b"%09%0Atest%E2%98%BA".to_vec()),
+        ("bin", b"q6ur".to_vec()),
+    ] {
+        grpc.put(name, &[&[64u8, 3][..], &stream].concat());
+    }
 
     for &(name, h) in HOSTILE_SEEDS {
         let (s, msg) = (sel(name), hex(h));
@@ -207,7 +222,7 @@ fn main() {
         }
     }
 
-    for dir in [&wire, &blocks, &text, &tables] {
+    for dir in [&wire, &blocks, &grpc, &text, &tables] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }

@@ -17,10 +17,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use protoplane_rpc::frame::{encode_frame, FrameDecoder, Message, FRAME_HEADER_LEN};
+use protoplane_rpc::frame::{encode_frame, FrameDecoder, Frame, FRAME_HEADER_LEN};
 use protoplane_rpc::{metadata, status, timeout, Code};
 
-fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Message>, Option<String>) {
+fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Frame>, Option<String>) {
     let mut dec = FrameDecoder::new(limit);
     let mut out = Vec::new();
     for chunk in chunks {

@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod interop;
 mod schema_args;
 mod stream;
 
@@ -36,6 +37,12 @@ enum Command {
     /// One benchmark worker process (driven by `protoplane bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
+    /// Serve gRPC's interop test service (grpc.testing.TestService).
+    #[command(name = "interop-server")]
+    InteropServer(interop::server::ServerArgs),
+    /// Run one gRPC interop test case against a TestService server.
+    #[command(name = "interop-client")]
+    InteropClient(interop::client::ClientArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
     Compile {
         #[command(flatten)]
@@ -126,6 +133,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rows = bench::worker::run(&args).map_err(Failure::Input)?;
             write_stdout(rows.as_bytes())
         }
+        Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),
+        Command::InteropClient(args) => interop::client::run(&args).map_err(Failure::Input),
         Command::Demo(args) => {
             let report = demo::run(&args).map_err(Failure::Input)?;
             write_stdout(report.as_bytes())

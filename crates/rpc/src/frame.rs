@@ -20,7 +20,7 @@ pub const FRAME_HEADER_LEN: usize = 5;
 
 /// One received message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Message {
+pub struct Frame {
     /// The flag bit: the message is compressed with the stream's
     /// `grpc-encoding`.
     pub compressed: bool,
@@ -105,7 +105,7 @@ impl FrameDecoder {
     }
 
     /// Feeds received bytes; appends every message they complete to `out`.
-    pub fn push(&mut self, mut data: &[u8], out: &mut Vec<Message>) -> Result<(), FrameError> {
+    pub fn push(&mut self, mut data: &[u8], out: &mut Vec<Frame>) -> Result<(), FrameError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -147,7 +147,7 @@ impl FrameDecoder {
                     if body.len() < *want {
                         break;
                     }
-                    out.push(Message { compressed: *compressed, data: std::mem::take(body) });
+                    out.push(Frame { compressed: *compressed, data: std::mem::take(body) });
                     self.body = None;
                 }
             }
@@ -191,8 +191,8 @@ mod tests {
         let msgs: [(bool, &[u8]); 4] =
             [(false, b"hello"), (true, b""), (false, &[7; 300]), (true, b"x")];
         let wire = framed(&msgs);
-        let want: Vec<Message> =
-            msgs.iter().map(|(c, m)| Message { compressed: *c, data: m.to_vec() }).collect();
+        let want: Vec<Frame> =
+            msgs.iter().map(|(c, m)| Frame { compressed: *c, data: m.to_vec() }).collect();
         for chunk in [1, 2, 3, 5, 6, 7, 64, wire.len()] {
             let mut dec = FrameDecoder::new(1024);
             let mut got = Vec::new();

@@ -17,10 +17,21 @@
 //! (`PROTOCOL-HTTP2.md` in the grpc repository); each module names the
 //! production it implements.
 
+pub mod call;
+pub mod client;
+pub mod codec;
 pub mod frame;
 pub mod metadata;
+pub mod schema;
+pub mod server;
 pub mod status;
 pub mod timeout;
+pub mod tls;
 
-pub use frame::{encode_frame, FrameDecoder, FrameError, Message, FRAME_HEADER_LEN};
+pub use call::{BoxFuture, Message, Request, Responder, Service, Streaming};
+pub use client::{CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, TypedCall};
+pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, FRAME_HEADER_LEN};
+pub use metadata::Metadata;
+pub use schema::{Method, Schema};
+pub use server::{Router, ServerOptions};
 pub use status::{Code, Status};

@@ -86,6 +86,116 @@ pub fn decode_value(key: &str, header: &[u8]) -> Result<Vec<u8>, MetadataError> 
         .map_err(|_| MetadataError::BadBase64(key.to_string()))
 }
 
+/// A call's custom metadata: an ordered list of entries (a key may repeat,
+/// as HTTP/2 headers may). Values are kept decoded: the bytes of a `-bin`
+/// entry, the text of an ASCII one. Entries are checked when inserted, so
+/// everything in a `Metadata` can be sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metadata {
+    entries: Vec<(String, Vec<u8>)>,
+}
+
+impl Metadata {
+    /// No entries.
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    /// Appends an ASCII entry (`key` must not end in `-bin`).
+    pub fn insert(&mut self, key: &str, value: &str) -> Result<(), MetadataError> {
+        if is_binary(key) {
+            return Err(MetadataError::BadValue(key.to_string()));
+        }
+        encode_value(key, value.as_bytes())?;
+        self.entries.push((key.to_string(), value.as_bytes().to_vec()));
+        Ok(())
+    }
+
+    /// Appends a binary entry (`key` must end in `-bin`).
+    pub fn insert_bin(&mut self, key: &str, value: &[u8]) -> Result<(), MetadataError> {
+        check_key(key)?;
+        if !is_binary(key) {
+            return Err(MetadataError::BadKey(key.to_string()));
+        }
+        self.entries.push((key.to_string(), value.to_vec()));
+        Ok(())
+    }
+
+    /// The first ASCII value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        if is_binary(key) {
+            return None;
+        }
+        self.get_bin_or_ascii(key).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The first value of a `-bin` key.
+    pub fn get_bin(&self, key: &str) -> Option<&[u8]> {
+        if !is_binary(key) {
+            return None;
+        }
+        self.get_bin_or_ascii(key)
+    }
+
+    fn get_bin_or_ascii(&self, key: &str) -> Option<&[u8]> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_slice())
+    }
+
+    /// Every value of `key`, in order.
+    pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.entries.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_slice())
+    }
+
+    /// Every entry, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds every entry as an HTTP/2 header.
+    pub fn write_headers(&self, headers: &mut http::HeaderMap) {
+        for (k, v) in &self.entries {
+            let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                encode_value(k, v)
+                    .map_err(|_| ())
+                    .and_then(|s| http::HeaderValue::from_str(&s).map_err(|_| ())),
+            ) else {
+                continue; // unreachable: entries are checked on insert
+            };
+            headers.append(name, value);
+        }
+    }
+
+    /// The custom metadata among received headers: every header except the
+    /// protocol's own (`grpc-*`, `content-type`, `te`, and connection
+    /// headers). A `-bin` value that is not base64 fails the call, as it
+    /// does in grpc-go.
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Metadata, MetadataError> {
+        let mut md = Metadata::new();
+        for (name, value) in headers {
+            let k = name.as_str();
+            if k.starts_with("grpc-")
+                || matches!(k, "content-type" | "te" | "connection" | "keep-alive" | "host")
+            {
+                continue;
+            }
+            let v = decode_value(k, value.as_bytes())?;
+            md.entries.push((k.to_string(), v));
+        }
+        Ok(md)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::metadata::Metadata;
+
 /// The status codes, with gRPC's numbering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -145,17 +147,19 @@ pub struct Status {
     pub code: Code,
     /// The message (may be empty).
     pub message: String,
+    /// Trailing metadata sent with the status.
+    pub metadata: Metadata,
 }
 
 impl Status {
     /// A status with a message.
     pub fn new(code: Code, message: impl Into<String>) -> Status {
-        Status { code, message: message.into() }
+        Status { code, message: message.into(), metadata: Metadata::new() }
     }
 
     /// Success.
     pub fn ok() -> Status {
-        Status { code: Code::Ok, message: String::new() }
+        Status::new(Code::Ok, "")
     }
 
     /// Reads the status from trailer values (`grpc-status`, `grpc-message`).
@@ -163,7 +167,7 @@ impl Status {
     /// requires: the call did not end the way gRPC says it must.
     pub fn from_trailers(status: Option<&[u8]>, message: Option<&[u8]>) -> Status {
         match status.and_then(Code::from_header) {
-            Some(code) => Status { code, message: message.map(decode_message).unwrap_or_default() },
+            Some(code) => Status::new(code, message.map(decode_message).unwrap_or_default()),
             None => Status::new(
                 Code::Unknown,
                 match status {

@@ -19,7 +19,7 @@ mod lower;
 mod table;
 
 pub use error::SchemaError;
-pub use load::{compile_protos, ProtoSource};
+pub use load::{compile_proto_sources, compile_protos, ProtoSource};
 pub use table::{
     Card, Enum, EnumValue, Field, FieldFlags, FieldOp, Kind, Label, Message, MessageFlags, Oneof,
     Placement, Span, TableSet, ValueOp, WireType, NONE,

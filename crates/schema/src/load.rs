@@ -41,6 +41,23 @@ pub fn compile_protos(
     Ok(compiler.file_descriptor_set())
 }
 
+/// Compiles `.proto` files held in memory into a `FileDescriptorSet` (with
+/// imports; `google/protobuf/*.proto` come built in).
+pub fn compile_proto_sources(
+    sources: &[ProtoSource<'_>],
+    root: &[&str],
+) -> Result<FileDescriptorSet, SchemaError> {
+    let mut resolver = protox::file::ChainFileResolver::new();
+    resolver.add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
+    resolver.add(protox::file::GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    for name in root {
+        compiler.open_file(name).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
+    }
+    Ok(compiler.file_descriptor_set())
+}
+
 impl TableSet {
     /// Loads `.proto` files from disk; `includes` are the import roots (`-I`).
     pub fn from_proto_files(
@@ -56,16 +73,7 @@ impl TableSet {
         sources: &[ProtoSource<'_>],
         root: &[&str],
     ) -> Result<TableSet, SchemaError> {
-        let mut resolver = protox::file::ChainFileResolver::new();
-        resolver
-            .add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
-        resolver.add(protox::file::GoogleFileResolver::new());
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler.include_imports(true);
-        for name in root {
-            compiler.open_file(name).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
-        }
-        lower(&compiler.file_descriptor_set())
+        lower(&compile_proto_sources(sources, root)?)
     }
 
     /// Loads a serialized `FileDescriptorSet` (`protoc --include_imports

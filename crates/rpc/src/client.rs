@@ -1,0 +1,628 @@
+//! The gRPC client over HTTP/2.
+//!
+//! A [`Channel`] is one HTTP/2 connection (cheap to clone; calls are
+//! multiplexed on it). [`Channel::start`] opens a call on a method path and
+//! returns a [`ClientCall`], the client's engine side of one call: it frames
+//! and (optionally) compresses what the application sends, and decodes what
+//! the server answers. The same object serves all four call kinds; the
+//! helpers [`Client::unary`] and friends cover the common shapes.
+//!
+//! The deadline given at start is sent as `grpc-timeout` and also enforced
+//! locally: when it passes, the call is reset and fails with
+//! `DEADLINE_EXCEEDED`. Dropping a call that has not finished resets its
+//! stream (`RST_STREAM(CANCEL)`), which is how a client cancels.
+
+use std::future::{poll_fn, Future};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request as HttpRequest};
+use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, Source};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::call::{Message, Request};
+use crate::codec::{self, Encoding, ACCEPT_ENCODING};
+use crate::frame::FrameDecoder;
+use crate::metadata::Metadata;
+use crate::schema::Schema;
+use crate::server::{h2_status, write_data};
+use crate::status::{Code, Status};
+use crate::timeout;
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ChannelOptions {
+    /// Largest response message accepted (after decompression).
+    pub max_recv_message: usize,
+    /// Largest request message sent.
+    pub max_send_message: usize,
+    /// HTTP/2 stream receive window.
+    pub stream_window: u32,
+    /// HTTP/2 connection receive window.
+    pub connection_window: u32,
+    /// TLS: the server name to verify and the roots to trust (PEM). `None`
+    /// for plaintext (h2c with prior knowledge).
+    pub tls: Option<ClientTls>,
+    /// Time allowed for TCP connect, TLS and HTTP/2 handshakes.
+    pub connect_timeout: Duration,
+}
+
+/// TLS settings of a client.
+#[derive(Clone, Debug)]
+pub struct ClientTls {
+    /// The name the server's certificate must carry.
+    pub server_name: String,
+    /// PEM certificates of the trusted roots.
+    pub roots_pem: Vec<u8>,
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        ChannelOptions {
+            max_recv_message: 4 << 20,
+            max_send_message: i32::MAX as usize,
+            stream_window: 1 << 20,
+            connection_window: 4 << 20,
+            tls: None,
+            connect_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// One HTTP/2 connection to a gRPC server.
+#[derive(Clone, Debug)]
+pub struct Channel {
+    send: SendRequest<Bytes>,
+    authority: String,
+    scheme: &'static str,
+    opts: Arc<ChannelOptions>,
+}
+
+/// Per-call settings.
+#[derive(Clone, Debug, Default)]
+pub struct CallOptions {
+    /// Custom metadata sent with the request headers.
+    pub metadata: Metadata,
+    /// How long the client waits for the whole call.
+    pub timeout: Option<Duration>,
+    /// gzip-compress the request messages.
+    pub compress: bool,
+}
+
+fn unavailable(what: impl std::fmt::Display) -> Status {
+    Status::new(Code::Unavailable, what.to_string())
+}
+
+impl Channel {
+    /// Connects to `target` (`host:port`, optionally with an `http://` or
+    /// `https://` prefix) with default options.
+    pub async fn connect(target: &str) -> Result<Channel, Status> {
+        Channel::connect_with(target, ChannelOptions::default()).await
+    }
+
+    /// Connects with explicit options.
+    pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
+        let addr = target
+            .strip_prefix("http://")
+            .or_else(|| target.strip_prefix("https://"))
+            .unwrap_or(target)
+            .trim_end_matches('/')
+            .to_string();
+        let limit = opts.connect_timeout;
+        tokio::time::timeout(limit, Channel::establish(addr, opts))
+            .await
+            .map_err(|_| unavailable(format!("connect to {target}: timed out")))?
+    }
+
+    async fn establish(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
+        let sock = TcpStream::connect(&addr)
+            .await
+            .map_err(|e| unavailable(format!("connect to {addr}: {e}")))?;
+        let _ = sock.set_nodelay(true);
+        match &opts.tls {
+            None => Channel::handshake(sock, addr, "http", opts).await,
+            Some(tls) => {
+                let config = crate::tls::client_config(&tls.roots_pem)?;
+                let name =
+                    tokio_rustls::rustls::pki_types::ServerName::try_from(tls.server_name.clone())
+                        .map_err(|e| {
+                            Status::new(Code::InvalidArgument, format!("server name: {e}"))
+                        })?;
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, sock)
+                    .await
+                    .map_err(|e| unavailable(format!("TLS handshake with {addr}: {e}")))?;
+                Channel::handshake(stream, addr, "https", opts).await
+            }
+        }
+    }
+
+    async fn handshake<IO>(
+        io: IO,
+        authority: String,
+        scheme: &'static str,
+        opts: ChannelOptions,
+    ) -> Result<Channel, Status>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(opts.stream_window)
+            .initial_connection_window_size(opts.connection_window)
+            .max_send_buffer_size(1 << 20)
+            .handshake::<IO, Bytes>(io)
+            .await
+            .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
+        // The connection task reads and writes frames until the connection
+        // closes; calls on it then fail with UNAVAILABLE.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Channel { send, authority, scheme, opts: Arc::new(opts) })
+    }
+
+    /// Starts a call on `path` (`/package.Service/Method`).
+    pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        let deadline = call.timeout.map(|t| Instant::now() + t);
+        let mut req = HttpRequest::builder()
+            .method("POST")
+            .uri(format!("{}://{}{}", self.scheme, self.authority, path))
+            .body(())
+            .map_err(|e| Status::new(Code::InvalidArgument, format!("bad path {path:?}: {e}")))?;
+        let h = req.headers_mut();
+        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        h.insert(http::header::USER_AGENT, HeaderValue::from_static("protoplane-rpc/0.1"));
+        h.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT_ENCODING));
+        if call.compress {
+            h.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+        }
+        if let Some(t) = call.timeout {
+            if let Ok(v) = HeaderValue::from_str(&timeout::format(t)) {
+                h.insert("grpc-timeout", v);
+            }
+        }
+        call.metadata.write_headers(h);
+        let ready = async {
+            let mut send = self.send.clone().ready().await.map_err(|e| h2_status(&e))?;
+            send.send_request(req, false).map_err(|e| h2_status(&e))
+        };
+        let (response, stream) = match deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), ready)
+                .await
+                .map_err(|_| Status::new(Code::DeadlineExceeded, "deadline exceeded"))??,
+            None => ready.await?,
+        };
+        Ok(ClientCall {
+            send: Some(stream),
+            state: RecvState::Waiting(response),
+            frames: FrameDecoder::new(self.opts.max_recv_message),
+            encoding: Encoding::Identity,
+            limit: self.opts.max_recv_message,
+            send_limit: self.opts.max_send_message,
+            compress: call.compress,
+            deadline,
+            headers: None,
+            trailers: None,
+            status: None,
+            queued: std::collections::VecDeque::new(),
+            last_compressed: false,
+        })
+    }
+}
+
+enum RecvState {
+    Waiting(ResponseFuture),
+    Body(RecvStream),
+    Done,
+}
+
+impl std::fmt::Debug for RecvState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RecvState::Waiting(_) => "Waiting",
+            RecvState::Body(_) => "Body",
+            RecvState::Done => "Done",
+        })
+    }
+}
+
+/// One call in progress, from the client's side.
+#[derive(Debug)]
+pub struct ClientCall {
+    send: Option<SendStream<Bytes>>,
+    state: RecvState,
+    frames: FrameDecoder,
+    encoding: Encoding,
+    limit: usize,
+    send_limit: usize,
+    compress: bool,
+    deadline: Option<Instant>,
+    headers: Option<Metadata>,
+    trailers: Option<Metadata>,
+    status: Option<Status>,
+    queued: std::collections::VecDeque<(Bytes, bool)>,
+    last_compressed: bool,
+}
+
+impl ClientCall {
+    /// Runs `f` under the call's deadline; when it passes, the call is
+    /// reset and ends with DEADLINE_EXCEEDED.
+    async fn timed<T>(&mut self, f: impl Future<Output = Result<T, Status>>) -> Result<T, Status> {
+        match self.deadline {
+            None => f.await,
+            Some(d) => match tokio::time::timeout_at(d.into(), f).await {
+                Ok(r) => r,
+                Err(_) => Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")),
+            },
+        }
+    }
+
+    fn fail(&mut self, mut st: Status) -> Status {
+        // A server whose deadline passed first resets the stream; what the
+        // application must see is still its deadline, as in other gRPC
+        // clients.
+        if st.code == Code::Cancelled && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            st = Status::new(Code::DeadlineExceeded, "deadline exceeded");
+        }
+        if self.status.is_none() {
+            self.status = Some(st.clone());
+        }
+        if st.code == Code::DeadlineExceeded || st.code == Code::Cancelled {
+            self.reset();
+        }
+        st
+    }
+
+    fn reset(&mut self) {
+        if let Some(s) = self.send.as_mut() {
+            s.send_reset(h2::Reason::CANCEL);
+        }
+        self.send = None;
+        self.state = RecvState::Done;
+    }
+
+    /// Sends one encoded request message. Fails with the call's status if
+    /// the server has already ended it.
+    pub async fn send(&mut self, message: &[u8]) -> Result<(), Status> {
+        let frame = codec::frame_message(message, self.compress, self.send_limit)?;
+        let Some(mut stream) = self.send.take() else {
+            return Err(self
+                .status
+                .clone()
+                .unwrap_or_else(|| Status::new(Code::Internal, "request stream closed")));
+        };
+        let r = self.timed(write_data(&mut stream, frame)).await;
+        self.send = Some(stream);
+        match r {
+            Ok(()) => Ok(()),
+            Err(st)
+                if st.code == Code::Cancelled
+                    || st.code == Code::Unavailable
+                    || st.code == Code::Internal =>
+            {
+                // The server ended the call (or the stream): the real
+                // reason is in its status.
+                self.send = None;
+                match self.finish_status().await {
+                    s if s.code != Code::Ok => Err(s),
+                    _ => Err(st),
+                }
+            }
+            Err(st) => Err(self.fail(st)),
+        }
+    }
+
+    /// Half-closes: no more requests.
+    pub fn close_send(&mut self) {
+        if let Some(mut s) = self.send.take() {
+            let _ = s.send_data(Bytes::new(), true);
+        }
+    }
+
+    /// Cancels the call (`RST_STREAM(CANCEL)`); it ends with CANCELLED.
+    pub fn cancel(&mut self) {
+        self.reset();
+        if self.status.is_none() {
+            self.status = Some(Status::new(Code::Cancelled, "cancelled by the client"));
+        }
+    }
+
+    /// Waits for the response headers; returns the initial metadata.
+    pub async fn headers(&mut self) -> Result<&Metadata, Status> {
+        if let RecvState::Waiting(_) = self.state {
+            let RecvState::Waiting(fut) = std::mem::replace(&mut self.state, RecvState::Done)
+            else {
+                unreachable!("checked above");
+            };
+            let resp = match self.timed(async { fut.await.map_err(|e| h2_status(&e)) }).await {
+                Ok(r) => r,
+                Err(st) => return Err(self.fail(st)),
+            };
+            let (parts, body) = resp.into_parts();
+            if parts.status != http::StatusCode::OK {
+                let st = Status::new(
+                    Code::from_http(parts.status.as_u16()),
+                    format!("HTTP status {}", parts.status),
+                );
+                return Err(self.fail(st));
+            }
+            self.headers = Some(Metadata::from_headers(&parts.headers).unwrap_or_default());
+            if let Some(v) = parts.headers.get("grpc-encoding") {
+                match Encoding::from_header(v.as_bytes()) {
+                    Some(e) => self.encoding = e,
+                    None => {
+                        let st =
+                            Status::new(Code::Internal, "server used an unsupported grpc-encoding");
+                        return Err(self.fail(st));
+                    }
+                }
+            }
+            if parts.headers.contains_key("grpc-status") || body.is_end_stream() {
+                // Trailers-only response.
+                self.end_with(&parts.headers);
+            } else {
+                let ct_ok = parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                if !ct_ok {
+                    let st = Status::new(Code::Unknown, "response is not application/grpc");
+                    return Err(self.fail(st));
+                }
+                self.state = RecvState::Body(body);
+            }
+        }
+        match &self.headers {
+            Some(h) => Ok(h),
+            None => Err(self
+                .status
+                .clone()
+                .unwrap_or_else(|| Status::new(Code::Internal, "no headers"))),
+        }
+    }
+
+    fn end_with(&mut self, trailers: &HeaderMap) {
+        let st = Status::from_trailers(
+            trailers.get("grpc-status").map(|v| v.as_bytes()),
+            trailers.get("grpc-message").map(|v| v.as_bytes()),
+        );
+        let md = Metadata::from_headers(trailers).unwrap_or_default();
+        if self.status.is_none() {
+            self.status = Some(Status { metadata: md.clone(), ..st });
+        }
+        self.trailers = Some(md);
+        self.state = RecvState::Done;
+        self.send = None;
+    }
+
+    /// The next response message (its bytes, decompressed); `Ok(None)` when
+    /// the call ended with OK, `Err` with the call's status otherwise.
+    pub async fn recv(&mut self) -> Result<Option<Bytes>, Status> {
+        self.headers().await?;
+        loop {
+            if let Some((m, z)) = self.queued.pop_front() {
+                self.last_compressed = z;
+                return Ok(Some(m));
+            }
+            let RecvState::Body(body) = &mut self.state else {
+                let st = self.status.clone().unwrap_or_else(Status::ok);
+                return if st.code == Code::Ok { Ok(None) } else { Err(st) };
+            };
+            let next = match self.deadline {
+                None => body.data().await,
+                Some(d) => match tokio::time::timeout_at(d.into(), body.data()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        return Err(
+                            self.fail(Status::new(Code::DeadlineExceeded, "deadline exceeded"))
+                        )
+                    }
+                },
+            };
+            match next {
+                Some(Ok(chunk)) => {
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    let mut frames = Vec::new();
+                    if let Err(e) = self.frames.push(&chunk, &mut frames) {
+                        let st = e.status();
+                        self.reset();
+                        return Err(self.fail(st));
+                    }
+                    for f in frames {
+                        let z = f.compressed;
+                        match codec::frame_payload(f, self.encoding, self.limit) {
+                            Ok(p) => self.queued.push_back((p, z)),
+                            Err(st) => {
+                                self.reset();
+                                return Err(self.fail(st));
+                            }
+                        }
+                    }
+                }
+                Some(Err(e)) => return Err(self.fail(h2_status(&e))),
+                None => {
+                    if let Err(e) = self.frames.finish() {
+                        return Err(self.fail(e.status()));
+                    }
+                    let t = self.timed_trailers().await;
+                    match t {
+                        Ok(Some(h)) => self.end_with(&h),
+                        Ok(None) => {
+                            let st = Status::new(Code::Internal, "stream ended without trailers");
+                            self.state = RecvState::Done;
+                            return Err(self.fail(st));
+                        }
+                        Err(st) => return Err(self.fail(st)),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn timed_trailers(&mut self) -> Result<Option<HeaderMap>, Status> {
+        let RecvState::Body(body) = &mut self.state else { return Ok(None) };
+        let f = poll_fn(|cx| body.poll_trailers(cx));
+        let r = match self.deadline {
+            None => f.await,
+            Some(d) => tokio::time::timeout_at(d.into(), f)
+                .await
+                .map_err(|_| Status::new(Code::DeadlineExceeded, "deadline exceeded"))?,
+        };
+        r.map_err(|e| h2_status(&e))
+    }
+
+    /// Reads to the end and returns the call's status (responses not yet
+    /// received are discarded).
+    pub async fn finish_status(&mut self) -> Status {
+        loop {
+            match self.recv().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Status::ok(),
+                Err(st) => return st,
+            }
+        }
+    }
+
+    /// The initial metadata, if the headers have arrived.
+    pub fn headers_now(&self) -> Option<&Metadata> {
+        self.headers.as_ref()
+    }
+
+    /// Whether the last message [`ClientCall::recv`] returned arrived
+    /// compressed.
+    pub fn last_compressed(&self) -> bool {
+        self.last_compressed
+    }
+
+    /// The trailing metadata, once the call has ended.
+    pub fn trailers(&self) -> Option<&Metadata> {
+        self.trailers.as_ref()
+    }
+
+    /// The call's status, once it has ended.
+    pub fn status(&self) -> Option<&Status> {
+        self.status.as_ref()
+    }
+}
+
+impl Drop for ClientCall {
+    fn drop(&mut self) {
+        // A call dropped before its end is cancelled (h2 resets a stream
+        // whose handles are all dropped while it is open).
+        if !matches!(self.state, RecvState::Done) {
+            self.reset();
+        }
+    }
+}
+
+/// A client bound to a schema: sends blocks laid out with the builder,
+/// receives decoded [`Message`]s — the dynamic path, no generated code.
+#[derive(Clone, Debug)]
+pub struct Client {
+    channel: Channel,
+    schema: Arc<Schema>,
+}
+
+/// A call of a [`Client`]: [`ClientCall`] plus the method's types.
+#[derive(Debug)]
+pub struct TypedCall {
+    /// The raw call.
+    pub call: ClientCall,
+    schema: Arc<Schema>,
+    input: u32,
+    output: u32,
+    encoder: Encoder,
+    decoder: Decoder,
+}
+
+impl Client {
+    /// A client of `schema`'s methods over `channel`.
+    pub fn new(channel: Channel, schema: Arc<Schema>) -> Client {
+        Client { channel, schema }
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Arc<Schema> {
+        &self.schema
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// Starts a call of method `method` (an id of the schema).
+    pub async fn start(&self, method: u32, opts: CallOptions) -> Result<TypedCall, Status> {
+        let m = self
+            .schema
+            .method(method)
+            .ok_or_else(|| Status::new(Code::InvalidArgument, format!("no method #{method}")))?;
+        let call = self.channel.start(&m.path, opts).await?;
+        Ok(TypedCall {
+            call,
+            schema: self.schema.clone(),
+            input: m.input,
+            output: m.output,
+            encoder: Encoder::new(),
+            decoder: Decoder::new(),
+        })
+    }
+
+    /// A unary call: one request block, one decoded response.
+    pub async fn unary(
+        &self,
+        method: u32,
+        request: Request<&Block>,
+    ) -> Result<(Message, Metadata), Status> {
+        let opts = CallOptions {
+            metadata: request.metadata,
+            timeout: request.deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            compress: false,
+        };
+        let mut call = self.start(method, opts).await?;
+        call.send(request.message).await?;
+        call.call.close_send();
+        let m = call.message().await?.ok_or_else(|| {
+            Status::new(Code::Internal, "the server ended a unary call without a response")
+        })?;
+        match call.call.finish_status().await {
+            st if st.code == Code::Ok => Ok((m, call.call.trailers().cloned().unwrap_or_default())),
+            st => Err(st),
+        }
+    }
+}
+
+impl TypedCall {
+    /// Encodes and sends one request block.
+    pub async fn send(&mut self, block: &Block) -> Result<(), Status> {
+        if block.type_index() != Some(self.input) {
+            return Err(Status::new(Code::InvalidArgument, "request block of the wrong type"));
+        }
+        let bytes = self
+            .encoder
+            .encode(
+                self.schema.tables(),
+                self.input,
+                Source::owned(block.as_bytes()),
+                &EncodeOptions::default(),
+            )
+            .map_err(|e| Status::new(Code::InvalidArgument, format!("unencodable request: {e}")))?;
+        let bytes = bytes.to_vec();
+        self.call.send(&bytes).await
+    }
+
+    /// The next response, decoded (view mode); `Ok(None)` at a successful end.
+    pub async fn message(&mut self) -> Result<Option<Message>, Status> {
+        match self.call.recv().await? {
+            None => Ok(None),
+            Some(b) => Message::decode(self.schema.tables(), self.output, b, &mut self.decoder)
+                .map(Some)
+                .map_err(|e| Status::new(Code::Internal, format!("invalid response message: {e}"))),
+        }
+    }
+}

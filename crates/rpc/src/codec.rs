@@ -1,0 +1,149 @@
+//! Message compression (`grpc-encoding`) and the step from a received frame
+//! to a message's bytes, shared by the server and the client.
+
+use std::io::{Read as _, Write as _};
+
+use bytes::Bytes;
+
+use crate::frame::{Frame, FRAME_HEADER_LEN};
+use crate::status::{Code, Status};
+
+/// A message encoding the runtime implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// No compression.
+    Identity,
+    /// gzip (RFC 1952).
+    Gzip,
+}
+
+impl Encoding {
+    /// The encoding a `grpc-encoding` value names, if supported.
+    pub fn from_header(value: &[u8]) -> Option<Encoding> {
+        match value {
+            b"identity" => Some(Encoding::Identity),
+            b"gzip" => Some(Encoding::Gzip),
+            _ => None,
+        }
+    }
+
+    /// The `grpc-encoding` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Identity => "identity",
+            Encoding::Gzip => "gzip",
+        }
+    }
+}
+
+/// What this runtime announces in `grpc-accept-encoding`.
+pub const ACCEPT_ENCODING: &str = "gzip,identity";
+
+/// Whether a `grpc-accept-encoding` value lists gzip.
+pub fn accepts_gzip(value: Option<&[u8]>) -> bool {
+    value.is_some_and(|v| v.split(|&b| b == b',').any(|e| e.trim_ascii() == b"gzip"))
+}
+
+/// gzip-compresses `data`.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 2 + 64),
+        flate2::Compression::fast(),
+    );
+    // Writing into a Vec cannot fail.
+    let _ = enc.write_all(data);
+    enc.finish().unwrap_or_default()
+}
+
+/// Decompresses a gzip message, refusing to produce more than `limit` bytes
+/// (a small compressed message may expand without bound otherwise).
+pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, Status> {
+    let mut out = Vec::with_capacity((data.len() * 4).min(limit).min(1 << 20));
+    let mut dec = flate2::read::GzDecoder::new(data).take(limit as u64 + 1);
+    dec.read_to_end(&mut out)
+        .map_err(|e| Status::new(Code::Internal, format!("invalid gzip message: {e}")))?;
+    if out.len() > limit {
+        return Err(Status::new(
+            Code::ResourceExhausted,
+            format!("decompressed message exceeds the limit of {limit} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
+/// The message bytes of a received frame: decompressed with the stream's
+/// encoding when the frame's flag says so.
+pub fn frame_payload(frame: Frame, encoding: Encoding, limit: usize) -> Result<Bytes, Status> {
+    if !frame.compressed {
+        return Ok(Bytes::from(frame.data));
+    }
+    match encoding {
+        Encoding::Gzip => gunzip(&frame.data, limit).map(Bytes::from),
+        Encoding::Identity => {
+            Err(Status::new(Code::Internal, "compressed message on a stream without grpc-encoding"))
+        }
+    }
+}
+
+/// Frames `message` for sending (compressing it with gzip when `gzip`).
+/// The frame is built in one buffer: header and message, one allocation.
+pub fn frame_message(message: &[u8], gzip_it: bool, limit: usize) -> Result<Bytes, Status> {
+    let compressed;
+    let (flag, body) = if gzip_it {
+        compressed = gzip(message);
+        (1u8, compressed.as_slice())
+    } else {
+        (0u8, message)
+    };
+    if message.len() > limit {
+        return Err(Status::new(
+            Code::ResourceExhausted,
+            format!("message of {} bytes exceeds the send limit of {limit} bytes", message.len()),
+        ));
+    }
+    let len = u32::try_from(body.len())
+        .map_err(|_| Status::new(Code::ResourceExhausted, "message longer than 4 GiB"))?;
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
+    out.push(flag);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(body);
+    Ok(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_round_trip_and_bomb_limit() {
+        let data = vec![7u8; 100_000];
+        let z = gzip(&data);
+        assert!(z.len() < 1000);
+        assert_eq!(gunzip(&z, 100_000).ok(), Some(data));
+        assert_eq!(gunzip(&z, 99_999).map_err(|s| s.code), Err(Code::ResourceExhausted));
+        assert_eq!(gunzip(b"not gzip", 100).map_err(|s| s.code), Err(Code::Internal));
+    }
+
+    #[test]
+    fn accept_encoding_lists() {
+        assert!(accepts_gzip(Some(b"identity, gzip")));
+        assert!(accepts_gzip(Some(b"gzip")));
+        assert!(!accepts_gzip(Some(b"deflate,identity")));
+        assert!(!accepts_gzip(None));
+    }
+
+    #[test]
+    fn frames_carry_the_flag() {
+        let f = frame_message(b"abc", false, 10).unwrap_or_default();
+        assert_eq!(&f[..], b"\0\0\0\0\x03abc");
+        let g = frame_message(b"abc", true, 10).unwrap_or_default();
+        assert_eq!(g[0], 1);
+        let payload =
+            frame_payload(Frame { compressed: true, data: g[5..].to_vec() }, Encoding::Gzip, 10);
+        assert_eq!(payload.ok().as_deref(), Some(&b"abc"[..]));
+        assert_eq!(
+            frame_message(b"abc", false, 2).map_err(|s| s.code),
+            Err(Code::ResourceExhausted)
+        );
+    }
+}

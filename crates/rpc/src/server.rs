@@ -1,0 +1,642 @@
+//! The gRPC server over HTTP/2 (the `h2` crate; TLS by rustls).
+//!
+//! One task per connection drives HTTP/2; one task per call runs the
+//! engine's side of the call — headers, framing, decompression, decode,
+//! encode, flow control, deadline, cancellation — and polls the
+//! application's future ([`Service::call`]) inside the same task, so a
+//! unary call costs one task and no thread hop. The two sides talk only
+//! through the queues of [`crate::call`].
+//!
+//! Limits that keep a hostile client from growing memory: the message size
+//! limit (checked on the frame header before any byte of the body is
+//! buffered, and on decompressed size), HTTP/2 stream and connection
+//! windows (a client that stops reading stalls its own call at one window
+//! of buffered output), the number of concurrent streams per connection,
+//! the header list size, and a bounded queue of decoded requests per call.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use protoplane_wire::{Decoder, EncodeOptions, Encoder, Source};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::call::{Message, Out, Request, Responder, Service, Streaming};
+use crate::codec::{self, Encoding, ACCEPT_ENCODING};
+use crate::frame::FrameDecoder;
+use crate::metadata::Metadata;
+use crate::schema::Schema;
+use crate::status::{self, Code, Status};
+use crate::timeout;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Largest request message accepted, in bytes, after decompression
+    /// (gRPC's default: 4 MiB).
+    pub max_recv_message: usize,
+    /// Largest response message sent.
+    pub max_send_message: usize,
+    /// Concurrent calls per connection; more are refused (`REFUSED_STREAM`).
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 stream receive window.
+    pub stream_window: u32,
+    /// HTTP/2 connection receive window.
+    pub connection_window: u32,
+    /// Largest header list accepted.
+    pub max_header_list: u32,
+    /// Decoded requests queued per streaming call before the engine stops
+    /// reading (and HTTP/2 flow control pushes back on the client).
+    pub request_queue: usize,
+    /// Responses queued per call between handler and engine.
+    pub response_queue: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_recv_message: 4 << 20,
+            max_send_message: i32::MAX as usize,
+            max_concurrent_streams: 1024,
+            stream_window: 1 << 20,
+            connection_window: 4 << 20,
+            max_header_list: 16 << 10,
+            request_queue: 8,
+            response_queue: 8,
+        }
+    }
+}
+
+/// Where a path leads: a service and one of its method ids.
+struct Route {
+    service: usize,
+    method: u32,
+}
+
+/// The services of a server, by method path.
+pub struct Router {
+    services: Vec<Arc<dyn Service>>,
+    routes: HashMap<String, Route>,
+    opts: ServerOptions,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router").field("paths", &self.routes.len()).finish_non_exhaustive()
+    }
+}
+
+impl Router {
+    /// A server with no services.
+    pub fn new(opts: ServerOptions) -> Router {
+        Router { services: Vec::new(), routes: HashMap::new(), opts }
+    }
+
+    /// Adds a service: every method of its schema whose service name is
+    /// [`Service::name`]. A path already served keeps its first service.
+    pub fn add_service(mut self, service: Arc<dyn Service>) -> Router {
+        let index = self.services.len();
+        for (id, m) in service.schema().methods().iter().enumerate() {
+            if m.service == service.name() {
+                self.routes
+                    .entry(m.path.clone())
+                    .or_insert(Route { service: index, method: id as u32 });
+            }
+        }
+        self.services.push(service);
+        self
+    }
+
+    /// Full names of the services served.
+    pub fn service_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.services.iter().map(|s| s.name().to_string()).collect();
+        names.dedup();
+        names
+    }
+
+    /// The schemas of the services (for reflection).
+    pub fn schemas(&self) -> Vec<Arc<Schema>> {
+        self.services.iter().map(|s| s.schema().clone()).collect()
+    }
+
+    /// Serves plaintext HTTP/2 connections from `listener` until the task
+    /// is dropped.
+    pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
+        let router = Arc::new(self);
+        loop {
+            let (sock, peer) = listener.accept().await?;
+            let _ = sock.set_nodelay(true);
+            let r = router.clone();
+            tokio::spawn(async move { r.serve_connection(sock, peer).await });
+        }
+    }
+
+    /// Serves TLS connections (ALPN `h2`) from `listener`.
+    pub async fn serve_tls(
+        self,
+        listener: TcpListener,
+        tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    ) -> std::io::Result<()> {
+        let router = Arc::new(self);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        loop {
+            let (sock, peer) = listener.accept().await?;
+            let _ = sock.set_nodelay(true);
+            let r = router.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A failed handshake concerns that client only.
+                if let Ok(Ok(stream)) =
+                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await
+                {
+                    r.serve_connection(stream, peer).await;
+                }
+            });
+        }
+    }
+
+    /// Serves one established connection (any byte stream) until it closes.
+    pub async fn serve_connection<IO>(self: Arc<Self>, io: IO, _peer: SocketAddr)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let o = &self.opts;
+        let handshake = h2::server::Builder::new()
+            .max_concurrent_streams(o.max_concurrent_streams)
+            .initial_window_size(o.stream_window)
+            .initial_connection_window_size(o.connection_window)
+            .max_header_list_size(o.max_header_list)
+            .max_send_buffer_size(1 << 20)
+            .handshake::<IO, Bytes>(io);
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(10), handshake).await
+        else {
+            return;
+        };
+        // `accept` also drives the connection (reads frames, flushes
+        // writes); a protocol error from the client ends it with GOAWAY.
+        while let Some(next) = conn.accept().await {
+            let Ok((req, respond)) = next else { break };
+            let r = self.clone();
+            tokio::spawn(async move { r.serve_call(req, respond).await });
+        }
+    }
+
+    async fn serve_call(
+        self: Arc<Self>,
+        req: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+    ) {
+        let mut out = Outbound::new(respond, self.opts.max_send_message);
+        let (parts, body) = req.into_parts();
+        if parts.method != http::Method::POST {
+            out.http_error(StatusCode::METHOD_NOT_ALLOWED);
+            return;
+        }
+        let grpc = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if !grpc {
+            out.http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            return;
+        }
+        let Some(route) = self.routes.get(parts.uri.path()) else {
+            let path = parts.uri.path();
+            let msg = match self.routes.keys().any(|p| same_service(p, path)) {
+                true => format!("unknown method {path}"),
+                false => format!("unknown service {path}"),
+            };
+            out.finish(Status::new(Code::Unimplemented, msg), &Metadata::new());
+            return;
+        };
+        let encoding = match parts.headers.get("grpc-encoding") {
+            None => Encoding::Identity,
+            Some(v) => match Encoding::from_header(v.as_bytes()) {
+                Some(e) => e,
+                None => {
+                    let name = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                    out.finish(
+                        Status::new(
+                            Code::Unimplemented,
+                            format!("unsupported grpc-encoding {name}"),
+                        ),
+                        &Metadata::new(),
+                    );
+                    return;
+                }
+            },
+        };
+        out.gzip_ok =
+            codec::accepts_gzip(parts.headers.get("grpc-accept-encoding").map(|v| v.as_bytes()));
+        let deadline = match parts.headers.get("grpc-timeout") {
+            None => None,
+            Some(v) => match timeout::parse(v.as_bytes()) {
+                Some(d) => Some(Instant::now() + d),
+                None => {
+                    out.finish(
+                        Status::new(Code::Internal, "malformed grpc-timeout"),
+                        &Metadata::new(),
+                    );
+                    return;
+                }
+            },
+        };
+        let metadata = match Metadata::from_headers(&parts.headers) {
+            Ok(m) => m,
+            Err(e) => {
+                out.finish(Status::new(Code::Internal, e.to_string()), &Metadata::new());
+                return;
+            }
+        };
+        let service = self.services[route.service].clone();
+        let schema = service.schema().clone();
+        let Some(method) = schema.method(route.method) else { return };
+        let mut inbound = Inbound {
+            body,
+            frames: FrameDecoder::new(self.opts.max_recv_message),
+            encoding,
+            limit: self.opts.max_recv_message,
+            decoder: Decoder::new(),
+            schema: schema.clone(),
+            input: method.input,
+            done: false,
+        };
+        out.schema = Some((schema.clone(), method.output));
+
+        let sleep = deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+        let mut deadline_timer = sleep;
+        let (req_tx, streaming) = if method.client_streaming {
+            let (tx, rx) = mpsc::channel(self.opts.request_queue.max(1));
+            (Some(tx), Streaming::queue(rx))
+        } else {
+            // Unary and server streaming: the request is read and decoded
+            // before the handler runs, so a bad request never reaches it.
+            let first = tokio::select! {
+                r = inbound.single() => r,
+                _ = until(&mut deadline_timer) => Err(deadline_exceeded()),
+                _ = poll_fn(|cx| out.poll_reset(cx)) => return,
+            };
+            match first {
+                Ok(m) => (None, Streaming::one(m)),
+                Err(st) => {
+                    out.finish(st, &Metadata::new());
+                    return;
+                }
+            }
+        };
+        let (tx, mut rx) = mpsc::channel(self.opts.response_queue.max(1));
+        let request = Request { metadata, deadline, message: streaming };
+        let mut handler =
+            Some(service.call(route.method, request, Responder::new(tx, method.output)));
+        let mut req_tx = req_tx;
+        let mut pending: VecDeque<Message> = VecDeque::new();
+        let mut outcome: Option<Result<Metadata, Status>> = None;
+        let mut responses_open = true;
+        let reading_limit = self.opts.request_queue.max(1);
+
+        loop {
+            if outcome.is_some() && !responses_open {
+                break;
+            }
+            enum Ev {
+                Reset,
+                Deadline,
+                Out(Option<Out>),
+                Done(Result<Metadata, Status>),
+                Read(Result<bool, Status>),
+                Forwarded,
+            }
+            let reading = req_tx.is_some() && !inbound.done && pending.len() < reading_limit;
+            let ev = tokio::select! {
+                biased;
+                _ = poll_fn(|cx| out.poll_reset(cx)) => Ev::Reset,
+                _ = until(&mut deadline_timer) => Ev::Deadline,
+                o = rx.recv(), if responses_open => Ev::Out(o),
+                r = async { handler.as_mut().expect("polled only while present").await }, if handler.is_some() => Ev::Done(r),
+                r = inbound.read_into(&mut pending), if reading => Ev::Read(r),
+                p = async { req_tx.as_ref().expect("present").reserve().await }, if req_tx.is_some() && !pending.is_empty() => {
+                    if let (Ok(permit), Some(m)) = (p, pending.pop_front()) {
+                        permit.send(m);
+                    }
+                    Ev::Forwarded
+                }
+            };
+            match ev {
+                // The client cancelled: dropping the handler cancels it.
+                Ev::Reset => return,
+                Ev::Deadline => {
+                    drop(handler.take());
+                    out.finish(deadline_exceeded(), &Metadata::new());
+                    return;
+                }
+                Ev::Out(None) => responses_open = false,
+                Ev::Out(Some(item)) => {
+                    if let Err(st) = out.send(item).await {
+                        drop(handler.take());
+                        if st.code != Code::Cancelled {
+                            out.finish(st, &Metadata::new());
+                        }
+                        return;
+                    }
+                }
+                Ev::Done(r) => {
+                    handler = None;
+                    outcome = Some(r);
+                }
+                Ev::Read(Ok(_)) | Ev::Forwarded => {}
+                Ev::Read(Err(st)) => {
+                    if st.code == Code::Cancelled {
+                        return;
+                    }
+                    drop(handler.take());
+                    out.finish(st, &Metadata::new());
+                    return;
+                }
+            }
+            // The request stream ended and everything was handed over: the
+            // handler sees the end of its requests.
+            if inbound.done && pending.is_empty() {
+                req_tx = None;
+            }
+        }
+        match outcome {
+            Some(Ok(trailers)) => out.finish(Status::ok(), &trailers),
+            Some(Err(st)) => {
+                let md = st.metadata.clone();
+                out.finish(st, &md)
+            }
+            None => {}
+        }
+    }
+}
+
+fn same_service(a: &str, b: &str) -> bool {
+    let svc = |p: &str| p.rsplit_once('/').map(|(s, _)| s.to_string());
+    svc(a).is_some() && svc(a) == svc(b)
+}
+
+fn deadline_exceeded() -> Status {
+    Status::new(Code::DeadlineExceeded, "deadline exceeded")
+}
+
+/// Waits for an optional timer (forever when there is none).
+async fn until(timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(t) => t.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The engine's receive side of a call.
+struct Inbound {
+    body: RecvStream,
+    frames: FrameDecoder,
+    encoding: Encoding,
+    limit: usize,
+    decoder: Decoder,
+    schema: Arc<Schema>,
+    input: u32,
+    done: bool,
+}
+
+impl Inbound {
+    /// Reads one DATA frame (or the end) and decodes every message it
+    /// completes into `pending`. `Ok(false)` at the end of the stream.
+    async fn read_into(&mut self, pending: &mut VecDeque<Message>) -> Result<bool, Status> {
+        match self.body.data().await {
+            None => {
+                self.done = true;
+                self.frames.finish().map_err(|e| e.status())?;
+                Ok(false)
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Err(h2_status(&e))
+            }
+            Some(Ok(chunk)) => {
+                let _ = self.body.flow_control().release_capacity(chunk.len());
+                let mut frames = Vec::new();
+                self.frames.push(&chunk, &mut frames).map_err(|e| e.status())?;
+                for f in frames {
+                    let z = f.compressed;
+                    let payload = codec::frame_payload(f, self.encoding, self.limit)?;
+                    let mut m = Message::decode(
+                        self.schema.tables(),
+                        self.input,
+                        payload,
+                        &mut self.decoder,
+                    )
+                    .map_err(|e| {
+                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"))
+                    })?;
+                    m.set_compressed(z);
+                    pending.push_back(m);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The one request of a unary or server-streaming call: exactly one
+    /// message, then the end of the stream.
+    async fn single(&mut self) -> Result<Message, Status> {
+        let mut got = VecDeque::new();
+        while !self.done {
+            self.read_into(&mut got).await?;
+            if got.len() > 1 {
+                return Err(Status::new(
+                    Code::Unimplemented,
+                    "more than one request message for a method that takes one",
+                ));
+            }
+        }
+        got.pop_front().ok_or_else(|| Status::new(Code::Unimplemented, "no request message"))
+    }
+}
+
+/// Maps a stream error to the call's status.
+pub(crate) fn h2_status(e: &h2::Error) -> Status {
+    match e.reason() {
+        Some(h2::Reason::CANCEL) => Status::new(Code::Cancelled, "the peer cancelled the call"),
+        Some(h2::Reason::REFUSED_STREAM) => {
+            Status::new(Code::Unavailable, "the peer refused the stream")
+        }
+        Some(h2::Reason::ENHANCE_YOUR_CALM) => {
+            Status::new(Code::ResourceExhausted, "the peer asked to slow down")
+        }
+        Some(h2::Reason::INADEQUATE_SECURITY) => {
+            Status::new(Code::PermissionDenied, "inadequate security")
+        }
+        _ if e.is_io() => Status::new(Code::Unavailable, format!("connection error: {e}")),
+        _ if e.is_go_away() => Status::new(Code::Unavailable, format!("connection closing: {e}")),
+        _ => Status::new(Code::Internal, format!("HTTP/2 error: {e}")),
+    }
+}
+
+/// The engine's send side of a call.
+struct Outbound {
+    respond: Option<SendResponse<Bytes>>,
+    stream: Option<SendStream<Bytes>>,
+    headers_sent: bool,
+    initial: Metadata,
+    gzip_ok: bool,
+    limit: usize,
+    schema: Option<(Arc<Schema>, u32)>,
+    encoder: Encoder,
+}
+
+impl Outbound {
+    fn new(respond: SendResponse<Bytes>, limit: usize) -> Outbound {
+        Outbound {
+            respond: Some(respond),
+            stream: None,
+            headers_sent: false,
+            initial: Metadata::new(),
+            gzip_ok: false,
+            limit,
+            schema: None,
+            encoder: Encoder::new(),
+        }
+    }
+
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let r = match (&mut self.stream, &mut self.respond) {
+            (Some(s), _) => s.poll_reset(cx),
+            (None, Some(r)) => r.poll_reset(cx),
+            (None, None) => return Poll::Pending,
+        };
+        r.map(|_| ())
+    }
+
+    fn base_headers(&self) -> Response<()> {
+        let mut resp = Response::new(());
+        let h = resp.headers_mut();
+        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT_ENCODING));
+        resp
+    }
+
+    fn send_headers(&mut self) -> Result<(), Status> {
+        if self.headers_sent {
+            return Ok(());
+        }
+        let mut resp = self.base_headers();
+        if self.gzip_ok {
+            resp.headers_mut().insert("grpc-encoding", HeaderValue::from_static("gzip"));
+        }
+        self.initial.write_headers(resp.headers_mut());
+        let Some(mut respond) = self.respond.take() else {
+            return Err(Status::new(Code::Internal, "response already started"));
+        };
+        let stream = respond.send_response(resp, false).map_err(|e| h2_status(&e))?;
+        self.stream = Some(stream);
+        self.headers_sent = true;
+        Ok(())
+    }
+
+    /// Sends one item from the handler, waiting for flow-control credit.
+    async fn send(&mut self, item: Out) -> Result<(), Status> {
+        let (frame, _) = match item {
+            Out::Headers(md) => {
+                if !self.headers_sent {
+                    self.initial = md;
+                }
+                return Ok(());
+            }
+            Out::Encoded(bytes, z) => {
+                (codec::frame_message(&bytes, z && self.gzip_ok, self.limit)?, ())
+            }
+            Out::Block(block, z) => {
+                let Some((schema, output)) = &self.schema else {
+                    return Err(Status::new(Code::Internal, "no response type"));
+                };
+                if block.type_index() != Some(*output) {
+                    return Err(Status::new(Code::Internal, "response block of the wrong type"));
+                }
+                let bytes = self
+                    .encoder
+                    .encode(
+                        schema.tables(),
+                        *output,
+                        Source::owned(block.as_bytes()),
+                        &EncodeOptions::default(),
+                    )
+                    .map_err(|e| {
+                        Status::new(Code::Internal, format!("unencodable response: {e}"))
+                    })?;
+                (codec::frame_message(bytes, z && self.gzip_ok, self.limit)?, ())
+            }
+        };
+        self.send_headers()?;
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(Status::new(Code::Internal, "no response stream"));
+        };
+        write_data(stream, frame).await
+    }
+
+    /// Ends the call with `status` (trailers, or a trailers-only response
+    /// when nothing was sent yet).
+    fn finish(&mut self, status: Status, trailers: &Metadata) {
+        let mut h = HeaderMap::new();
+        h.insert("grpc-status", HeaderValue::from_static(status.code.header_value()));
+        if !status.message.is_empty() {
+            if let Ok(v) = HeaderValue::from_str(&status::encode_message(&status.message)) {
+                h.insert("grpc-message", v);
+            }
+        }
+        trailers.write_headers(&mut h);
+        if let Some(stream) = self.stream.as_mut() {
+            let _ = stream.send_trailers(h);
+            return;
+        }
+        // Trailers-only: one HEADERS frame with END_STREAM.
+        let mut resp = self.base_headers();
+        self.initial.write_headers(resp.headers_mut());
+        resp.headers_mut().extend(h);
+        if let Some(mut respond) = self.respond.take() {
+            let _ = respond.send_response(resp, true);
+        }
+    }
+
+    /// A plain HTTP error (not a gRPC request at all).
+    fn http_error(&mut self, code: StatusCode) {
+        if let Some(mut respond) = self.respond.take() {
+            let mut resp = Response::new(());
+            *resp.status_mut() = code;
+            let _ = respond.send_response(resp, true);
+        }
+    }
+}
+
+/// Writes `data` as DATA frames as flow-control credit arrives: h2 would
+/// otherwise buffer all of it, and a client that stops reading could make
+/// the server hold any amount of output.
+pub(crate) async fn write_data(
+    stream: &mut SendStream<Bytes>,
+    mut data: Bytes,
+) -> Result<(), Status> {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let got = poll_fn(|cx| stream.poll_capacity(cx)).await;
+        let n = match got {
+            None => return Err(Status::new(Code::Cancelled, "the stream closed")),
+            Some(Err(e)) => return Err(h2_status(&e)),
+            Some(Ok(n)) => n.min(data.len()),
+        };
+        if n == 0 {
+            continue;
+        }
+        let chunk = data.split_to(n);
+        stream.send_data(chunk, false).map_err(|e| h2_status(&e))?;
+    }
+    Ok(())
+}

@@ -8,6 +8,7 @@ mod bench;
 mod demo;
 mod interop;
 mod schema_args;
+mod sn;
 mod stream;
 
 use std::io::{self, Read, Write};
@@ -37,6 +38,8 @@ enum Command {
     /// One benchmark worker process (driven by `protoplane bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
+    /// Serve the social-network service over gRPC/HTTP2.
+    Serve(sn::ServeArgs),
     /// Serve gRPC's interop test service (grpc.testing.TestService).
     #[command(name = "interop-server")]
     InteropServer(interop::server::ServerArgs),
@@ -133,6 +136,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rows = bench::worker::run(&args).map_err(Failure::Input)?;
             write_stdout(rows.as_bytes())
         }
+        Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
         Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),
         Command::InteropClient(args) => interop::client::run(&args).map_err(Failure::Input),
         Command::Demo(args) => {

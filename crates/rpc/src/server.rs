@@ -116,9 +116,29 @@ impl Router {
         self
     }
 
+    /// Adds the standard services every production server offers: health
+    /// (`grpc.health.v1.Health`, SERVING for each service added so far)
+    /// and server reflection (`grpc.reflection.v1` and `v1alpha`) over the
+    /// schemas added so far. Returns the health handle too, to report
+    /// status changes.
+    pub fn with_standard_services(self) -> Result<(Router, Arc<crate::health::Health>), Status> {
+        let names = self.service_names();
+        let health = crate::health::Health::new(&names)?;
+        let mut router = self.add_service(health.clone());
+        let schemas = router.schemas();
+        let mut all = router.service_names();
+        all.sort();
+        all.dedup();
+        for r in crate::reflection::Reflection::new(&schemas, &all)? {
+            router = router.add_service(r);
+        }
+        Ok((router, health))
+    }
+
     /// Full names of the services served.
     pub fn service_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.services.iter().map(|s| s.name().to_string()).collect();
+        names.sort();
         names.dedup();
         names
     }

@@ -272,7 +272,8 @@ pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
     let svc = Arc::new(TestService::new(schema)?);
     let opts =
         ServerOptions { max_recv_message: args.max_recv_message, ..ServerOptions::default() };
-    let router = Router::new(opts).add_service(svc);
+    let (router, _health) =
+        Router::new(opts).add_service(svc).with_standard_services().map_err(|e| e.to_string())?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
             let cert = std::fs::read(c).map_err(|e| format!("{}: {e}", c.display()))?;

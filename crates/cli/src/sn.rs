@@ -1,0 +1,133 @@
+//! The social-network service (`protos/socialnetwork/social_network.proto`)
+//! served by protoplane: what `protoplane demo` drives and what the RPC
+//! benchmark compares with tonic.
+//!
+//! The handlers do the same, deliberately tiny, work as the tonic peer in
+//! `bench/peers-rpc` — read the request's `req_id`, answer the default
+//! reply, and for `Login` a token made of the id and the user name — so a
+//! comparison measures the RPC stacks, not the business logic.
+
+use std::sync::Arc;
+
+use protoplane_rpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
+    Streaming,
+};
+use protoplane_schema::ProtoSource;
+use protoplane_wire::{Builder, Value};
+
+pub(crate) const PROTO: &str = include_str!("../../../protos/socialnetwork/social_network.proto");
+pub(crate) const PROTO_NAME: &str = "socialnetwork/social_network.proto";
+pub(crate) const SERVICE: &str = "socialnetwork.SocialNetwork";
+
+/// The compiled schema.
+pub(crate) fn schema() -> Result<Arc<Schema>, String> {
+    Schema::from_proto_sources(&[ProtoSource { name: PROTO_NAME, text: PROTO }], &[PROTO_NAME])
+        .map(Arc::new)
+        .map_err(|e| format!("social-network schema: {e}"))
+}
+
+/// The service on the dynamic path.
+pub(crate) struct SocialNetwork {
+    schema: Arc<Schema>,
+    login: u32,
+}
+
+impl SocialNetwork {
+    pub(crate) fn new(schema: Arc<Schema>) -> Result<SocialNetwork, String> {
+        let login = schema.find(SERVICE, "Login").ok_or("schema lacks SocialNetwork.Login")?;
+        Ok(SocialNetwork { schema, login })
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        method: u32,
+        mut req: Request<Streaming>,
+        mut out: Responder,
+    ) -> Result<Metadata, Status> {
+        let m = req.message.single().await?;
+        let ts = self.schema.tables();
+        let v = m.view(ts)?;
+        let internal = |e: protoplane_wire::BlockError| Status::new(Code::Internal, e.to_string());
+        let req_id = v.by_number(1).map_err(internal)?.and_then(|x| x.as_i128()).unwrap_or(0);
+        let mut b = Builder::new(ts, out.output_type())
+            .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        if method == self.login {
+            let user = v.by_number(2).map_err(internal)?.and_then(|x| x.as_str()).unwrap_or("");
+            let token = format!("t{req_id}-{user}");
+            let root = b.root();
+            b.set(root, 1, Value::String(token.as_bytes()))
+                .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        }
+        out.send(b.finish()).await?;
+        Ok(Metadata::new())
+    }
+}
+
+impl Service for SocialNetwork {
+    fn schema(&self) -> &Arc<Schema> {
+        &self.schema
+    }
+
+    fn name(&self) -> &str {
+        SERVICE
+    }
+
+    fn call(
+        self: Arc<Self>,
+        method: u32,
+        request: Request<Streaming>,
+        responder: Responder,
+    ) -> BoxFuture<'static, Result<Metadata, Status>> {
+        Box::pin(self.handle(method, request, responder))
+    }
+}
+
+/// A router serving the social-network service.
+pub(crate) fn router() -> Result<Router, String> {
+    let svc = Arc::new(SocialNetwork::new(schema()?)?);
+    let router = Router::new(ServerOptions::default()).add_service(svc);
+    Ok(router.with_standard_services().map_err(|e| e.to_string())?.0)
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// Port to listen on (0: pick one; the address is printed).
+    #[arg(long, default_value_t = 50051)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Runtime threads (1: a single-threaded runtime, the whole server on
+    /// one core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+/// `protoplane serve`: the social-network service over gRPC/HTTP2.
+pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
+    let router = router()?;
+    let rt = runtime(args.threads)?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| format!("listen on {}:{}: {e}", args.host, args.port))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("listening on {addr}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        router.serve(listener).await.map_err(|e| format!("serve: {e}"))
+    })
+}
+
+/// A tokio runtime: current-thread for 1, multi-thread otherwise.
+pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    let mut b = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    b.enable_all().build().map_err(|e| format!("runtime: {e}"))
+}

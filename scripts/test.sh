@@ -6,8 +6,10 @@
 #   1. formatting and clippy (-D warnings)
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract)
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
-#   4. a smoke run of `protoplane bench wire` (protoplane's worker only)
-#   5. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
+#   4. gRPC interop against real peers: grpc-go's interop client and server,
+#      grpcurl through reflection, TLS; Python grpcio client and server
+#   5. a smoke run of `protoplane bench wire` (protoplane's worker only)
+#   6. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Tests that need ../shared/datasets say so and skip when it is absent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,6 +33,12 @@ step "cross-check against Python protobuf"
 scripts/setup-python.sh
 if .venv/bin/python tests/conformance/crosscheck.py --protoplane target/release/protoplane \
     --out-dir tests/conformance/out; then ok; else bad "crosscheck"; fi
+
+step "gRPC interop: grpc-go client and server, grpcurl, TLS"
+if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpc-go)"; fi
+
+step "gRPC interop: Python grpcio client and server"
+if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
 
 step "benchmark smoke (protoplane worker only, no timing claims)"
 if [[ -d ../shared/datasets ]]; then

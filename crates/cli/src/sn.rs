@@ -98,6 +98,12 @@ pub(crate) struct ServeArgs {
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Also serve the lean transport on this TCP port (0: pick one).
+    #[arg(long, value_name = "PORT")]
+    lean_port: Option<u16>,
+    /// Also serve the lean transport on this Unix socket path.
+    #[arg(long, value_name = "PATH")]
+    lean_unix: Option<std::path::PathBuf>,
     /// Runtime threads (1: a single-threaded runtime, the whole server on
     /// one core).
     #[arg(long, default_value_t = 1)]
@@ -113,6 +119,21 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("listen on {}:{}: {e}", args.host, args.port))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let router = Arc::new(router);
+        if let Some(port) = args.lean_port {
+            let lean = tokio::net::TcpListener::bind((args.host.as_str(), port))
+                .await
+                .map_err(|e| format!("listen on {}:{port}: {e}", args.host))?;
+            println!("lean listening on {}", lean.local_addr().map_err(|e| e.to_string())?);
+            tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), lean));
+        }
+        if let Some(path) = &args.lean_unix {
+            let _ = std::fs::remove_file(path);
+            let lean = tokio::net::UnixListener::bind(path)
+                .map_err(|e| format!("listen on {}: {e}", path.display()))?;
+            println!("lean listening on unix:{}", path.display());
+            tokio::spawn(protoplane_rpc::lean::server::serve_unix(router.clone(), lean));
+        }
         println!("listening on {addr}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

@@ -86,6 +86,9 @@ struct Route {
 pub struct Router {
     services: Vec<Arc<dyn Service>>,
     routes: HashMap<String, Route>,
+    /// Every path, sorted, with its route: the lean transport's method ids
+    /// are indices into this table.
+    table: Vec<(String, usize, u32)>,
     opts: ServerOptions,
 }
 
@@ -98,7 +101,7 @@ impl std::fmt::Debug for Router {
 impl Router {
     /// A server with no services.
     pub fn new(opts: ServerOptions) -> Router {
-        Router { services: Vec::new(), routes: HashMap::new(), opts }
+        Router { services: Vec::new(), routes: HashMap::new(), table: Vec::new(), opts }
     }
 
     /// Adds a service: every method of its schema whose service name is
@@ -113,7 +116,30 @@ impl Router {
             }
         }
         self.services.push(service);
+        self.table = self.routes.iter().map(|(p, r)| (p.clone(), r.service, r.method)).collect();
+        self.table.sort();
         self
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &ServerOptions {
+        &self.opts
+    }
+
+    /// Every served path with its (service index, method id), sorted by
+    /// path; the lean transport numbers methods by position here.
+    pub fn method_table(&self) -> &[(String, usize, u32)] {
+        &self.table
+    }
+
+    /// The route at position `index` of [`Router::method_table`].
+    pub fn route_by_index(&self, index: u32) -> Option<(usize, u32)> {
+        self.table.get(index as usize).map(|(_, s, m)| (*s, *m))
+    }
+
+    /// Service number `index` (in the order they were added).
+    pub fn service(&self, index: usize) -> &Arc<dyn Service> {
+        &self.services[index]
     }
 
     /// Adds the standard services every production server offers: health
@@ -150,8 +176,8 @@ impl Router {
 
     /// Serves plaintext HTTP/2 connections from `listener` until the task
     /// is dropped.
-    pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
-        let router = Arc::new(self);
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        let router = self;
         loop {
             let (sock, peer) = listener.accept().await?;
             let _ = sock.set_nodelay(true);
@@ -162,11 +188,11 @@ impl Router {
 
     /// Serves TLS connections (ALPN `h2`) from `listener`.
     pub async fn serve_tls(
-        self,
+        self: Arc<Self>,
         listener: TcpListener,
         tls: Arc<tokio_rustls::rustls::ServerConfig>,
     ) -> std::io::Result<()> {
-        let router = Arc::new(self);
+        let router = self;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         loop {
             let (sock, peer) = listener.accept().await?;

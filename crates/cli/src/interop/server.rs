@@ -294,6 +294,7 @@ pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
         println!("listening on {addr}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+        let router = std::sync::Arc::new(router);
         let served = match tls {
             Some(cfg) => router.serve_tls(listener, cfg).await,
             None => router.serve(listener).await,

@@ -1,0 +1,397 @@
+//! The lean transport's server: the same [`Router`] and services as the
+//! gRPC server, over [`frame`](super::frame)s on TCP or Unix sockets.
+//!
+//! Per connection, one task reads frames and polls every call it runs (a
+//! `FuturesUnordered`, no task per call), and one task writes: it takes
+//! every frame ready at that moment and writes them with one system call,
+//! so under load many responses share a `write`. Pipelining is free: a
+//! client may have any number of calls open (up to
+//! `ServerOptions::max_concurrent_streams`, beyond which the server stops
+//! reading the connection until calls finish).
+//!
+//! Memory per connection is bounded by the read buffer (one frame, at most
+//! the message limit), the per-call request queues, and the write queue
+//! (`WRITE_QUEUE` frames; a client that stops reading stalls its own
+//! connection's calls, nobody else's).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use protoplane_wire::{Decoder, EncodeOptions, Encoder, Source};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::frame::{self, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
+use crate::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
+use crate::metadata::Metadata;
+use crate::server::Router;
+use crate::status::{Code, Status};
+
+/// Frames queued for the writer per connection.
+const WRITE_QUEUE: usize = 1024;
+
+/// Section overhead allowed beyond the message limit (metadata, status).
+const FRAME_SLACK: usize = 64 << 10;
+
+/// Serves lean connections from a TCP listener.
+pub async fn serve_tcp(
+    router: Arc<Router>,
+    listener: tokio::net::TcpListener,
+) -> std::io::Result<()> {
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let _ = sock.set_nodelay(true);
+        tokio::spawn(serve_connection(router.clone(), sock));
+    }
+}
+
+/// Serves lean connections from a Unix listener.
+pub async fn serve_unix(
+    router: Arc<Router>,
+    listener: tokio::net::UnixListener,
+) -> std::io::Result<()> {
+    loop {
+        let (sock, _) = listener.accept().await?;
+        tokio::spawn(serve_connection(router.clone(), sock));
+    }
+}
+
+struct Open {
+    abort: AbortHandle,
+    requests: Option<mpsc::Sender<Message>>,
+    input: u32,
+    service: usize,
+}
+
+/// Serves one connection until it closes or breaks the protocol.
+pub async fn serve_connection<IO>(router: Arc<Router>, io: IO)
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(io);
+    // Preface both ways, then the method table: the client learns the ids.
+    let mut preface = [0u8; 8];
+    let got =
+        tokio::time::timeout(std::time::Duration::from_secs(10), rd.read_exact(&mut preface)).await;
+    if !matches!(got, Ok(Ok(_))) || &preface != PREFACE {
+        return;
+    }
+    let table = router.method_table();
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&(table.len() as u32).to_le_bytes());
+    for (path, _, _) in table {
+        hello.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        hello.extend_from_slice(path.as_bytes());
+    }
+    if wr.write_all(&hello).await.is_err() {
+        return;
+    }
+
+    let (wtx, wrx) = mpsc::channel::<Bytes>(WRITE_QUEUE);
+    let writer = tokio::spawn(write_loop(wr, wrx));
+    let limit = router.options().max_recv_message;
+    let max_calls = router.options().max_concurrent_streams.max(1) as usize;
+    let queue = router.options().request_queue.max(1);
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut calls: FuturesUnordered<BoxFuture<'static, u32>> = FuturesUnordered::new();
+    let mut open: HashMap<u32, Open> = HashMap::new();
+    let mut decoder = Decoder::new();
+    let mut eof = false;
+
+    'conn: loop {
+        // Every whole frame already buffered.
+        loop {
+            let next = match frame::next_frame(&mut buf, limit + FRAME_SLACK) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(_) => break 'conn,
+            };
+            if dispatch(&router, &wtx, &mut calls, &mut open, &mut decoder, next, queue)
+                .await
+                .is_err()
+            {
+                break 'conn;
+            }
+        }
+        if eof && calls.is_empty() {
+            break;
+        }
+        tokio::select! {
+            done = calls.next(), if !calls.is_empty() => {
+                if let Some(id) = done {
+                    open.remove(&id);
+                }
+            }
+            n = rd.read_buf(&mut buf), if !eof && open.len() < max_calls => {
+                match n {
+                    Ok(0) | Err(_) => {
+                        // The client is gone or half-closed: calls still
+                        // running finish (their answers may still be read).
+                        eof = true;
+                        for o in open.values_mut() {
+                            o.requests = None;
+                        }
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+    for o in open.values() {
+        o.abort.abort();
+    }
+    drop(calls);
+    drop(wtx);
+    let _ = writer.await;
+}
+
+/// Acts on one frame. `Err` when the connection must end.
+async fn dispatch(
+    router: &Arc<Router>,
+    wtx: &mpsc::Sender<Bytes>,
+    calls: &mut FuturesUnordered<BoxFuture<'static, u32>>,
+    open: &mut HashMap<u32, Open>,
+    decoder: &mut Decoder,
+    (h, payload): (frame::FrameHeader, Bytes),
+    queue: usize,
+) -> Result<(), LeanError> {
+    let id = h.call;
+    if h.has(CANCEL) {
+        if let Some(o) = open.remove(&id) {
+            o.abort.abort();
+        }
+        return Ok(());
+    }
+    let sections = frame::parse(&h, payload)?;
+    if !h.has(OPEN) {
+        // A later frame of a client-streaming call.
+        let Some(o) = open.get_mut(&id) else { return Ok(()) };
+        if let (Some(msg), Some(tx)) = (sections.message, o.requests.as_ref()) {
+            let schema = router.service(o.service).schema().clone();
+            match Message::decode(schema.tables(), o.input, msg, decoder) {
+                // Waiting for room here holds up the connection: a full
+                // queue means the handler is behind, and the client's
+                // frames wait in TCP (bounded) rather than in memory.
+                Ok(m) => {
+                    let _ = tx.send(m).await;
+                }
+                Err(e) => {
+                    let st =
+                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+                    o.abort.abort();
+                    open.remove(&id);
+                    send_status(wtx, id, &st).await;
+                    return Ok(());
+                }
+            }
+        }
+        if h.has(END) {
+            if let Some(o) = open.get_mut(&id) {
+                o.requests = None;
+            }
+        }
+        return Ok(());
+    }
+    if open.contains_key(&id) {
+        return Err(LeanError::Malformed("call id already open"));
+    }
+    let (timeout, metadata) = sections.open.unwrap_or_default();
+    let Some((svc_index, method_id)) = router.route_by_index(h.method) else {
+        send_status(
+            wtx,
+            id,
+            &Status::new(Code::Unimplemented, format!("unknown method #{}", h.method)),
+        )
+        .await;
+        return Ok(());
+    };
+    let service = router.service(svc_index).clone();
+    let schema = service.schema().clone();
+    let Some(method) = schema.method(method_id) else { return Ok(()) };
+    let (requests, streaming) = if method.client_streaming {
+        let (tx, rx) = mpsc::channel(queue);
+        if let Some(msg) = sections.message {
+            match Message::decode(schema.tables(), method.input, msg, decoder) {
+                Ok(m) => {
+                    let _ = tx.try_send(m);
+                }
+                Err(e) => {
+                    let st =
+                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+                    send_status(wtx, id, &st).await;
+                    return Ok(());
+                }
+            }
+        }
+        (if h.has(END) { None } else { Some(tx) }, Streaming::queue(rx))
+    } else {
+        // A method taking one request: the opening frame carries it.
+        let (Some(msg), true) = (sections.message, h.has(END)) else {
+            let st = Status::new(Code::Internal, "a unary call must open with its request and END");
+            send_status(wtx, id, &st).await;
+            return Ok(());
+        };
+        match Message::decode(schema.tables(), method.input, msg, decoder) {
+            Ok(m) => (None, Streaming::one(m)),
+            Err(e) => {
+                let st =
+                    Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+                send_status(wtx, id, &st).await;
+                return Ok(());
+            }
+        }
+    };
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let (otx, orx) = mpsc::channel(router.options().response_queue.max(1));
+    let request = Request { metadata, deadline, message: streaming };
+    let handler = service.call(method_id, request, Responder::new(otx, method.output));
+    let (abort, reg) = AbortHandle::new_pair();
+    let output = method.output;
+    let unary_out = !method.server_streaming;
+    let limit = router.options().max_send_message;
+    let driver =
+        drive(handler, orx, wtx.clone(), id, schema.clone(), output, unary_out, deadline, limit);
+    let wtx2 = wtx.clone();
+    calls.push(Box::pin(async move {
+        if Abortable::new(driver, reg).await.is_err() {
+            // Cancelled by the client: it expects no answer, but a status
+            // frame keeps the call table of a confused client consistent.
+            send_status(&wtx2, id, &Status::new(Code::Cancelled, "cancelled")).await;
+        }
+        id
+    }));
+    open.insert(id, Open { abort, requests, input: method.input, service: svc_index });
+    Ok(())
+}
+
+async fn send_status(wtx: &mpsc::Sender<Bytes>, call: u32, st: &Status) {
+    let mut out = Vec::new();
+    if frame::write(&mut out, call, 0, &Outgoing { status: Some(st), ..Outgoing::default() })
+        .is_some()
+    {
+        let _ = wtx.send(Bytes::from(out)).await;
+    }
+}
+
+/// Runs one call: polls the handler, encodes what it sends, ends with the
+/// status. A unary response travels in the same frame as the status.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    handler: BoxFuture<'static, Result<Metadata, Status>>,
+    mut orx: mpsc::Receiver<Out>,
+    wtx: mpsc::Sender<Bytes>,
+    call: u32,
+    schema: Arc<crate::schema::Schema>,
+    output: u32,
+    unary_out: bool,
+    deadline: Option<Instant>,
+    limit: usize,
+) {
+    let mut encoder = Encoder::new();
+    let mut headers: Option<Metadata> = None;
+    let mut held: Option<Vec<u8>> = None;
+    let mut handler = Some(handler);
+    let mut outcome = None;
+    let mut open = true;
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sleep);
+    while outcome.is_none() || open {
+        tokio::select! {
+            biased;
+            o = orx.recv(), if open => match o {
+                None => open = false,
+                Some(Out::Headers(md)) => headers = Some(md),
+                Some(item) => {
+                    let bytes = match item {
+                        Out::Block(block, _) if block.type_index() == Some(output) => encoder
+                            .encode(schema.tables(), output, Source::owned(block.as_bytes()), &EncodeOptions::default())
+                            .map(<[u8]>::to_vec)
+                            .map_err(|e| Status::new(Code::Internal, format!("unencodable response: {e}"))),
+                        Out::Block(..) => Err(Status::new(Code::Internal, "response block of the wrong type")),
+                        Out::Encoded(b, _) => Ok(b.to_vec()),
+                        Out::Headers(_) => Ok(Vec::new()),
+                    };
+                    let bytes = match bytes {
+                        Ok(b) if b.len() > limit => Err(Status::new(Code::ResourceExhausted, "response exceeds the send limit")),
+                        r => r,
+                    };
+                    match bytes {
+                        Err(st) => {
+                            outcome = Some(Err(st));
+                            drop(handler.take());
+                            break;
+                        }
+                        Ok(b) if unary_out && held.is_none() => held = Some(b),
+                        Ok(b) => {
+                            if let Some(prev) = held.take() {
+                                emit(&wtx, call, headers.take(), Some(&prev), None).await;
+                            }
+                            emit(&wtx, call, headers.take(), Some(&b), None).await;
+                        }
+                    }
+                }
+            },
+            r = async { match handler.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if handler.is_some() => {
+                handler = None;
+                outcome = Some(r);
+            }
+            _ = &mut sleep => {
+                drop(handler.take());
+                outcome = Some(Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")));
+                break;
+            }
+        }
+    }
+    let st = match outcome {
+        Some(Ok(trailers)) => Status { metadata: trailers, ..Status::ok() },
+        Some(Err(st)) => st,
+        None => Status::new(Code::Internal, "the handler ended without an outcome"),
+    };
+    // A failed call sends no held response.
+    let msg = if st.code == Code::Ok { held } else { None };
+    emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
+}
+
+async fn emit(
+    wtx: &mpsc::Sender<Bytes>,
+    call: u32,
+    headers: Option<Metadata>,
+    msg: Option<&[u8]>,
+    st: Option<&Status>,
+) {
+    let mut out = Vec::with_capacity(64 + msg.map_or(0, <[u8]>::len));
+    let f = Outgoing {
+        headers: headers.as_ref().filter(|h| !h.is_empty()),
+        message: msg,
+        status: st,
+        ..Outgoing::default()
+    };
+    if frame::write(&mut out, call, 0, &f).is_some() {
+        let _ = wtx.send(Bytes::from(out)).await;
+    }
+}
+
+/// Writes queued frames, everything ready at once in one write.
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Bytes>) {
+    let mut batch = Vec::with_capacity(64);
+    let mut out = Vec::with_capacity(64 << 10);
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        out.clear();
+        for b in batch.drain(..) {
+            out.extend_from_slice(&b);
+        }
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}

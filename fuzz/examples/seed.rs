@@ -14,6 +14,8 @@
 //!   the conformance JSON lines (seeded like their wire messages).
 //! * `CORPUS/block`: the owned-mode block of every `decode` seed that decodes
 //!   (selector byte, then the block's bytes).
+//! * `CORPUS/lean`: lean transport frames (one control byte, then frames;
+//!   see `fuzz_targets/lean.rs`).
 //! * `CORPUS/grpc`: framed gRPC streams (two control bytes, then the
 //!   stream; see `fuzz_targets/grpc.rs`) and header values.
 //! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
@@ -222,7 +224,33 @@ fn main() {
         }
     }
 
-    for dir in [&wire, &blocks, &grpc, &text, &tables] {
+    // Lean frames: one control byte (the limit), then frames.
+    let mut lean = Dir::new(corpus, "lean");
+    {
+        use protoplane_rpc::lean::frame::{write, Outgoing};
+        use protoplane_rpc::{Code, Metadata, Status};
+        let mut md = Metadata::new();
+        let _ = md.insert("k", "v");
+        let _ = md.insert_bin("b-bin", &[0, 1, 2]);
+        let mut st = Status::new(Code::NotFound, "gone");
+        let _ = st.metadata.insert("t", "x");
+        let frames: [(&str, Outgoing<'_>); 4] = [
+            ("unary-req", Outgoing { open: Some((Some(std::time::Duration::from_millis(5)), &md)), message: Some(b"\x08\x01"), end: true, ..Outgoing::default() }),
+            ("unary-resp", Outgoing { headers: Some(&md), message: Some(b"abc"), status: Some(&st), ..Outgoing::default() }),
+            ("cancel", Outgoing { cancel: true, ..Outgoing::default() }),
+            ("stream-end", Outgoing { end: true, ..Outgoing::default() }),
+        ];
+        let mut all = vec![255u8];
+        for (name, f) in &frames {
+            let mut one = vec![255u8];
+            let _ = write(&mut one, 3, 1, f);
+            lean.put(name, &one);
+            all.extend_from_slice(&one[1..]);
+        }
+        lean.put("all", &all);
+    }
+
+    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }

@@ -217,6 +217,9 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         s.message = Some(r.section()?);
     }
     if h.has(STATUS) {
+        if !h.has(END) {
+            return Err(LeanError::Malformed("STATUS without END"));
+        }
         let code = r.u32()?;
         if code > 16 {
             return Err(LeanError::Malformed("status code out of range"));
@@ -383,6 +386,10 @@ mod tests {
         assert!(parse(&h, Bytes::from_static(&[9, 0, 0, 0])).is_err());
         // Leftover bytes.
         assert!(parse(&h, Bytes::from_static(&[0, 0, 0, 0, 1])).is_err());
+        // A status must end the call (found by fuzzing: re-encoding added
+        // the END the parser had not asked for).
+        let h = FrameHeader { len: 8, call: 1, method: 0, flags: STATUS };
+        assert!(parse(&h, Bytes::from_static(&[0; 8])).is_err());
         // Status code out of range.
         let h = FrameHeader { len: 8, call: 1, method: 0, flags: STATUS | END };
         assert!(parse(&h, Bytes::from_static(&[99, 0, 0, 0, 0, 0, 0, 0])).is_err());

@@ -1,40 +1,62 @@
-//! `protoplane demo`: the wire engine on the social-network service's
-//! requests, with nothing but the repository.
+//! `protoplane demo`: the social-network service served by protoplane and
+//! driven by its own load generator, with nothing but the repository.
 //!
-//! It loads the embedded `.proto`, lays out requests with the builder (the
-//! application's side), encodes them (the engine's side), decodes them back
-//! in owned and zero-copy view mode, checks every round trip is byte-exact,
-//! and prints one request as JSON and a short report. With `--dataset DIR`
-//! it uses recorded requests (`*.ldelim`) instead of generated ones.
+//! 1. The requests: the recorded ones of `../shared/datasets/socialnetwork`
+//!    when that directory is beside the checkout (or `--dataset DIR`), else
+//!    generated ones (the builder lays them out, the engine encodes them).
+//!    Every request is decoded (owned and view) and re-encoded byte-exactly
+//!    first: the wire engine's check.
+//! 2. A protoplane server (`protos/socialnetwork/social_network.proto`,
+//!    embedded; the handlers of `sn.rs`) on its own thread, one
+//!    single-threaded runtime: gRPC over HTTP/2 and the lean transport.
+//! 3. `protoplane load` in-process on another thread: round-robin over the
+//!    five methods' requests, first one call in flight (latency), then many
+//!    (throughput), over gRPC and over the lean transport.
+//! 4. The report: QPS, latency percentiles, and the server thread's CPU time
+//!    per call (from `/proc/self/task/TID/stat`), which is the cost the
+//!    engine puts on a core.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use protoplane_schema::{ProtoSource, TableSet};
+use bytes::Bytes;
+use protoplane_rpc::{Channel, Client, Request};
+use protoplane_schema::TableSet;
 use protoplane_wire::{
     json, Block, Builder, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source,
     Value,
 };
 
-const SCHEMA: &str = include_str!("../../../protos/socialnetwork/social_network.proto");
-const SCHEMA_NAME: &str = "socialnetwork/social_network.proto";
-const REQUESTS: [&str; 5] = [
-    "RegisterUserRequest",
-    "LoginRequest",
-    "ComposeMediaRequest",
-    "ComposePostRequest",
-    "StorePostRequest",
+use crate::load::{LoadConfig, LoadReport, Transport};
+
+const REQUESTS: [(&str, &str); 5] = [
+    ("RegisterUserRequest", "RegisterUser"),
+    ("LoginRequest", "Login"),
+    ("ComposeMediaRequest", "ComposeMedia"),
+    ("ComposePostRequest", "ComposePost"),
+    ("StorePostRequest", "StorePost"),
 ];
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct DemoArgs {
-    /// Generated requests per type.
-    #[arg(long, default_value_t = 2000)]
+    /// Seconds of load per phase.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Calls in flight in the throughput phases.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Generated requests per type (when no recorded requests are used).
+    #[arg(long, default_value_t = 500)]
     per_type: usize,
-    /// Use recorded requests from this directory (`<Type>.ldelim` files).
+    /// Recorded requests (`<Type>.ldelim` files). Default:
+    /// `../shared/datasets/socialnetwork/messages` when it exists.
     #[arg(long, value_name = "DIR")]
     dataset: Option<PathBuf>,
+    /// Use generated requests even when recorded ones are found.
+    #[arg(long, conflicts_with = "dataset")]
+    generated: bool,
 }
 
 /// A tiny deterministic generator (xorshift), so runs are reproducible.
@@ -56,53 +78,159 @@ impl Rng {
     }
 }
 
+/// The recorded-requests directory to use, if any.
+fn dataset_dir(args: &DemoArgs) -> Option<PathBuf> {
+    if args.generated {
+        return None;
+    }
+    if let Some(d) = &args.dataset {
+        return Some(d.clone());
+    }
+    let exe_repo = std::env::current_dir().ok()?;
+    let d = exe_repo.parent()?.join("shared/datasets/socialnetwork/messages");
+    d.is_dir().then_some(d)
+}
+
+/// The social-network requests per method: `(method path, type, messages)`.
+pub(crate) fn requests(
+    ts: &TableSet,
+    dataset: Option<&std::path::Path>,
+    per_type: usize,
+) -> Result<Vec<(String, u32, Vec<Vec<u8>>)>, String> {
+    let mut out = Vec::new();
+    for (ty_name, method) in REQUESTS {
+        let ty = ts
+            .message_by_name(&format!("socialnetwork.{ty_name}"))
+            .ok_or("schema lacks a request type")?;
+        let messages = match dataset {
+            Some(dir) => read_delimited(&dir.join(format!("{ty_name}.ldelim")))?,
+            None => generate(ts, ty, ty_name, per_type)?,
+        };
+        out.push((format!("/{}/{method}", crate::sn::SERVICE), ty, messages));
+    }
+    Ok(out)
+}
+
+/// CPU time (user + system) of thread `tid` of this process, in µs.
+fn thread_cpu_us(tid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    cpu_fields(&stat)
+}
+
+/// utime + stime of a `/proc/.../stat` line, in µs. The clock tick is
+/// 100 Hz on Linux (`getconf CLK_TCK`; the kernel ABI fixes USER_HZ).
+fn cpu_fields(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 10_000.0)
+}
+
+/// The id of the calling thread (from `/proc/thread-self`).
+fn my_tid() -> Option<String> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    stat.split_whitespace().next().map(str::to_string)
+}
+
+struct Served {
+    grpc: String,
+    lean: String,
+    tid: Option<String>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Starts the server on its own thread (a single-threaded runtime).
+fn start_server() -> Result<Served, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("pp-server".into())
+        .spawn(move || {
+            let started = (|| {
+                let rt = crate::sn::runtime(1)?;
+                let router = Arc::new(crate::sn::router()?);
+                let (grpc, lean) = rt.block_on(async {
+                    let g = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+                    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+                    (g, l)
+                });
+                let grpc = grpc.map_err(|e| format!("bind: {e}"))?;
+                let lean = lean.map_err(|e| format!("bind: {e}"))?;
+                let addrs = (
+                    grpc.local_addr().map_err(|e| e.to_string())?.to_string(),
+                    lean.local_addr().map_err(|e| e.to_string())?.to_string(),
+                );
+                Ok::<_, String>((rt, router, grpc, lean, addrs))
+            })();
+            match started {
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+                Ok((rt, router, grpc, lean, (g, l))) => {
+                    let _ = tx.send(Ok((g, l, my_tid())));
+                    rt.block_on(async move {
+                        tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), lean));
+                        tokio::spawn(router.serve(grpc));
+                        let _ = stopped.await;
+                    });
+                }
+            }
+        })
+        .map_err(|e| format!("server thread: {e}"))?;
+    let (grpc, lean, tid) = rx.recv().map_err(|_| "server thread died".to_string())??;
+    Ok(Served { grpc, lean, tid, stop, thread })
+}
+
+struct Phase {
+    name: String,
+    report: LoadReport,
+    server_cpu_us: Option<f64>,
+}
+
 pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
-    let ts = TableSet::from_proto_sources(
-        &[ProtoSource { name: SCHEMA_NAME, text: SCHEMA }],
-        &[SCHEMA_NAME],
-    )
-    .map_err(|e| e.to_string())?;
+    let schema = crate::sn::schema()?;
+    let ts = schema.tables();
+    let dataset = dataset_dir(args);
+    let reqs = requests(ts, dataset.as_deref(), args.per_type)?;
     let mut report = String::new();
-    let _ = writeln!(report, "protoplane demo: the wire engine on the social-network requests\n");
+    let _ = writeln!(report, "protoplane demo: the social-network service, served and loaded\n");
+    let source = match &dataset {
+        Some(d) => format!("recorded requests from {}", d.display()),
+        None => format!("{} generated requests per method (no dataset found)", args.per_type),
+    };
+    let total: usize = reqs.iter().map(|r| r.2.len()).sum();
+    let _ = writeln!(report, "requests: {total}, {source}");
+
+    // 1. The wire engine's check, and what the requests look like.
     let _ = writeln!(
         report,
-        "schema: {} message types, table set {} bytes (pointer-free, copyable to another process)",
-        ts.messages().len(),
-        ts.to_bytes().len()
-    );
-    let _ = writeln!(
-        report,
-        "\n{:<22} {:>6} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}",
+        "\n{:<22} {:>6} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}",
         "request", "count", "wire B", "block B", "view B", "dec ns", "view ns", "enc ns"
     );
     let mut example = String::new();
-    let mut total = 0usize;
-    for name in REQUESTS {
-        let ty = ts.message_by_name(&format!("socialnetwork.{name}")).ok_or("schema lacks type")?;
-        let messages = match &args.dataset {
-            Some(dir) => read_delimited(&dir.join(format!("{name}.ldelim")))?,
-            None => generate(&ts, ty, name, args.per_type)?,
-        };
-        let stats = exercise(&ts, ty, &messages)?;
-        total += messages.len();
+    for (path, ty, messages) in &reqs {
+        let stats = exercise(ts, *ty, messages)?;
+        let n = messages.len().max(1) as f64;
+        let name = ts.message_name(*ty).trim_start_matches("socialnetwork.").to_string();
         let _ = writeln!(
             report,
-            "{:<22} {:>6} {:>10.1} {:>9.1} {:>9.1} {:>10.0} {:>10.0} {:>10.0}",
+            "{:<22} {:>6} {:>8.1} {:>9.1} {:>8.1} {:>8.0} {:>8.0} {:>8.0}",
             name,
             messages.len(),
-            stats.wire_bytes as f64 / messages.len() as f64,
-            stats.block_bytes as f64 / messages.len() as f64,
-            stats.view_bytes as f64 / messages.len() as f64,
+            stats.wire_bytes as f64 / n,
+            stats.block_bytes as f64 / n,
+            stats.view_bytes as f64 / n,
             stats.decode_ns,
             stats.view_ns,
             stats.encode_ns,
         );
-        if name == "ComposePostRequest" {
+        if path.ends_with("/ComposePost") {
             if let Some(first) = messages.first() {
-                let block = protoplane_wire::decode(&ts, ty, first, &DecodeOptions::view())
+                let block = protoplane_wire::decode(ts, *ty, first, &DecodeOptions::view())
                     .map_err(|e| e.to_string())?;
                 let view =
-                    MessageView::new(&ts, Source { block: block.as_bytes(), wire: first }, ty)
+                    MessageView::new(ts, Source { block: block.as_bytes(), wire: first }, *ty)
                         .map_err(|e| e.to_string())?;
                 json::to_json(&view, &mut example).map_err(|e| e.to_string())?;
             }
@@ -110,12 +238,103 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
     }
     let _ = writeln!(
         report,
-        "\n{total} requests: every one decoded (owned and view) and re-encoded byte-exactly.\n\
-         block B = linearized block (owned), view B = block when strings stay in the wire bytes.\n\
-         ns columns: median of 5 passes in this process, one core, cache-hot; indicative only,\n\
-         `protoplane bench wire` (issue: wire engine speed) is the measurement.\n"
+        "every request decoded (owned and zero-copy view) and re-encoded byte-exactly."
     );
-    let _ = writeln!(report, "one ComposePostRequest as proto3 JSON:\n{example}");
+
+    // 2. The server, 3. the load.
+    let served = start_server()?;
+    let calls: Vec<(String, Vec<Bytes>)> = reqs
+        .iter()
+        .map(|(p, _, m)| (p.clone(), m.iter().map(|b| Bytes::from(b.clone())).collect()))
+        .collect();
+    let rt = crate::sn::runtime(1)?;
+    let seconds = Duration::from_secs_f64(args.seconds.max(0.2));
+    let phases_plan = [
+        ("gRPC / HTTP2", Transport::Grpc, 1, &served.grpc),
+        ("gRPC / HTTP2", Transport::Grpc, args.concurrency.max(1), &served.grpc),
+        ("lean / TCP", Transport::Lean, 1, &served.lean),
+        ("lean / TCP", Transport::Lean, args.concurrency.max(1), &served.lean),
+    ];
+    let mut phases = Vec::new();
+    let (token, phases_result) = rt.block_on(async {
+        // One call first, to show it works: Login's answer.
+        let channel = Channel::connect(&served.grpc).await.map_err(|e| e.to_string())?;
+        let client = Client::new(channel, schema.clone());
+        let login = schema.find(crate::sn::SERVICE, "Login").ok_or("no Login")?;
+        let mut b = Builder::new(ts, schema.method(login).map(|m| m.input).unwrap_or(0))
+            .map_err(|e| e.to_string())?;
+        let root = b.root();
+        b.set(root, 1, Value::I64(42)).map_err(|e| e.to_string())?;
+        b.set(root, 2, Value::String(b"ada")).map_err(|e| e.to_string())?;
+        let block: Block = b.finish();
+        let (reply, _) =
+            client.unary(login, Request::new(&block)).await.map_err(|e| e.to_string())?;
+        let v = reply.view(ts).map_err(|e| e.to_string())?;
+        let token = v
+            .by_number(1)
+            .map_err(|e| e.to_string())?
+            .and_then(|x| x.as_str())
+            .unwrap_or("")
+            .to_string();
+        for (name, transport, conc, target) in phases_plan {
+            let mut cfg = LoadConfig::new(target.clone(), calls.clone());
+            cfg.transport = transport;
+            cfg.concurrency = conc;
+            cfg.duration = seconds;
+            cfg.progress = false;
+            let before = served.tid.as_deref().and_then(thread_cpu_us);
+            let t = Instant::now();
+            let r = crate::load::run(&cfg).await?;
+            let _ = t;
+            let after = served.tid.as_deref().and_then(thread_cpu_us);
+            let made = (r.ok + r.errors.iter().map(|e| e.1).sum::<u64>()).max(1) as f64;
+            let server_cpu_us = before.zip(after).map(|(b, a)| (a - b) / made);
+            phases.push(Phase { name: name.to_string(), report: r, server_cpu_us });
+        }
+        Ok::<_, String>((token, ()))
+    })?;
+    let _ = phases_result;
+    let _ = served.stop.send(());
+    let _ = served.thread.join();
+
+    let _ = writeln!(
+        report,
+        "\nserver: protoplane, 5 methods of socialnetwork.SocialNetwork, one thread (gRPC/HTTP2 \
+         and lean on TCP)\nload:   protoplane load, round-robin over the {total} requests, \
+         {:.1} s per phase, closed loop\nLogin(req_id 42, \"ada\") answered token {token:?}\n",
+        seconds.as_secs_f64()
+    );
+    let _ = writeln!(
+        report,
+        "{:<14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>16} {:>7}",
+        "transport",
+        "in flight",
+        "QPS",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "server CPU µs/call",
+        "errors"
+    );
+    for p in &phases {
+        let r = &p.report;
+        let errors: u64 = r.errors.iter().map(|e| e.1).sum();
+        let cpu = p.server_cpu_us.map_or("n/a".to_string(), |c| format!("{c:.1}"));
+        let _ = writeln!(
+            report,
+            "{:<14} {:>9} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>16} {:>7}",
+            p.name, r.concurrency, r.qps, r.p50, r.p90, r.p99, r.p999, cpu, errors
+        );
+    }
+    let _ = writeln!(
+        report,
+        "\nserver CPU/call: the server thread's user+system time over the phase divided by the \
+         calls made\n(10 ms clock ticks: a rough figure for short phases). Both sides share this \
+         machine's two cores,\nunpinned: `protoplane bench rpc` is the measurement, pinned and \
+         side by side with tonic."
+    );
+    let _ = writeln!(report, "\none ComposePostRequest as proto3 JSON:\n{example}");
     Ok(report)
 }
 

@@ -7,6 +7,7 @@
 mod bench;
 mod demo;
 mod interop;
+mod load;
 mod schema_args;
 mod sn;
 mod stream;
@@ -46,6 +47,8 @@ enum Command {
     /// Run one gRPC interop test case against a TestService server.
     #[command(name = "interop-client")]
     InteropClient(interop::client::ClientArgs),
+    /// Load-test a gRPC server (closed or open loop).
+    Load(load::LoadArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
     Compile {
         #[command(flatten)]
@@ -132,11 +135,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let report = bench::wire::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
         }
+        Command::Bench(bench::BenchCommand::Rpc(args)) => {
+            let report = bench::rpc::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
         Command::BenchWorker(args) => {
             let rows = bench::worker::run(&args).map_err(Failure::Input)?;
             write_stdout(rows.as_bytes())
         }
         Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
+        Command::Load(args) => {
+            let report = load::main(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
         Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),
         Command::InteropClient(args) => interop::client::run(&args).map_err(Failure::Input),
         Command::Demo(args) => {

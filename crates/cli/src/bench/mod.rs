@@ -1,8 +1,9 @@
 //! Benchmarks: `protoplane bench wire` (the driver) and `protoplane
-//! bench-worker` (protoplane's worker). See `bench/README.md` at the
+//! bench-worker` (protoplane's worker); `protoplane bench rpc`. See `bench/README.md` at the
 //! repository root for the method and the worker protocol.
 
 pub(crate) mod jobs;
+pub(crate) mod rpc;
 pub(crate) mod wire;
 pub(crate) mod worker;
 
@@ -11,4 +12,6 @@ pub(crate) mod worker;
 pub(crate) enum BenchCommand {
     /// protoplane's wire engine against prost, buffa and protobuf C++.
     Wire(wire::WireArgs),
+    /// protoplane's RPC server (gRPC/HTTP2 and lean) against tonic + prost.
+    Rpc(rpc::RpcArgs),
 }

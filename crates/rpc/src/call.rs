@@ -18,7 +18,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use protoplane_schema::TableSet;
 use protoplane_wire::{Block, DecodeOptions, Decoder, MessageView, Source};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::metadata::Metadata;
 use crate::schema::Schema;
@@ -166,18 +166,50 @@ pub(crate) enum Out {
     Encoded(Bytes, bool),
 }
 
+/// One response of a method that answers once, with the initial metadata
+/// staged before it.
+#[derive(Debug)]
+pub(crate) struct UnaryOut {
+    pub(crate) headers: Option<Metadata>,
+    pub(crate) message: Option<Out>,
+}
+
+/// Where a responder's output goes: a queue for a streaming response, a
+/// one-shot slot for a single one (no queue to allocate per call).
+#[derive(Debug)]
+enum Sink {
+    Stream(mpsc::Sender<Out>),
+    Unary { slot: Option<oneshot::Sender<UnaryOut>>, headers: Option<Metadata> },
+}
+
 /// The application's end of a call's responses.
 #[derive(Debug)]
 pub struct Responder {
-    tx: mpsc::Sender<Out>,
+    sink: Sink,
     headers: Option<Metadata>,
     compress: bool,
     output: u32,
 }
 
 impl Responder {
-    pub(crate) fn new(tx: mpsc::Sender<Out>, output: u32) -> Responder {
-        Responder { tx, headers: Some(Metadata::new()), compress: false, output }
+    /// A responder for a streaming response.
+    pub(crate) fn stream(tx: mpsc::Sender<Out>, output: u32) -> Responder {
+        Responder {
+            sink: Sink::Stream(tx),
+            headers: Some(Metadata::new()),
+            compress: false,
+            output,
+        }
+    }
+
+    /// A responder for a method with one response.
+    pub(crate) fn unary(tx: oneshot::Sender<UnaryOut>, output: u32) -> Responder {
+        Responder {
+            sink: Sink::Unary { slot: Some(tx), headers: None },
+            headers: Some(Metadata::new()),
+            compress: false,
+            output,
+        }
     }
 
     /// Initial metadata, sent with the first response (or with
@@ -197,7 +229,23 @@ impl Responder {
     }
 
     async fn push(&mut self, out: Out) -> Result<(), Status> {
-        self.tx.send(out).await.map_err(|_| Status::new(Code::Cancelled, "the call has ended"))
+        let gone = || Status::new(Code::Cancelled, "the call has ended");
+        match &mut self.sink {
+            Sink::Stream(tx) => tx.send(out).await.map_err(|_| gone()),
+            Sink::Unary { headers, .. } if matches!(out, Out::Headers(_)) => {
+                if let Out::Headers(md) = out {
+                    *headers = Some(md);
+                }
+                Ok(())
+            }
+            Sink::Unary { slot, headers } => {
+                let tx = slot.take().ok_or_else(|| {
+                    Status::new(Code::Internal, "a method with one response sent a second")
+                })?;
+                tx.send(UnaryOut { headers: headers.take(), message: Some(out) })
+                    .map_err(|_| gone())
+            }
+        }
     }
 
     /// Sends the initial metadata now, before any response.
@@ -227,11 +275,21 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         // Initial metadata of a call that sent no response still goes out
-        // (in the trailers-only response's headers). The queue is empty in
-        // that case, so the push cannot fail for want of room.
-        if let Some(md) = self.headers.take() {
-            if !md.is_empty() {
-                let _ = self.tx.try_send(Out::Headers(md));
+        // (in the trailers-only response's headers).
+        let staged = self.headers.take().filter(|md| !md.is_empty());
+        match &mut self.sink {
+            // The queue is empty in that case, so the push cannot fail for
+            // want of room.
+            Sink::Stream(tx) => {
+                if let Some(md) = staged {
+                    let _ = tx.try_send(Out::Headers(md));
+                }
+            }
+            Sink::Unary { slot, headers } => {
+                let md = headers.take().or(staged);
+                if let (Some(tx), Some(md)) = (slot.take(), md) {
+                    let _ = tx.send(UnaryOut { headers: Some(md), message: None });
+                }
             }
         }
     }

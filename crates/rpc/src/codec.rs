@@ -8,6 +8,34 @@ use bytes::Bytes;
 use crate::frame::{Frame, FRAME_HEADER_LEN};
 use crate::status::{Code, Status};
 
+thread_local! {
+    /// One encoder per thread: its output buffer is reused across calls
+    /// instead of grown from nothing for each.
+    static ENCODER: std::cell::RefCell<protoplane_wire::Encoder> =
+        std::cell::RefCell::new(protoplane_wire::Encoder::new());
+}
+
+/// Encodes an owned block of type `ty` with this thread's encoder and hands
+/// the bytes to `f` (valid only inside it).
+pub(crate) fn with_encoded<R>(
+    tables: &protoplane_schema::TableSet,
+    ty: u32,
+    block: &protoplane_wire::Block,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, Status> {
+    if block.type_index() != Some(ty) {
+        return Err(Status::new(Code::Internal, "response block of the wrong type"));
+    }
+    ENCODER.with(|e| {
+        let mut e = e.borrow_mut();
+        let src = protoplane_wire::Source::owned(block.as_bytes());
+        match e.encode(tables, ty, src, &protoplane_wire::EncodeOptions::default()) {
+            Ok(bytes) => Ok(f(bytes)),
+            Err(err) => Err(Status::new(Code::Internal, format!("unencodable message: {err}"))),
+        }
+    })
+}
+
 /// A message encoding the runtime implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use protoplane_wire::{Decoder, EncodeOptions, Encoder, Source};
+use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -222,6 +222,11 @@ impl Router {
             .initial_connection_window_size(o.connection_window)
             .max_header_list_size(o.max_header_list)
             .max_send_buffer_size(1 << 20)
+            // Streams a client resets before the server accepts them (HTTP/2
+            // "rapid reset", CVE-2023-44487): beyond this many pending, the
+            // connection is closed. h2's default (20) also closes on
+            // ordinary clients whose short deadlines expire in bulk.
+            .max_pending_accept_reset_streams(200)
             .handshake::<IO, Bytes>(io);
         let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(10), handshake).await
         else {
@@ -339,14 +344,21 @@ impl Router {
                 }
             }
         };
-        let (tx, mut rx) = mpsc::channel(self.opts.response_queue.max(1));
+        // A streaming response goes through a queue; a single one through a
+        // one-shot slot read when the handler is done.
+        let (responder, mut rx, mut single) = if method.server_streaming {
+            let (tx, rx) = mpsc::channel(self.opts.response_queue.max(1));
+            (Responder::stream(tx, method.output), Some(rx), None)
+        } else {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            (Responder::unary(tx, method.output), None, Some(rx))
+        };
         let request = Request { metadata, deadline, message: streaming };
-        let mut handler =
-            Some(service.call(route.method, request, Responder::new(tx, method.output)));
+        let mut handler = Some(service.call(route.method, request, responder));
         let mut req_tx = req_tx;
         let mut pending: VecDeque<Message> = VecDeque::new();
         let mut outcome: Option<Result<Metadata, Status>> = None;
-        let mut responses_open = true;
+        let mut responses_open = rx.is_some();
         let reading_limit = self.opts.request_queue.max(1);
 
         loop {
@@ -366,7 +378,7 @@ impl Router {
                 biased;
                 _ = poll_fn(|cx| out.poll_reset(cx)) => Ev::Reset,
                 _ = until(&mut deadline_timer) => Ev::Deadline,
-                o = rx.recv(), if responses_open => Ev::Out(o),
+                o = async { match rx.as_mut() { Some(rx) => rx.recv().await, None => None } }, if responses_open => Ev::Out(o),
                 r = async { handler.as_mut().expect("polled only while present").await }, if handler.is_some() => Ev::Done(r),
                 r = inbound.read_into(&mut pending), if reading => Ev::Read(r),
                 p = async { req_tx.as_ref().expect("present").reserve().await }, if req_tx.is_some() && !pending.is_empty() => {
@@ -412,6 +424,19 @@ impl Router {
             // handler sees the end of its requests.
             if inbound.done && pending.is_empty() {
                 req_tx = None;
+            }
+        }
+        if let Some(Ok(one)) = single.as_mut().map(|rx| rx.try_recv()) {
+            if let Some(md) = one.headers {
+                let _ = out.send(Out::Headers(md)).await;
+            }
+            if let Some(item) = one.message.filter(|_| matches!(outcome, Some(Ok(_)))) {
+                if let Err(st) = out.send(item).await {
+                    if st.code != Code::Cancelled {
+                        out.finish(st, &Metadata::new());
+                    }
+                    return;
+                }
             }
         }
         match outcome {
@@ -537,7 +562,6 @@ struct Outbound {
     gzip_ok: bool,
     limit: usize,
     schema: Option<(Arc<Schema>, u32)>,
-    encoder: Encoder,
 }
 
 impl Outbound {
@@ -550,7 +574,6 @@ impl Outbound {
             gzip_ok: false,
             limit,
             schema: None,
-            encoder: Encoder::new(),
         }
     }
 
@@ -605,21 +628,11 @@ impl Outbound {
                 let Some((schema, output)) = &self.schema else {
                     return Err(Status::new(Code::Internal, "no response type"));
                 };
-                if block.type_index() != Some(*output) {
-                    return Err(Status::new(Code::Internal, "response block of the wrong type"));
-                }
-                let bytes = self
-                    .encoder
-                    .encode(
-                        schema.tables(),
-                        *output,
-                        Source::owned(block.as_bytes()),
-                        &EncodeOptions::default(),
-                    )
-                    .map_err(|e| {
-                        Status::new(Code::Internal, format!("unencodable response: {e}"))
-                    })?;
-                (codec::frame_message(bytes, z && self.gzip_ok, self.limit)?, ())
+                let (gz, limit) = (z && self.gzip_ok, self.limit);
+                let framed = codec::with_encoded(schema.tables(), *output, &block, |bytes| {
+                    codec::frame_message(bytes, gz, limit)
+                })??;
+                (framed, ())
             }
         };
         self.send_headers()?;

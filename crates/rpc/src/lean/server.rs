@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use protoplane_wire::{Decoder, EncodeOptions, Encoder, Source};
+use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -246,15 +246,20 @@ async fn dispatch(
         }
     };
     let deadline = timeout.map(|t| Instant::now() + t);
-    let (otx, orx) = mpsc::channel(router.options().response_queue.max(1));
     let request = Request { metadata, deadline, message: streaming };
-    let handler = service.call(method_id, request, Responder::new(otx, method.output));
+    let (responder, orx, single) = if method.server_streaming {
+        let (tx, rx) = mpsc::channel(router.options().response_queue.max(1));
+        (Responder::stream(tx, method.output), Some(rx), None)
+    } else {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Responder::unary(tx, method.output), None, Some(rx))
+    };
+    let handler = service.call(method_id, request, responder);
     let (abort, reg) = AbortHandle::new_pair();
     let output = method.output;
-    let unary_out = !method.server_streaming;
     let limit = router.options().max_send_message;
     let driver =
-        drive(handler, orx, wtx.clone(), id, schema.clone(), output, unary_out, deadline, limit);
+        drive(handler, orx, single, wtx.clone(), id, schema.clone(), output, deadline, limit);
     let wtx2 = wtx.clone();
     calls.push(Box::pin(async move {
         if Abortable::new(driver, reg).await.is_err() {
@@ -277,78 +282,83 @@ async fn send_status(wtx: &mpsc::Sender<Bytes>, call: u32, st: &Status) {
     }
 }
 
+/// Encodes one response item to its message bytes.
+fn encode_out(
+    item: Out,
+    schema: &crate::schema::Schema,
+    output: u32,
+    limit: usize,
+) -> Result<Vec<u8>, Status> {
+    let bytes = match item {
+        Out::Block(block, _) => {
+            crate::codec::with_encoded(schema.tables(), output, &block, <[u8]>::to_vec)?
+        }
+        Out::Encoded(b, _) => b.to_vec(),
+        Out::Headers(_) => Vec::new(),
+    };
+    if bytes.len() > limit {
+        return Err(Status::new(Code::ResourceExhausted, "response exceeds the send limit"));
+    }
+    Ok(bytes)
+}
+
 /// Runs one call: polls the handler, encodes what it sends, ends with the
-/// status. A unary response travels in the same frame as the status.
+/// status. A single response travels in the same frame as the status.
 #[allow(clippy::too_many_arguments)]
 async fn drive(
     handler: BoxFuture<'static, Result<Metadata, Status>>,
-    mut orx: mpsc::Receiver<Out>,
+    orx: Option<mpsc::Receiver<Out>>,
+    single: Option<tokio::sync::oneshot::Receiver<crate::call::UnaryOut>>,
     wtx: mpsc::Sender<Bytes>,
     call: u32,
     schema: Arc<crate::schema::Schema>,
     output: u32,
-    unary_out: bool,
     deadline: Option<Instant>,
     limit: usize,
 ) {
-    let mut encoder = Encoder::new();
-    let mut headers: Option<Metadata> = None;
-    let mut held: Option<Vec<u8>> = None;
-    let mut handler = Some(handler);
-    let mut outcome = None;
-    let mut open = true;
-    let sleep = async {
+    let timed = async {
         match deadline {
-            Some(d) => tokio::time::sleep_until(d.into()).await,
-            None => std::future::pending().await,
+            Some(d) => tokio::time::timeout_at(d.into(), handler)
+                .await
+                .unwrap_or_else(|_| Err(Status::new(Code::DeadlineExceeded, "deadline exceeded"))),
+            None => handler.await,
         }
     };
-    tokio::pin!(sleep);
+    let Some(mut orx) = orx else {
+        // One response: run the handler to its end, then one frame.
+        let outcome = timed.await;
+        let one = single.and_then(|mut rx| rx.try_recv().ok());
+        let (headers, item) = one.map_or((None, None), |u| (u.headers, u.message));
+        let (st, msg) = match (outcome, item) {
+            (Ok(trailers), Some(item)) => match encode_out(item, &schema, output, limit) {
+                Ok(b) => (Status { metadata: trailers, ..Status::ok() }, Some(b)),
+                Err(st) => (st, None),
+            },
+            (Ok(trailers), None) => (Status { metadata: trailers, ..Status::ok() }, None),
+            (Err(st), _) => (st, None),
+        };
+        emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
+        return;
+    };
+    let mut headers: Option<Metadata> = None;
+    tokio::pin!(timed);
+    let mut outcome = None;
+    let mut open = true;
     while outcome.is_none() || open {
         tokio::select! {
             biased;
             o = orx.recv(), if open => match o {
                 None => open = false,
                 Some(Out::Headers(md)) => headers = Some(md),
-                Some(item) => {
-                    let bytes = match item {
-                        Out::Block(block, _) if block.type_index() == Some(output) => encoder
-                            .encode(schema.tables(), output, Source::owned(block.as_bytes()), &EncodeOptions::default())
-                            .map(<[u8]>::to_vec)
-                            .map_err(|e| Status::new(Code::Internal, format!("unencodable response: {e}"))),
-                        Out::Block(..) => Err(Status::new(Code::Internal, "response block of the wrong type")),
-                        Out::Encoded(b, _) => Ok(b.to_vec()),
-                        Out::Headers(_) => Ok(Vec::new()),
-                    };
-                    let bytes = match bytes {
-                        Ok(b) if b.len() > limit => Err(Status::new(Code::ResourceExhausted, "response exceeds the send limit")),
-                        r => r,
-                    };
-                    match bytes {
-                        Err(st) => {
-                            outcome = Some(Err(st));
-                            drop(handler.take());
-                            break;
-                        }
-                        Ok(b) if unary_out && held.is_none() => held = Some(b),
-                        Ok(b) => {
-                            if let Some(prev) = held.take() {
-                                emit(&wtx, call, headers.take(), Some(&prev), None).await;
-                            }
-                            emit(&wtx, call, headers.take(), Some(&b), None).await;
-                        }
+                Some(item) => match encode_out(item, &schema, output, limit) {
+                    Ok(b) => emit(&wtx, call, headers.take(), Some(&b), None).await,
+                    Err(st) => {
+                        outcome = Some(Err(st));
+                        break;
                     }
-                }
+                },
             },
-            r = async { match handler.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if handler.is_some() => {
-                handler = None;
-                outcome = Some(r);
-            }
-            _ = &mut sleep => {
-                drop(handler.take());
-                outcome = Some(Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")));
-                break;
-            }
+            r = &mut timed, if outcome.is_none() => outcome = Some(r),
         }
     }
     let st = match outcome {
@@ -356,9 +366,7 @@ async fn drive(
         Some(Err(st)) => st,
         None => Status::new(Code::Internal, "the handler ended without an outcome"),
     };
-    // A failed call sends no held response.
-    let msg = if st.code == Code::Ok { held } else { None };
-    emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
+    emit(&wtx, call, headers, None, Some(&st)).await;
 }
 
 async fn emit(

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: the README's second command, and what CI runs.
 #
-# Installs what it needs (Python packages into ./.venv, cargo-fuzz), builds
-# the workspace once in release mode, and runs everything from that build:
+# Installs what it needs (Python packages into ./.venv, cargo-fuzz, grpc-go's
+# interop binaries and grpcurl from the Go module proxy into target/go-bin),
+# builds the workspace once in release mode, and runs everything from that build:
 #   1. formatting and clippy (-D warnings)
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract)
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
 #      grpcurl through reflection, TLS; Python grpcio client and server
-#   5. a smoke run of `protoplane bench wire` (protoplane's worker only)
+#   5. smoke runs of `protoplane demo`, `protoplane bench rpc` and
+#      `protoplane bench wire` (protoplane only)
 #   6. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Tests that need ../shared/datasets say so and skip when it is absent.
 set -euo pipefail
@@ -39,6 +41,21 @@ if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else ba
 
 step "gRPC interop: Python grpcio client and server"
 if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
+
+step "RPC smoke: the demo and bench rpc (protoplane only, no timing claims)"
+if target/release/protoplane demo --seconds 0.3 >target/demo.txt 2>&1 \
+    && grep -q '^lean / TCP' target/demo.txt && grep -q 'answered token "t42-ada"' target/demo.txt; then
+    ok
+else
+    bad "demo"; tail -20 target/demo.txt
+fi
+if target/release/protoplane bench rpc --rounds 1 --seconds 0.5 --concurrency 1,8 \
+    --impls protoplane-grpc,protoplane-lean >target/bench-rpc-smoke.md 2>/dev/null \
+    && ! grep -q 'load failed' target/bench-rpc-smoke.md; then
+    ok
+else
+    bad "bench rpc smoke"; cat target/bench-rpc-smoke.md
+fi
 
 step "benchmark smoke (protoplane worker only, no timing claims)"
 if [[ -d ../shared/datasets ]]; then

@@ -91,12 +91,15 @@ fn dataset_dir(args: &DemoArgs) -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
-/// The social-network requests per method: `(method path, type, messages)`.
+/// Requests of one method: its path, its request type, the encoded messages.
+pub(crate) type MethodRequests = (String, u32, Vec<Vec<u8>>);
+
+/// The social-network requests per method.
 pub(crate) fn requests(
     ts: &TableSet,
     dataset: Option<&std::path::Path>,
     per_type: usize,
-) -> Result<Vec<(String, u32, Vec<Vec<u8>>)>, String> {
+) -> Result<Vec<MethodRequests>, String> {
     let mut out = Vec::new();
     for (ty_name, method) in REQUESTS {
         let ty = ts
@@ -256,7 +259,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
         ("lean / TCP", Transport::Lean, args.concurrency.max(1), &served.lean),
     ];
     let mut phases = Vec::new();
-    let (token, phases_result) = rt.block_on(async {
+    let token = rt.block_on(async {
         // One call first, to show it works: Login's answer.
         let channel = Channel::connect(&served.grpc).await.map_err(|e| e.to_string())?;
         let client = Client::new(channel, schema.clone());
@@ -283,17 +286,14 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
             cfg.duration = seconds;
             cfg.progress = false;
             let before = served.tid.as_deref().and_then(thread_cpu_us);
-            let t = Instant::now();
             let r = crate::load::run(&cfg).await?;
-            let _ = t;
             let after = served.tid.as_deref().and_then(thread_cpu_us);
             let made = (r.ok + r.errors.iter().map(|e| e.1).sum::<u64>()).max(1) as f64;
             let server_cpu_us = before.zip(after).map(|(b, a)| (a - b) / made);
             phases.push(Phase { name: name.to_string(), report: r, server_cpu_us });
         }
-        Ok::<_, String>((token, ()))
+        Ok::<_, String>(token)
     })?;
-    let _ = phases_result;
     let _ = served.stop.send(());
     let _ = served.thread.join();
 

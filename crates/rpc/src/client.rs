@@ -590,9 +590,15 @@ impl Client {
         let m = call.message().await?.ok_or_else(|| {
             Status::new(Code::Internal, "the server ended a unary call without a response")
         })?;
-        match call.call.finish_status().await {
-            st if st.code == Code::Ok => Ok((m, call.call.trailers().cloned().unwrap_or_default())),
-            st => Err(st),
+        // A second response to a unary call is a protocol violation (as
+        // grpc-go treats it), not something to drop silently.
+        match call.call.recv().await {
+            Ok(None) => Ok((m, call.call.trailers().cloned().unwrap_or_default())),
+            Ok(Some(_)) => {
+                call.call.cancel();
+                Err(Status::new(Code::Internal, "more than one response message for a unary call"))
+            }
+            Err(st) => Err(st),
         }
     }
 }

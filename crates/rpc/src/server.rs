@@ -398,11 +398,15 @@ impl Router {
                 }
                 Ev::Out(None) => responses_open = false,
                 Ev::Out(Some(item)) => {
-                    if let Err(st) = out.send(item).await {
+                    // A client that stops reading blocks this send on flow
+                    // control: the deadline still ends the call.
+                    let sent = tokio::select! {
+                        r = out.send(item) => r,
+                        _ = until(&mut deadline_timer) => Err(deadline_exceeded()),
+                    };
+                    if let Err(st) = sent {
                         drop(handler.take());
-                        if st.code != Code::Cancelled {
-                            out.finish(st, &Metadata::new());
-                        }
+                        out.abort(st);
                         return;
                     }
                 }
@@ -431,10 +435,12 @@ impl Router {
                 let _ = out.send(Out::Headers(md)).await;
             }
             if let Some(item) = one.message.filter(|_| matches!(outcome, Some(Ok(_)))) {
-                if let Err(st) = out.send(item).await {
-                    if st.code != Code::Cancelled {
-                        out.finish(st, &Metadata::new());
-                    }
+                let sent = tokio::select! {
+                    r = out.send(item) => r,
+                    _ = until(&mut deadline_timer) => Err(deadline_exceeded()),
+                };
+                if let Err(st) = sent {
+                    out.abort(st);
                     return;
                 }
             }
@@ -663,6 +669,17 @@ impl Outbound {
         resp.headers_mut().extend(h);
         if let Some(mut respond) = self.respond.take() {
             let _ = respond.send_response(resp, true);
+        }
+    }
+
+    /// Ends a call whose response could not be sent: a reset when the
+    /// stream may hold part of a message (trailers cannot follow it), the
+    /// status otherwise; nothing when the client is gone.
+    fn abort(&mut self, st: Status) {
+        match (st.code, self.stream.as_mut()) {
+            (Code::Cancelled, _) => {}
+            (Code::DeadlineExceeded, Some(s)) => s.send_reset(h2::Reason::CANCEL),
+            _ => self.finish(st, &Metadata::new()),
         }
     }
 

@@ -1,0 +1,18 @@
+//! Generates the typed views and builders the tests exercise, exactly as a
+//! user's build script would: two `compile` calls (two independent table
+//! sets), no `protoc`.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    // The repository's own schema, unchanged.
+    protoplane_codegen::configure()
+        .compile(&["../../protos/socialnetwork/social_network.proto"], &["../../protos"])?;
+    // The test schema (proto2 importing proto3); its descriptor set is kept
+    // for the tests' cross-checks.
+    protoplane_codegen::configure()
+        .file_descriptor_set_path(out.join("codegen_test.fds"))
+        .compile(&["protos/codegen/p2.proto"], &["protos"])?;
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! Generates the typed views and builders the tests exercise, exactly as a
-//! user's build script would: two `compile` calls (two independent table
+//! user's build script would: three `compile` calls (three independent table
 //! sets), no `protoc`.
 
 use std::path::PathBuf;
@@ -14,5 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     protoplane_codegen::configure()
         .file_descriptor_set_path(out.join("codegen_test.fds"))
         .compile(&["protos/codegen/p2.proto"], &["protos"])?;
+    // A service of every call kind (the interop test service), with the
+    // RPC runtime's server traits and client stubs.
+    protoplane_codegen::configure()
+        .service_generator(protoplane_codegen::rpc_services())
+        .compile(&["../../protos/interop/grpc_testing.proto"], &["../../protos"])?;
     Ok(())
 }

@@ -19,5 +19,14 @@ pub mod codegen {
     }
 }
 
+/// `grpc.testing` (protos/interop/grpc_testing.proto), with services.
+pub mod grpc {
+    /// `grpc.testing`
+    #[allow(missing_debug_implementations)]
+    pub mod testing {
+        include!(concat!(env!("OUT_DIR"), "/grpc.testing.rs"));
+    }
+}
+
 /// The descriptor set of the test schema (with imports), for cross-checks.
 pub const TEST_DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/codegen_test.fds"));

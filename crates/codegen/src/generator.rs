@@ -116,6 +116,7 @@ pub(crate) struct Generator<'g> {
     types: Types,
     /// File name of the embedded table set (relative to the output dir).
     tables_file: String,
+    descriptor_set_file: String,
     services: Option<&'g mut dyn ServiceGenerator>,
 }
 
@@ -130,9 +131,10 @@ impl<'g> Generator<'g> {
         set: &'g FileDescriptorSet,
         ts: &'g TableSet,
         tables_file: String,
+        descriptor_set_file: String,
         services: Option<&'g mut dyn ServiceGenerator>,
     ) -> Generator<'g> {
-        Generator { set, ts, types: Types::new(set), tables_file, services }
+        Generator { set, ts, types: Types::new(set), tables_file, descriptor_set_file, services }
     }
 
     /// Every package of the set: `(package, file name, source)`.
@@ -609,6 +611,7 @@ impl<'g> Generator<'g> {
             package: scope.package.clone(),
             full_name,
             methods,
+            descriptor_set_file: self.descriptor_set_file.clone(),
         };
         if let Some(g) = self.services.as_deref_mut() {
             w.blank();

@@ -115,6 +115,7 @@ mod builder;
 mod generator;
 mod model;
 mod names;
+mod rpc;
 mod service;
 mod support;
 mod view;
@@ -127,6 +128,7 @@ use prost::Message as _;
 use prost_types::FileDescriptorSet;
 use protoplane_schema::{SchemaError, TableSet};
 
+pub use rpc::{rpc_services, RpcServices};
 pub use service::{MessageType, Method, Service, ServiceGenerator};
 pub use writer::CodeWriter;
 
@@ -213,6 +215,11 @@ pub struct Generated {
     pub tables_file: String,
     /// The table set bytes.
     pub tables: Vec<u8>,
+    /// File name of the serialized `FileDescriptorSet` service code
+    /// `include_bytes!` (the RPC runtime's schema and server reflection).
+    pub descriptor_set_file: String,
+    /// The `FileDescriptorSet` bytes.
+    pub descriptor_set: Vec<u8>,
 }
 
 impl Config {
@@ -270,6 +277,7 @@ impl Config {
         };
         let generated = self.generate(set)?;
         write_if_changed(&out.join(&generated.tables_file), &generated.tables)?;
+        write_if_changed(&out.join(&generated.descriptor_set_file), &generated.descriptor_set)?;
         for (name, text) in &generated.files {
             write_if_changed(&out.join(name), text.as_bytes())?;
         }
@@ -284,10 +292,19 @@ impl Config {
         let ts = TableSet::from_file_descriptor_set(set)?;
         let tables = ts.to_bytes();
         let tables_file = format!("protoplane-tables-{:016x}.bin", fnv1a(&tables));
+        let descriptor_set = set.encode_to_vec();
+        let descriptor_set_file =
+            format!("protoplane-descriptors-{:016x}.bin", fnv1a(&descriptor_set));
         let services = self.services.as_deref_mut().map(|g| g as &mut dyn ServiceGenerator);
-        let files =
-            generator::Generator::new(set, &ts, tables_file.clone(), services).generate()?;
-        Ok(Generated { files, tables_file, tables })
+        let files = generator::Generator::new(
+            set,
+            &ts,
+            tables_file.clone(),
+            descriptor_set_file.clone(),
+            services,
+        )
+        .generate()?;
+        Ok(Generated { files, tables_file, tables, descriptor_set_file, descriptor_set })
     }
 }
 

@@ -29,6 +29,10 @@ pub struct Service {
     pub full_name: String,
     /// Methods in declaration order.
     pub methods: Vec<Method>,
+    /// File name (in the output directory, next to the generated sources)
+    /// of the serialized `FileDescriptorSet` of the `compile` call, for
+    /// `include_bytes!`.
+    pub descriptor_set_file: String,
 }
 
 /// One `rpc` of a service.

@@ -31,7 +31,7 @@ pub mod status;
 pub mod timeout;
 pub mod tls;
 
-pub use call::{BoxFuture, Message, Request, Responder, Service, Streaming};
+pub use call::{BoxFuture, Message, Request, Responder, Service, Streaming, View};
 pub use client::{CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, TypedCall};
 pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, FRAME_HEADER_LEN};
 pub use metadata::Metadata;

@@ -124,7 +124,7 @@ impl LeanChannel {
             methods,
             limit,
         });
-        tokio::spawn(write_loop(wr, wrx));
+        tokio::spawn(super::write_loop(wr, wrx));
         tokio::spawn(read_loop(rd, inner.clone()));
         Ok(LeanChannel { inner })
     }
@@ -404,20 +404,6 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, inner: Arc<Inner>) {
             Waiter::Stream(tx) => {
                 let _ = tx.send(Incoming::End(why.clone())).await;
             }
-        }
-    }
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Bytes>) {
-    let mut batch = Vec::with_capacity(64);
-    let mut out = Vec::with_capacity(64 << 10);
-    while rx.recv_many(&mut batch, 256).await > 0 {
-        out.clear();
-        for b in batch.drain(..) {
-            out.extend_from_slice(&b);
-        }
-        if wr.write_all(&out).await.is_err() {
-            return;
         }
     }
 }

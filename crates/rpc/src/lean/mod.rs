@@ -17,3 +17,25 @@ pub mod server;
 
 pub use client::{LeanCall, LeanChannel};
 pub use frame::LeanError;
+
+use bytes::Bytes;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Writes queued frames until the queue closes: every frame ready at that
+/// moment goes out in one write, so under load many calls share a system
+/// call. Then shuts the write side down.
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Bytes>) {
+    let mut batch = Vec::with_capacity(64);
+    let mut out = Vec::with_capacity(64 << 10);
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        out.clear();
+        for b in batch.drain(..) {
+            out.extend_from_slice(&b);
+        }
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}

@@ -92,7 +92,7 @@ where
     }
 
     let (wtx, wrx) = mpsc::channel::<Bytes>(WRITE_QUEUE);
-    let writer = tokio::spawn(write_loop(wr, wrx));
+    let writer = tokio::spawn(super::write_loop(wr, wrx));
     let limit = router.options().max_recv_message;
     let max_calls = router.options().max_concurrent_streams.max(1) as usize;
     let queue = router.options().request_queue.max(1);
@@ -329,12 +329,41 @@ async fn drive(
         let outcome = timed.await;
         let one = single.and_then(|mut rx| rx.try_recv().ok());
         let (headers, item) = one.map_or((None, None), |u| (u.headers, u.message));
+        let ok = |trailers| Status { metadata: trailers, ..Status::ok() };
+        let headers = headers.filter(|h| !h.is_empty());
+        // The common case: encode straight into the response frame.
+        if let (Ok(trailers), Some(Out::Block(block, _))) = (&outcome, &item) {
+            let st = ok(trailers.clone());
+            let framed = crate::codec::with_encoded(schema.tables(), output, block, |bytes| {
+                if bytes.len() > limit {
+                    return None;
+                }
+                let mut out = Vec::with_capacity(64 + bytes.len());
+                let f = Outgoing {
+                    headers: headers.as_ref(),
+                    message: Some(bytes),
+                    status: Some(&st),
+                    ..Outgoing::default()
+                };
+                frame::write(&mut out, call, 0, &f).map(|()| out)
+            });
+            let st = match framed {
+                Ok(Some(out)) => {
+                    let _ = wtx.send(Bytes::from(out)).await;
+                    return;
+                }
+                Ok(None) => Status::new(Code::ResourceExhausted, "response exceeds the send limit"),
+                Err(st) => st,
+            };
+            emit(&wtx, call, headers, None, Some(&st)).await;
+            return;
+        }
         let (st, msg) = match (outcome, item) {
             (Ok(trailers), Some(item)) => match encode_out(item, &schema, output, limit) {
-                Ok(b) => (Status { metadata: trailers, ..Status::ok() }, Some(b)),
+                Ok(b) => (ok(trailers), Some(b)),
                 Err(st) => (st, None),
             },
-            (Ok(trailers), None) => (Status { metadata: trailers, ..Status::ok() }, None),
+            (Ok(trailers), None) => (ok(trailers), None),
             (Err(st), _) => (st, None),
         };
         emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
@@ -386,20 +415,4 @@ async fn emit(
     if frame::write(&mut out, call, 0, &f).is_some() {
         let _ = wtx.send(Bytes::from(out)).await;
     }
-}
-
-/// Writes queued frames, everything ready at once in one write.
-async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Bytes>) {
-    let mut batch = Vec::with_capacity(64);
-    let mut out = Vec::with_capacity(64 << 10);
-    while rx.recv_many(&mut batch, 256).await > 0 {
-        out.clear();
-        for b in batch.drain(..) {
-            out.extend_from_slice(&b);
-        }
-        if wr.write_all(&out).await.is_err() {
-            return;
-        }
-    }
-    let _ = wr.shutdown().await;
 }

@@ -129,8 +129,23 @@ fn compile_prints_a_summary_and_writes_tables() {
 
 #[test]
 fn demo_runs_from_the_repository_alone() {
-    let (code, out, err) = run(&["demo", "--per-type", "50"], b"");
+    let (code, out, err) =
+        run(&["demo", "--per-type", "50", "--seconds", "0.3", "--generated"], b"");
     assert_eq!(code, 0, "{err}");
     let text = String::from_utf8(out).unwrap_or_default();
-    assert!(text.contains("250 requests: every one decoded"), "{text}");
+    assert!(text.contains("requests: 250, 50 generated requests per method"), "{text}");
+    assert!(text.contains("every request decoded (owned and zero-copy view)"), "{text}");
+    assert!(text.contains("answered token \"t42-ada\""), "{text}");
+    // Four load phases, each with calls and without errors.
+    let phases: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gRPC / HTTP2") || l.starts_with("lean / TCP"))
+        .collect();
+    assert_eq!(phases.len(), 4, "{text}");
+    for line in phases {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let qps: f64 = cols[4].parse().unwrap_or(0.0);
+        assert!(qps > 0.0, "no calls: {line}");
+        assert_eq!(cols.last().copied(), Some("0"), "errors: {line}");
+    }
 }

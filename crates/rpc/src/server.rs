@@ -323,18 +323,21 @@ impl Router {
         };
         out.schema = Some((schema.clone(), method.output));
 
-        let sleep = deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
-        let mut deadline_timer = sleep;
+        let mut deadline_timer = Timer { deadline, sleep: None };
         let (req_tx, streaming) = if method.client_streaming {
             let (tx, rx) = mpsc::channel(self.opts.request_queue.max(1));
             (Some(tx), Streaming::queue(rx))
         } else {
             // Unary and server streaming: the request is read and decoded
             // before the handler runs, so a bad request never reaches it.
+            // Biased, request first: when it is already here (the usual
+            // case) the reset check and the timer are never polled, so the
+            // timer is never even registered.
             let first = tokio::select! {
+                biased;
                 r = inbound.single() => r,
-                _ = until(&mut deadline_timer) => Err(deadline_exceeded()),
                 _ = poll_fn(|cx| out.poll_reset(cx)) => return,
+                _ = until(&mut deadline_timer) => Err(deadline_exceeded()),
             };
             match first {
                 Ok(m) => (None, Streaming::one(m)),
@@ -374,12 +377,20 @@ impl Router {
                 Forwarded,
             }
             let reading = req_tx.is_some() && !inbound.done && pending.len() < reading_limit;
+            // A busy call (always something to read or send) must still
+            // meet its deadline: check the clock, not only the timer.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                drop(handler.take());
+                out.finish(deadline_exceeded(), &Metadata::new());
+                return;
+            }
+            // Biased, work first: a call that completes without waiting
+            // never polls the reset check or the timer (the timer is then
+            // never registered, which is most of its cost).
             let ev = tokio::select! {
                 biased;
-                _ = poll_fn(|cx| out.poll_reset(cx)) => Ev::Reset,
-                _ = until(&mut deadline_timer) => Ev::Deadline,
-                o = async { match rx.as_mut() { Some(rx) => rx.recv().await, None => None } }, if responses_open => Ev::Out(o),
                 r = async { handler.as_mut().expect("polled only while present").await }, if handler.is_some() => Ev::Done(r),
+                o = async { match rx.as_mut() { Some(rx) => rx.recv().await, None => None } }, if responses_open => Ev::Out(o),
                 r = inbound.read_into(&mut pending), if reading => Ev::Read(r),
                 p = async { req_tx.as_ref().expect("present").reserve().await }, if req_tx.is_some() && !pending.is_empty() => {
                     if let (Ok(permit), Some(m)) = (p, pending.pop_front()) {
@@ -387,6 +398,8 @@ impl Router {
                     }
                     Ev::Forwarded
                 }
+                _ = poll_fn(|cx| out.poll_reset(cx)) => Ev::Reset,
+                _ = until(&mut deadline_timer) => Ev::Deadline,
             };
             match ev {
                 // The client cancelled: dropping the handler cancels it.
@@ -465,12 +478,17 @@ fn deadline_exceeded() -> Status {
     Status::new(Code::DeadlineExceeded, "deadline exceeded")
 }
 
-/// Waits for an optional timer (forever when there is none).
-async fn until(timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
-    match timer {
-        Some(t) => t.as_mut().await,
-        None => std::future::pending().await,
-    }
+/// A call's deadline timer, made only when first waited on: a call that
+/// never has to wait pays neither the allocation nor the timer wheel.
+struct Timer {
+    deadline: Option<Instant>,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// Waits for the deadline (forever when there is none).
+async fn until(timer: &mut Timer) {
+    let Some(d) = timer.deadline else { return std::future::pending().await };
+    timer.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(d.into()))).as_mut().await
 }
 
 /// The engine's receive side of a call.

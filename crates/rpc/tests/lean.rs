@@ -326,3 +326,51 @@ async fn garbage_ends_only_that_connection() {
     let r = ch.unary(UNARY, &req(b"fine", 0, 0), &CallOptions::default()).await.expect("unary");
     assert_eq!(body(&r), b"fine");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_stalls_only_itself() {
+    use protoplane_rpc::lean::frame::{write, Outgoing};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tcp, _, cancelled) = start().await;
+    // Ask for 10,000 responses of 64 KiB (640 MB) and never read them.
+    let mut s = tokio::net::TcpStream::connect(&tcp).await.expect("connect");
+    s.write_all(b"PPLEAN\0\x01").await.expect("preface");
+    let mut hello = [0u8; 12];
+    s.read_exact(&mut hello).await.expect("server preface");
+    let table_len = u32::from_le_bytes([hello[8], hello[9], hello[10], hello[11]]);
+    let mut paths = Vec::new();
+    for _ in 0..table_len {
+        let mut l = [0u8; 2];
+        s.read_exact(&mut l).await.expect("path length");
+        let mut p = vec![0u8; u16::from_le_bytes(l) as usize];
+        s.read_exact(&mut p).await.expect("path");
+        paths.push(String::from_utf8(p).expect("utf-8"));
+    }
+    let stream =
+        paths.iter().position(|p| p == "/lean.test.Echo/Stream").expect("Stream listed") as u32;
+    let md = Metadata::new();
+    let mut frame = Vec::new();
+    let f = Outgoing {
+        open: Some((None, &md)),
+        message: Some(&req(b"", 10_000, 64 << 10)),
+        end: true,
+        ..Outgoing::default()
+    };
+    write(&mut frame, 1, stream, &f).expect("frame");
+    s.write_all(&frame).await.expect("request");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Everyone else is still served, on other connections.
+    let ch = LeanChannel::connect(&tcp).await.expect("connect");
+    for _ in 0..10 {
+        let r = ch.unary(UNARY, &req(b"x", 0, 0), &CallOptions::default()).await.expect("served");
+        assert_eq!(body(&r), b"x");
+    }
+    // Closing the stalled connection cancels its call.
+    let before = cancelled.load(Ordering::SeqCst);
+    drop(s);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cancelled.load(Ordering::SeqCst) == before {
+        assert!(tokio::time::Instant::now() < deadline, "stalled call not cancelled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

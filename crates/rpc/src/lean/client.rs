@@ -50,7 +50,7 @@ pub struct LeanChannel {
 }
 
 struct Inner {
-    wtx: mpsc::Sender<Bytes>,
+    wtx: super::FrameTx,
     calls: Mutex<Calls>,
     next: AtomicU32,
     methods: HashMap<String, u32>,
@@ -116,7 +116,7 @@ impl LeanChannel {
             let p = String::from_utf8(p).map_err(|_| unavailable("method path is not UTF-8"))?;
             methods.insert(p, i);
         }
-        let (wtx, wrx) = mpsc::channel::<Bytes>(1024);
+        let (wtx, wrx) = super::frame_queue();
         let inner = Arc::new(Inner {
             wtx,
             calls: Mutex::new(Calls::default()),
@@ -330,7 +330,7 @@ impl Drop for LeanCall {
             if frame::write(&mut out, self.id, 0, &Outgoing { cancel: true, ..Outgoing::default() })
                 .is_some()
             {
-                let _ = self.channel.inner.wtx.try_send(Bytes::from(out));
+                self.channel.inner.wtx.try_send(Bytes::from(out));
             }
         }
     }

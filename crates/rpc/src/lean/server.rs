@@ -11,7 +11,7 @@
 //!
 //! Memory per connection is bounded by the read buffer (one frame, at most
 //! the message limit), the per-call request queues, and the write queue
-//! (`WRITE_QUEUE` frames; a client that stops reading stalls its own
+//! (at most 4 MiB of frames; a client that stops reading stalls its own
 //! connection's calls, nobody else's).
 
 use std::collections::HashMap;
@@ -30,9 +30,6 @@ use crate::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
 use crate::metadata::Metadata;
 use crate::server::Router;
 use crate::status::{Code, Status};
-
-/// Frames queued for the writer per connection.
-const WRITE_QUEUE: usize = 1024;
 
 /// Section overhead allowed beyond the message limit (metadata, status).
 const FRAME_SLACK: usize = 64 << 10;
@@ -91,7 +88,7 @@ where
         return;
     }
 
-    let (wtx, wrx) = mpsc::channel::<Bytes>(WRITE_QUEUE);
+    let (wtx, wrx) = super::frame_queue();
     let writer = tokio::spawn(super::write_loop(wr, wrx));
     let limit = router.options().max_recv_message;
     let max_calls = router.options().max_concurrent_streams.max(1) as usize;
@@ -152,7 +149,7 @@ where
 /// Acts on one frame. `Err` when the connection must end.
 async fn dispatch(
     router: &Arc<Router>,
-    wtx: &mpsc::Sender<Bytes>,
+    wtx: &super::FrameTx,
     calls: &mut FuturesUnordered<BoxFuture<'static, u32>>,
     open: &mut HashMap<u32, Open>,
     decoder: &mut Decoder,
@@ -273,7 +270,7 @@ async fn dispatch(
     Ok(())
 }
 
-async fn send_status(wtx: &mpsc::Sender<Bytes>, call: u32, st: &Status) {
+async fn send_status(wtx: &super::FrameTx, call: u32, st: &Status) {
     let mut out = Vec::new();
     if frame::write(&mut out, call, 0, &Outgoing { status: Some(st), ..Outgoing::default() })
         .is_some()
@@ -309,7 +306,7 @@ async fn drive(
     handler: BoxFuture<'static, Result<Metadata, Status>>,
     orx: Option<mpsc::Receiver<Out>>,
     single: Option<tokio::sync::oneshot::Receiver<crate::call::UnaryOut>>,
-    wtx: mpsc::Sender<Bytes>,
+    wtx: super::FrameTx,
     call: u32,
     schema: Arc<crate::schema::Schema>,
     output: u32,
@@ -355,7 +352,7 @@ async fn drive(
                 Ok(None) => Status::new(Code::ResourceExhausted, "response exceeds the send limit"),
                 Err(st) => st,
             };
-            emit(&wtx, call, headers, None, Some(&st)).await;
+            let _ = emit(&wtx, call, headers, None, Some(&st)).await;
             return;
         }
         let (st, msg) = match (outcome, item) {
@@ -366,7 +363,7 @@ async fn drive(
             (Ok(trailers), None) => (ok(trailers), None),
             (Err(st), _) => (st, None),
         };
-        emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
+        let _ = emit(&wtx, call, headers, msg.as_deref(), Some(&st)).await;
         return;
     };
     let mut headers: Option<Metadata> = None;
@@ -380,7 +377,12 @@ async fn drive(
                 None => open = false,
                 Some(Out::Headers(md)) => headers = Some(md),
                 Some(item) => match encode_out(item, &schema, output, limit) {
-                    Ok(b) => emit(&wtx, call, headers.take(), Some(&b), None).await,
+                    // The connection's writer is gone: stop the handler.
+                    Ok(b) => {
+                        if emit(&wtx, call, headers.take(), Some(&b), None).await.is_err() {
+                            return;
+                        }
+                    }
                     Err(st) => {
                         outcome = Some(Err(st));
                         break;
@@ -395,16 +397,16 @@ async fn drive(
         Some(Err(st)) => st,
         None => Status::new(Code::Internal, "the handler ended without an outcome"),
     };
-    emit(&wtx, call, headers, None, Some(&st)).await;
+    let _ = emit(&wtx, call, headers, None, Some(&st)).await;
 }
 
 async fn emit(
-    wtx: &mpsc::Sender<Bytes>,
+    wtx: &super::FrameTx,
     call: u32,
     headers: Option<Metadata>,
     msg: Option<&[u8]>,
     st: Option<&Status>,
-) {
+) -> Result<(), ()> {
     let mut out = Vec::with_capacity(64 + msg.map_or(0, <[u8]>::len));
     let f = Outgoing {
         headers: headers.as_ref().filter(|h| !h.is_empty()),
@@ -412,7 +414,8 @@ async fn emit(
         status: st,
         ..Outgoing::default()
     };
-    if frame::write(&mut out, call, 0, &f).is_some() {
-        let _ = wtx.send(Bytes::from(out)).await;
+    match frame::write(&mut out, call, 0, &f) {
+        Some(()) => wtx.send(Bytes::from(out)).await,
+        None => Ok(()),
     }
 }

@@ -147,14 +147,9 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
         let name = path.rsplit('/').next().unwrap_or("m");
         let file = work.join(format!("{name}.ldelim"));
         let mut bytes = Vec::new();
+        let framing = crate::stream::Framing::new(true);
         for m in messages {
-            let mut n = m.len() as u64;
-            while n >= 0x80 {
-                bytes.push(n as u8 | 0x80);
-                n >>= 7;
-            }
-            bytes.push(n as u8);
-            bytes.extend_from_slice(m);
+            framing.put(&mut bytes, m);
         }
         std::fs::write(&file, bytes).map_err(|e| format!("{}: {e}", file.display()))?;
         load_args.extend([

@@ -334,11 +334,15 @@ impl ClientCall {
 
     /// Waits for the response headers; returns the initial metadata.
     pub async fn headers(&mut self) -> Result<&Metadata, Status> {
-        if let RecvState::Waiting(_) = self.state {
-            let RecvState::Waiting(fut) = std::mem::replace(&mut self.state, RecvState::Done)
-            else {
-                unreachable!("checked above");
-            };
+        let state = std::mem::replace(&mut self.state, RecvState::Done);
+        let fut = match state {
+            RecvState::Waiting(fut) => Some(fut),
+            other => {
+                self.state = other;
+                None
+            }
+        };
+        if let Some(fut) = fut {
             let resp = match self.timed(async { fut.await.map_err(|e| h2_status(&e)) }).await {
                 Ok(r) => r,
                 Err(st) => return Err(self.fail(st)),

@@ -4,7 +4,8 @@
 //! Properties, beyond "never panics":
 //! * owned and view mode agree: both fail with the same error, or both
 //!   succeed and encode to the same bytes;
-//! * a reused `Decoder` + `Block` produce the same block as a fresh decode;
+//! * a reused `Decoder` + `Block` hold the same message as a fresh decode
+//!   (the same encoding; block bytes may differ by address-dependent padding);
 //! * whatever decodes, encodes; its encoding decodes (in both modes) and
 //!   encodes to the same bytes again (round-trip stability), with plain and
 //!   with deterministic serialization; `encoded_len` is exact;
@@ -57,8 +58,13 @@ fuzz_target!(|data: &[u8]| {
         let (decoder, block, enc) = &mut *cell.borrow_mut();
         let reused = decoder.decode_into(ts, ty, wire, &options(false), block);
         match (&owned, reused) {
+            // Same message, not necessarily the same bytes: large string
+            // copies are padded by where the block's buffer happens to lie
+            // (see `Block::alloc_copy`), so compare what the blocks encode.
             (Ok(fresh), Ok(())) => {
-                assert!(fresh.as_bytes() == block.as_bytes(), "{}: reused block differs", t.name)
+                let a = encode(enc, t, Source::owned(fresh.as_bytes()), true);
+                let b = encode(enc, t, Source::owned(block.as_bytes()), true);
+                assert!(a == b, "{}: reused block holds another message", t.name)
             }
             (Err(a), Err(b)) => assert_eq!(*a, b, "{}: reused decoder fails differently", t.name),
             (a, b) => panic!("{}: fresh decode {:?}, reused {b:?}", t.name, a.as_ref().map(|_| ())),

@@ -223,7 +223,9 @@ impl Block {
     /// the copy loop falsely depends on the store just before it ("4K
     /// aliasing") and a large copy runs up to twice as slow (measured here:
     /// 300 KB in 2.7 us vs 6.6 us). At most 64 bytes of padding per copy of
-    /// at least [`ALIGNED_COPY_MIN`] bytes.
+    /// at least [`ALIGNED_COPY_MIN`] bytes. The padding depends on where the
+    /// buffers lie, so two decodes of the same input may differ in layout
+    /// (never in content): compare blocks by what they encode, not by bytes.
     #[inline(always)]
     pub(crate) fn alloc_copy(&mut self, bytes: &[u8]) -> usize {
         let mut at = (self.buf.len() + 7) & !7;

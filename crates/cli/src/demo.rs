@@ -114,27 +114,6 @@ pub(crate) fn requests(
     Ok(out)
 }
 
-/// CPU time (user + system) of thread `tid` of this process, in µs.
-fn thread_cpu_us(tid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    cpu_fields(&stat)
-}
-
-/// utime + stime of a `/proc/.../stat` line, in µs. The clock tick is
-/// 100 Hz on Linux (`getconf CLK_TCK`; the kernel ABI fixes USER_HZ).
-fn cpu_fields(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks * 10_000.0)
-}
-
-/// The id of the calling thread (from `/proc/thread-self`).
-fn my_tid() -> Option<String> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    stat.split_whitespace().next().map(str::to_string)
-}
-
 struct Served {
     grpc: String,
     lean: String,
@@ -151,7 +130,7 @@ fn start_server() -> Result<Served, String> {
         .name("pp-server".into())
         .spawn(move || {
             let started = (|| {
-                let rt = crate::sn::runtime(1)?;
+                let rt = crate::host::runtime(1)?;
                 let router = Arc::new(crate::sn::router()?);
                 let (grpc, lean) = rt.block_on(async {
                     let g = tokio::net::TcpListener::bind("127.0.0.1:0").await;
@@ -171,7 +150,7 @@ fn start_server() -> Result<Served, String> {
                     let _ = tx.send(Err(e));
                 }
                 Ok((rt, router, grpc, lean, (g, l))) => {
-                    let _ = tx.send(Ok((g, l, my_tid())));
+                    let _ = tx.send(Ok((g, l, crate::host::thread_id())));
                     rt.block_on(async move {
                         tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), lean));
                         tokio::spawn(router.serve(grpc));
@@ -250,7 +229,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
         .iter()
         .map(|(p, _, m)| (p.clone(), m.iter().map(|b| Bytes::from(b.clone())).collect()))
         .collect();
-    let rt = crate::sn::runtime(1)?;
+    let rt = crate::host::runtime(1)?;
     let seconds = Duration::from_secs_f64(args.seconds.max(0.2));
     let phases_plan = [
         ("gRPC / HTTP2", Transport::Grpc, 1, &served.grpc),
@@ -285,11 +264,11 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
             cfg.concurrency = conc;
             cfg.duration = seconds;
             cfg.progress = false;
-            let before = served.tid.as_deref().and_then(thread_cpu_us);
+            let before = served.tid.as_deref().and_then(crate::host::thread_cpu_seconds);
             let r = crate::load::run(&cfg).await?;
-            let after = served.tid.as_deref().and_then(thread_cpu_us);
+            let after = served.tid.as_deref().and_then(crate::host::thread_cpu_seconds);
             let made = (r.ok + r.errors.iter().map(|e| e.1).sum::<u64>()).max(1) as f64;
-            let server_cpu_us = before.zip(after).map(|(b, a)| (a - b) / made);
+            let server_cpu_us = before.zip(after).map(|(b, a)| (a - b) * 1e6 / made);
             phases.push(Phase { name: name.to_string(), report: r, server_cpu_us });
         }
         Ok::<_, String>(token)

@@ -45,12 +45,6 @@ use crate::stream::Framing;
 const MAX_LATENCY_US: u64 = 60_000_000;
 const SIGFIG: u8 = 3;
 
-/// Clock ticks per second of `utime`/`stime` in `/proc/self/stat`
-/// (`sysconf(_SC_CLK_TCK)`, `getconf CLK_TCK`). It is USER_HZ, fixed at 100
-/// by the kernel's user ABI on every Linux architecture; asking sysconf
-/// would need libc and unsafe code, which this workspace forbids.
-const CLK_TCK: f64 = 100.0;
-
 /// Reconnection after a connection is lost: at most this many attempts in a
 /// row, waiting `RECONNECT_FIRST` after the first failure and doubling up to
 /// `RECONNECT_MAX` (about 10 s in all before giving up).
@@ -892,7 +886,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
     }
     drop(initial);
 
-    let cpu_before = process_cpu_seconds();
+    let cpu_before = crate::host::process_cpu_seconds();
     let t0 = Instant::now() + START_SLACK;
     let too_long = || "the run's duration is too long".to_string();
     let measure_from;
@@ -952,7 +946,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
             Err(e) => return Err(format!("a load slot failed: {e}")),
         }
     }
-    let cpu_after = process_cpu_seconds();
+    let cpu_after = crate::host::process_cpu_seconds();
     if let Some(p) = progress {
         p.abort();
         if std::io::stderr().is_terminal() {
@@ -1190,24 +1184,6 @@ async fn progress_task(shared: Arc<Shared>, t0: Instant, measure_from: Instant) 
     }
 }
 
-/// User + system CPU time of this process, in seconds.
-fn process_cpu_seconds() -> Option<f64> {
-    parse_stat_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
-}
-
-/// `utime + stime` of a `/proc/PID/stat` line, in seconds.
-fn parse_stat_cpu(stat: &str) -> Option<f64> {
-    // The command name (field 2) is in parentheses and may hold spaces and
-    // parentheses itself: count fields after the last ')'. There, field 3
-    // (state) comes first, so utime (14) and stime (15) are the 12th and
-    // 13th.
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let mut fields = rest.split_ascii_whitespace();
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) as f64 / CLK_TCK)
-}
-
 // ---------------------------------------------------------------------------
 // The command.
 
@@ -1323,15 +1299,7 @@ fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
 /// `protoplane load`: the report, or a one-line error.
 pub(crate) fn main(args: &LoadArgs) -> Result<String, String> {
     let cfg = config_of(args)?;
-    let rt = if args.threads == 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.threads)
-            .enable_all()
-            .build()
-    }
-    .map_err(|e| format!("tokio runtime: {e}"))?;
+    let rt = crate::host::runtime(args.threads)?;
     let report = rt.block_on(run(&cfg))?;
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report.to_json())
@@ -1534,15 +1502,6 @@ mod tests {
         let (warm, limit) = open_tickets(7.0, s(2), s(3), None);
         assert!(schedule_offset(warm, 7.0) >= s(2) && schedule_offset(warm - 1, 7.0) < s(2));
         assert!(schedule_offset(limit - 1, 7.0) < s(5) && schedule_offset(limit, 7.0) >= s(5));
-    }
-
-    #[test]
-    fn proc_stat_cpu() {
-        let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 75 0 0 20 0 3 0";
-        assert_eq!(parse_stat_cpu(stat), Some(3.25));
-        assert_eq!(parse_stat_cpu("1234 (x) S 1 2"), None);
-        assert_eq!(parse_stat_cpu("garbage"), None);
-        assert!(process_cpu_seconds().is_some_and(|s| s >= 0.0));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod host;
 mod interop;
 mod load;
 mod schema_args;

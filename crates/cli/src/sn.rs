@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use protoplane_rpc::{
-    BoxFuture, Code, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
+    BoxFuture, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
     Streaming,
 };
 use protoplane_schema::ProtoSource;
@@ -48,16 +48,13 @@ impl SocialNetwork {
         let m = req.message.single().await?;
         let ts = self.schema.tables();
         let v = m.view(ts)?;
-        let internal = |e: protoplane_wire::BlockError| Status::new(Code::Internal, e.to_string());
-        let req_id = v.by_number(1).map_err(internal)?.and_then(|x| x.as_i128()).unwrap_or(0);
-        let mut b = Builder::new(ts, out.output_type())
-            .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        let req_id = v.by_number(1)?.and_then(|x| x.as_i128()).unwrap_or(0);
+        let mut b = Builder::new(ts, out.output_type())?;
         if method == self.login {
-            let user = v.by_number(2).map_err(internal)?.and_then(|x| x.as_str()).unwrap_or("");
+            let user = v.by_number(2)?.and_then(|x| x.as_str()).unwrap_or("");
             let token = format!("t{req_id}-{user}");
             let root = b.root();
-            b.set(root, 1, Value::String(token.as_bytes()))
-                .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+            b.set(root, 1, Value::String(token.as_bytes()))?;
         }
         out.send(b.finish()).await?;
         Ok(Metadata::new())
@@ -113,7 +110,7 @@ pub(crate) struct ServeArgs {
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
 pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     let router = router()?;
-    let rt = runtime(args.threads)?;
+    let rt = crate::host::runtime(args.threads)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
@@ -139,16 +136,4 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         let _ = std::io::stdout().flush();
         router.serve(listener).await.map_err(|e| format!("serve: {e}"))
     })
-}
-
-/// A tokio runtime: current-thread for 1, multi-thread otherwise.
-pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
-    let mut b = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(threads);
-        b
-    };
-    b.enable_all().build().map_err(|e| format!("runtime: {e}"))
 }

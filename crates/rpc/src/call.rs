@@ -50,6 +50,19 @@ impl Message {
         Ok(Message { block, wire, type_index, compressed: false })
     }
 
+    /// Decodes a request: bytes that do not decode are the caller's fault
+    /// (INVALID_ARGUMENT), on every transport.
+    pub(crate) fn decode_request(
+        tables: &TableSet,
+        type_index: u32,
+        wire: Bytes,
+        decoder: &mut Decoder,
+    ) -> Result<Message, Status> {
+        Message::decode(tables, type_index, wire, decoder).map_err(|e| {
+            Status::new(Code::InvalidArgument, format!("invalid request message: {e}"))
+        })
+    }
+
     /// The block and the bytes it references.
     pub fn source(&self) -> Source<'_> {
         Source { block: self.block.as_bytes(), wire: &self.wire }
@@ -57,8 +70,7 @@ impl Message {
 
     /// A dynamic view of the message.
     pub fn view<'a>(&'a self, tables: &'a TableSet) -> Result<MessageView<'a>, Status> {
-        MessageView::new(tables, self.source(), self.type_index)
-            .map_err(|e| Status::new(Code::Internal, format!("unreadable message block: {e}")))
+        Ok(MessageView::new(tables, self.source(), self.type_index)?)
     }
 
     /// The linearized block.
@@ -104,8 +116,7 @@ impl Message {
                 "message read through the view of another type",
             ));
         }
-        V::from_parts(self.block.as_bytes(), &self.wire)
-            .map_err(|e| Status::new(Code::Internal, format!("unreadable message block: {e}")))
+        Ok(V::from_parts(self.block.as_bytes(), &self.wire)?)
     }
 }
 
@@ -113,6 +124,14 @@ impl From<protoplane_wire::BuildError> for Status {
     /// A response that cannot be laid out (size limits): the server's fault.
     fn from(e: protoplane_wire::BuildError) -> Status {
         Status::new(Code::Internal, format!("building a message: {e}"))
+    }
+}
+
+impl From<protoplane_wire::BlockError> for Status {
+    /// A block that does not read (the engine produced it, or another
+    /// process wrote it): the server's fault.
+    fn from(e: protoplane_wire::BlockError) -> Status {
+        Status::new(Code::Internal, format!("unreadable message block: {e}"))
     }
 }
 

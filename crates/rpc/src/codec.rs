@@ -5,7 +5,7 @@ use std::io::{Read as _, Write as _};
 
 use bytes::Bytes;
 
-use crate::frame::{Frame, FRAME_HEADER_LEN};
+use crate::frame::Frame;
 use crate::status::{Code, Status};
 
 thread_local! {
@@ -116,25 +116,22 @@ pub fn frame_payload(frame: Frame, encoding: Encoding, limit: usize) -> Result<B
 /// Frames `message` for sending (compressing it with gzip when `gzip`).
 /// The frame is built in one buffer: header and message, one allocation.
 pub fn frame_message(message: &[u8], gzip_it: bool, limit: usize) -> Result<Bytes, Status> {
-    let compressed;
-    let (flag, body) = if gzip_it {
-        compressed = gzip(message);
-        (1u8, compressed.as_slice())
-    } else {
-        (0u8, message)
-    };
     if message.len() > limit {
         return Err(Status::new(
             Code::ResourceExhausted,
             format!("message of {} bytes exceeds the send limit of {limit} bytes", message.len()),
         ));
     }
-    let len = u32::try_from(body.len())
-        .map_err(|_| Status::new(Code::ResourceExhausted, "message longer than 4 GiB"))?;
-    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
-    out.push(flag);
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(body);
+    let compressed;
+    let body = if gzip_it {
+        compressed = gzip(message);
+        compressed.as_slice()
+    } else {
+        message
+    };
+    let mut out = Vec::new();
+    crate::frame::encode_frame(gzip_it, body, &mut out)
+        .ok_or_else(|| Status::new(Code::ResourceExhausted, "message longer than 4 GiB"))?;
     Ok(Bytes::from(out))
 }
 

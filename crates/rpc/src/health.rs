@@ -80,11 +80,9 @@ impl Health {
         out: &Responder,
         status: ServingStatus,
     ) -> Result<protoplane_wire::Block, Status> {
-        let mut b = Builder::new(self.schema.tables(), out.output_type())
-            .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        let mut b = Builder::new(self.schema.tables(), out.output_type())?;
         let root = b.root();
-        b.set(root, 1, Value::Enum(status as i32))
-            .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        b.set(root, 1, Value::Enum(status as i32))?;
         Ok(b.finish())
     }
 
@@ -96,12 +94,7 @@ impl Health {
     ) -> Result<Metadata, Status> {
         let m = req.message.single().await?;
         let v = m.view(self.schema.tables())?;
-        let name = v
-            .by_number(1)
-            .map_err(|e| Status::new(Code::Internal, e.to_string()))?
-            .and_then(|x| x.as_str())
-            .unwrap_or("")
-            .to_string();
+        let name = v.by_number(1)?.and_then(|x| x.as_str()).unwrap_or("").to_string();
         let rx = self.subscribe(&name);
         if method == self.check {
             let Some(rx) = rx else {

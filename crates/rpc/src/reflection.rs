@@ -134,60 +134,54 @@ impl Reflection {
     }
 
     fn respond(&self, out: &Responder, req: &MessageView<'_>) -> Result<Block, Status> {
-        let internal = |e: &dyn std::fmt::Display| Status::new(Code::Internal, e.to_string());
         let text = |n: u32| -> Result<Option<String>, Status> {
-            Ok(req
-                .by_number(n)
-                .map_err(|e| internal(&e))?
-                .and_then(|v| v.as_str())
-                .map(str::to_string))
+            Ok(req.by_number(n)?.and_then(|v| v.as_str()).map(str::to_string))
         };
-        let mut b =
-            Builder::new(self.schema.tables(), out.output_type()).map_err(|e| internal(&e))?;
+        let mut b = Builder::new(self.schema.tables(), out.output_type())?;
         let root = b.root();
         let host = text(1)?.unwrap_or_default();
-        b.set(root, 1, Value::String(host.as_bytes())).map_err(|e| internal(&e))?;
-        let orig = b.message(root, 2).map_err(|e| internal(&e))?;
-        b.set(orig, 1, Value::String(host.as_bytes())).map_err(|e| internal(&e))?;
+        b.set(root, 1, Value::String(host.as_bytes()))?;
+        let orig = b.message(root, 2)?;
+        b.set(orig, 1, Value::String(host.as_bytes()))?;
         let error = |b: &mut Builder<'_>, code: Code, msg: &str| -> Result<(), Status> {
-            let e = b.message(root, 7).map_err(|e| internal(&e))?;
-            b.set(e, 1, Value::I32(code as i32)).map_err(|e| internal(&e))?;
-            b.set(e, 2, Value::String(msg.as_bytes())).map_err(|e| internal(&e))
+            let e = b.message(root, 7)?;
+            b.set(e, 1, Value::I32(code as i32))?;
+            Ok(b.set(e, 2, Value::String(msg.as_bytes()))?)
         };
         let files = |b: &mut Builder<'_>, name: &str| -> Result<(), Status> {
-            let fd = b.message(root, 4).map_err(|e| internal(&e))?;
+            let fd = b.message(root, 4)?;
             for bytes in self.index.closure(name) {
-                b.push(fd, 1, Value::Bytes(bytes)).map_err(|e| internal(&e))?;
+                b.push(fd, 1, Value::Bytes(bytes))?;
             }
             Ok(())
         };
         if let Some(name) = text(3)? {
-            b.set(orig, 3, Value::String(name.as_bytes())).map_err(|e| internal(&e))?;
+            b.set(orig, 3, Value::String(name.as_bytes()))?;
             match self.index.files.contains_key(&name) {
                 true => files(&mut b, &name)?,
                 false => error(&mut b, Code::NotFound, &format!("file not found: {name}"))?,
             }
         } else if let Some(sym) = text(4)? {
-            b.set(orig, 4, Value::String(sym.as_bytes())).map_err(|e| internal(&e))?;
+            b.set(orig, 4, Value::String(sym.as_bytes()))?;
             let sym = sym.strip_prefix('.').unwrap_or(&sym);
             match self.index.symbols.get(sym) {
                 Some(file) => files(&mut b, file)?,
                 None => error(&mut b, Code::NotFound, &format!("symbol not found: {sym}"))?,
             }
         } else if let Some(all) = text(7)? {
-            b.set(orig, 7, Value::String(all.as_bytes())).map_err(|e| internal(&e))?;
-            let list = b.message(root, 6).map_err(|e| internal(&e))?;
+            b.set(orig, 7, Value::String(all.as_bytes()))?;
+            let list = b.message(root, 6)?;
             for s in &self.index.services {
-                let e = b.message(list, 1).map_err(|e| internal(&e))?;
-                b.set(e, 1, Value::String(s.as_bytes())).map_err(|e| internal(&e))?;
+                let e = b.message(list, 1)?;
+                b.set(e, 1, Value::String(s.as_bytes()))?;
             }
         } else if let Some(ty) = text(6)? {
-            b.set(orig, 6, Value::String(ty.as_bytes())).map_err(|e| internal(&e))?;
+            b.set(orig, 6, Value::String(ty.as_bytes()))?;
             // No extensions are registered: an empty list for a known type.
             match self.index.symbols.contains_key(ty.strip_prefix('.').unwrap_or(&ty)) {
                 true => {
-                    let r = b.message(root, 5).map_err(|e| internal(&e))?;
-                    b.set(r, 1, Value::String(ty.as_bytes())).map_err(|e| internal(&e))?;
+                    let r = b.message(root, 5)?;
+                    b.set(r, 1, Value::String(ty.as_bytes()))?;
                 }
                 false => error(&mut b, Code::NotFound, &format!("type not found: {ty}"))?,
             }

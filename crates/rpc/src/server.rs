@@ -524,15 +524,12 @@ impl Inbound {
                 for f in frames {
                     let z = f.compressed;
                     let payload = codec::frame_payload(f, self.encoding, self.limit)?;
-                    let mut m = Message::decode(
+                    let mut m = Message::decode_request(
                         self.schema.tables(),
                         self.input,
                         payload,
                         &mut self.decoder,
-                    )
-                    .map_err(|e| {
-                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"))
-                    })?;
+                    )?;
                     m.set_compressed(z);
                     pending.push_back(m);
                 }
@@ -638,25 +635,22 @@ impl Outbound {
 
     /// Sends one item from the handler, waiting for flow-control credit.
     async fn send(&mut self, item: Out) -> Result<(), Status> {
-        let (frame, _) = match item {
+        let frame = match item {
             Out::Headers(md) => {
                 if !self.headers_sent {
                     self.initial = md;
                 }
                 return Ok(());
             }
-            Out::Encoded(bytes, z) => {
-                (codec::frame_message(&bytes, z && self.gzip_ok, self.limit)?, ())
-            }
+            Out::Encoded(bytes, z) => codec::frame_message(&bytes, z && self.gzip_ok, self.limit)?,
             Out::Block(block, z) => {
                 let Some((schema, output)) = &self.schema else {
                     return Err(Status::new(Code::Internal, "no response type"));
                 };
                 let (gz, limit) = (z && self.gzip_ok, self.limit);
-                let framed = codec::with_encoded(schema.tables(), *output, &block, |bytes| {
+                codec::with_encoded(schema.tables(), *output, &block, |bytes| {
                     codec::frame_message(bytes, gz, limit)
-                })??;
-                (framed, ())
+                })??
             }
         };
         self.send_headers()?;

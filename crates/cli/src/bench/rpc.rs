@@ -64,14 +64,6 @@ struct Sample {
     errors: u64,
 }
 
-/// CPU time (user + system) of process `pid`, in µs (100 Hz clock ticks).
-fn proc_cpu_us(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) * 10_000.0)
-}
-
 fn pinned(cpu: usize, prog: &Path) -> Command {
     let mut c = Command::new("taskset");
     c.arg("-c").arg(cpu.to_string()).arg(prog);
@@ -222,9 +214,9 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());
                 let pid = server.child.id();
-                let before = proc_cpu_us(pid);
+                let before = crate::host::pid_cpu_seconds(pid);
                 let status = load.status().map_err(|e| format!("load: {e}"))?;
-                let after = proc_cpu_us(pid);
+                let after = crate::host::pid_cpu_seconds(pid);
                 drop(server);
                 if !status.success() {
                     notes.push(format!("{imp} at {conc} in flight: load failed ({status})"));
@@ -245,7 +237,7 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                     qps: v["qps"].as_f64().unwrap_or(0.0),
                     p50: v["latency_us"]["p50"].as_f64().unwrap_or(f64::NAN),
                     p99: v["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN),
-                    cpu_us: before.zip(after).map_or(f64::NAN, |(b, a)| (a - b) / calls),
+                    cpu_us: before.zip(after).map_or(f64::NAN, |(b, a)| (a - b) * 1e6 / calls),
                     errors,
                 });
             }

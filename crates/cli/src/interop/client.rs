@@ -420,11 +420,7 @@ pub(crate) fn run(args: &ClientArgs) -> Result<(), String> {
         None
     };
     let opts = ChannelOptions { max_recv_message: 32 << 20, tls, ..ChannelOptions::default() };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let rt = crate::host::runtime(2)?;
     let target = format!("{}:{}", args.server_host, args.server_port);
     rt.block_on(async move {
         let channel = Channel::connect_with(&target, opts).await.map_err(|e| e.to_string())?;

@@ -9,7 +9,7 @@ use protoplane_rpc::{
     BoxFuture, Code, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
     Streaming,
 };
-use protoplane_wire::{Block, BuildError, Builder, MessageView, Value};
+use protoplane_wire::{Block, Builder, MessageView, Value};
 
 use super::Types;
 
@@ -63,12 +63,8 @@ impl TestService {
     }
 }
 
-fn build_err(e: BuildError) -> Status {
-    Status::new(Code::Internal, format!("building the response: {e}"))
-}
-
 fn field<'a>(v: &MessageView<'a>, number: u32) -> Result<Option<Value<'a>>, Status> {
-    v.by_number(number).map_err(|e| Status::new(Code::Internal, e.to_string()))
+    Ok(v.by_number(number)?)
 }
 
 fn int(v: &MessageView<'_>, number: u32) -> Result<i64, Status> {
@@ -100,11 +96,11 @@ fn echo_status(v: &MessageView<'_>, number: u32) -> Result<Option<Status>, Statu
 
 /// A response whose field 1 is a `Payload` of `size` zero bytes.
 fn payload_response(schema: &Schema, ty: u32, size: usize) -> Result<Block, Status> {
-    let mut b = Builder::new(schema.tables(), ty).map_err(build_err)?;
+    let mut b = Builder::new(schema.tables(), ty)?;
     let root = b.root();
-    let p = b.message(root, 1).map_err(build_err)?;
+    let p = b.message(root, 1)?;
     if size > 0 {
-        b.set(p, 2, Value::Bytes(&vec![0; size])).map_err(build_err)?;
+        b.set(p, 2, Value::Bytes(&vec![0; size]))?;
     }
     Ok(b.finish())
 }
@@ -151,9 +147,9 @@ impl TestService {
     /// gives a size, an optional delay and compression.
     async fn respond(&self, v: &MessageView<'_>, out: &mut Responder) -> Result<(), Status> {
         let Some(f) = v.field(2) else { return Ok(()) };
-        let params = v.repeated(f).map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        let params = v.repeated(f)?;
         for p in params.iter() {
-            let p = p.map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+            let p = p?;
             let Some(p) = p.as_message() else { continue };
             let interval = int(&p, 2)?;
             if interval > 0 {
@@ -193,9 +189,9 @@ impl TestService {
                 total += field(&p, 2)?.and_then(|x| x.as_bytes()).map_or(0, |b| b.len()) as i64;
             }
         }
-        let mut b = Builder::new(self.schema.tables(), self.t.input_response).map_err(build_err)?;
+        let mut b = Builder::new(self.schema.tables(), self.t.input_response)?;
         let root = b.root();
-        b.set(root, 1, Value::I32(total as i32)).map_err(build_err)?;
+        b.set(root, 1, Value::I32(total as i32))?;
         out.send(b.finish()).await?;
         Ok(Metadata::new())
     }
@@ -251,7 +247,7 @@ impl Service for TestService {
         let i = self.ids.iter().position(|&id| id == method);
         match i {
             Some(0) => Box::pin(async move {
-                let empty = Builder::new(self.schema.tables(), self.t.empty).map_err(build_err)?;
+                let empty = Builder::new(self.schema.tables(), self.t.empty)?;
                 responder.send(empty.finish()).await?;
                 Ok(Metadata::new())
             }),
@@ -282,10 +278,7 @@ pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
         }
         _ => None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let rt = crate::host::runtime(2)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
             .await

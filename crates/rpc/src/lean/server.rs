@@ -169,16 +169,14 @@ async fn dispatch(
         let Some(o) = open.get_mut(&id) else { return Ok(()) };
         if let (Some(msg), Some(tx)) = (sections.message, o.requests.as_ref()) {
             let schema = router.service(o.service).schema().clone();
-            match Message::decode(schema.tables(), o.input, msg, decoder) {
+            match Message::decode_request(schema.tables(), o.input, msg, decoder) {
                 // Waiting for room here holds up the connection: a full
                 // queue means the handler is behind, and the client's
                 // frames wait in TCP (bounded) rather than in memory.
                 Ok(m) => {
                     let _ = tx.send(m).await;
                 }
-                Err(e) => {
-                    let st =
-                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+                Err(st) => {
                     o.abort.abort();
                     open.remove(&id);
                     send_status(wtx, id, &st).await;
@@ -212,13 +210,11 @@ async fn dispatch(
     let (requests, streaming) = if method.client_streaming {
         let (tx, rx) = mpsc::channel(queue);
         if let Some(msg) = sections.message {
-            match Message::decode(schema.tables(), method.input, msg, decoder) {
+            match Message::decode_request(schema.tables(), method.input, msg, decoder) {
                 Ok(m) => {
                     let _ = tx.try_send(m);
                 }
-                Err(e) => {
-                    let st =
-                        Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+                Err(st) => {
                     send_status(wtx, id, &st).await;
                     return Ok(());
                 }
@@ -232,11 +228,9 @@ async fn dispatch(
             send_status(wtx, id, &st).await;
             return Ok(());
         };
-        match Message::decode(schema.tables(), method.input, msg, decoder) {
+        match Message::decode_request(schema.tables(), method.input, msg, decoder) {
             Ok(m) => (None, Streaming::one(m)),
-            Err(e) => {
-                let st =
-                    Status::new(Code::InvalidArgument, format!("invalid request message: {e}"));
+            Err(st) => {
                 send_status(wtx, id, &st).await;
                 return Ok(());
             }

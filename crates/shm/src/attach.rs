@@ -1,0 +1,248 @@
+//! The attach handshake, over a Unix stream socket.
+//!
+//! ```text
+//! app -> engine   HELLO   "PPATTACH" | version u16 | 0 u16 | pid u32
+//!                         | n u16 | n x (name len u16 | name | table-set digest u64)
+//! engine -> app   ACCEPT  "PPATT-OK" | version u16 | 0 u16 | attachment id u32 | layout
+//!                         + descriptors: region memfd, engine doorbell, app doorbell
+//!              or REFUSE  "PPATT-NO" | reason (UTF-8)
+//! ```
+//!
+//! Versions must be equal. The digest is that of the service's whole table
+//! set (`TableSet::digest`): the engine refuses a service whose schema it
+//! has not loaded or loaded differently, because type and method indices in
+//! descriptors only mean the same thing when both sides built the same
+//! tables. After ACCEPT the socket carries nothing more; it stays open for
+//! the attachment's life, and its end is how each side learns the other is
+//! gone (a crash closes it too).
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+
+use crate::layout::Layout;
+use crate::sys;
+
+/// Protocol version of the handshake, the rings and the descriptors.
+pub const VERSION: u16 = 1;
+
+const HELLO: &[u8; 8] = b"PPATTACH";
+const ACCEPT: &[u8; 8] = b"PPATT-OK";
+const REFUSE: &[u8; 8] = b"PPATT-NO";
+
+/// Largest handshake message.
+pub const MAX_MESSAGE: usize = 64 << 10;
+
+/// Most services one application attaches.
+pub const MAX_SERVICES: usize = 255;
+
+/// What the application says when it attaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version.
+    pub version: u16,
+    /// The application's process id (for logs).
+    pub pid: u32,
+    /// Services served: full name and table-set digest.
+    pub services: Vec<(String, u64)>,
+}
+
+/// The engine's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Attached: the attachment's id and the region's layout.
+    Accept {
+        /// Protocol version.
+        version: u16,
+        /// The engine's number for this attachment.
+        id: u32,
+        /// The region's layout.
+        layout: Layout,
+    },
+    /// Refused, and why.
+    Refuse(String),
+}
+
+/// A malformed handshake message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandshakeError(pub String);
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attach handshake: {}", self.0)
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+fn err<T>(why: &str) -> Result<T, HandshakeError> {
+    Err(HandshakeError(why.to_string()))
+}
+
+fn u16_at(b: &[u8], at: usize) -> Result<u16, HandshakeError> {
+    b.get(at..at + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or_else(|| HandshakeError("truncated message".into()))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Result<u32, HandshakeError> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or_else(|| HandshakeError("truncated message".into()))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Result<u64, HandshakeError> {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| HandshakeError("truncated message".into()))
+}
+
+impl Hello {
+    /// Serialized form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = HELLO.to_vec();
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&(self.services.len() as u16).to_le_bytes());
+        for (name, digest) in &self.services {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&digest.to_le_bytes());
+        }
+        out
+    }
+
+    /// Parses a HELLO (any bytes).
+    pub fn decode(b: &[u8]) -> Result<Hello, HandshakeError> {
+        if b.len() > MAX_MESSAGE {
+            return err("message too long");
+        }
+        if b.get(..8) != Some(&HELLO[..]) {
+            return err("not an attach request");
+        }
+        let version = u16_at(b, 8)?;
+        let pid = u32_at(b, 12)?;
+        let n = u16_at(b, 16)? as usize;
+        if n == 0 || n > MAX_SERVICES {
+            return err("an application serves 1 to 255 services");
+        }
+        let mut at = 18;
+        let mut services = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = u16_at(b, at)? as usize;
+            let name =
+                b.get(at + 2..at + 2 + len).ok_or(HandshakeError("truncated name".into()))?;
+            let name = std::str::from_utf8(name)
+                .map_err(|_| HandshakeError("service name is not UTF-8".into()))?;
+            if name.is_empty() || name.len() > 1024 {
+                return err("service name of 1 to 1024 bytes");
+            }
+            let digest = u64_at(b, at + 2 + len)?;
+            services.push((name.to_string(), digest));
+            at += 2 + len + 8;
+        }
+        if at != b.len() {
+            return err("bytes after the last service");
+        }
+        Ok(Hello { version, pid, services })
+    }
+}
+
+impl Answer {
+    /// Serialized form.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Answer::Accept { version, id, layout } => {
+                let mut out = ACCEPT.to_vec();
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&0u16.to_le_bytes());
+                out.extend_from_slice(&id.to_le_bytes());
+                layout.encode(&mut out);
+                out
+            }
+            Answer::Refuse(why) => {
+                let mut out = REFUSE.to_vec();
+                let cut = why.len().min(MAX_MESSAGE - 8);
+                let cut = (0..=cut).rev().find(|&i| why.is_char_boundary(i)).unwrap_or(0);
+                out.extend_from_slice(&why.as_bytes()[..cut]);
+                out
+            }
+        }
+    }
+
+    /// Parses an answer (any bytes).
+    pub fn decode(b: &[u8]) -> Result<Answer, HandshakeError> {
+        match b.get(..8) {
+            Some(m) if m == ACCEPT => {
+                let version = u16_at(b, 8)?;
+                let id = u32_at(b, 12)?;
+                let (layout, rest) = Layout::decode(b.get(16..).unwrap_or(&[]))
+                    .map_err(|e| HandshakeError(e.to_string()))?;
+                if !rest.is_empty() {
+                    return err("bytes after the layout");
+                }
+                Ok(Answer::Accept { version, id, layout })
+            }
+            Some(m) if m == REFUSE => {
+                Ok(Answer::Refuse(String::from_utf8_lossy(&b[8..]).into_owned()))
+            }
+            _ => err("not an attach answer"),
+        }
+    }
+}
+
+/// Sends one handshake message with descriptors.
+pub fn send(sock: &UnixStream, msg: &[u8], fds: &[&OwnedFd]) -> io::Result<()> {
+    sys::send_with_fds(sock, msg, fds)
+}
+
+/// Receives one handshake message (a single datagram-sized read: both
+/// sides send each message with one `sendmsg`, and the peer waits for the
+/// answer before sending anything else).
+pub fn recv(sock: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let (n, fds) = sys::recv_with_fds(sock, &mut buf)?;
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "attach socket closed"));
+    }
+    buf.truncate(n);
+    Ok((buf, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Class;
+
+    #[test]
+    fn hello_round_trips_and_refuses_garbage() {
+        let h = Hello {
+            version: VERSION,
+            pid: 42,
+            services: vec![("a.B".into(), 7), ("grpc.testing.TestService".into(), u64::MAX)],
+        };
+        let bytes = h.encode();
+        assert_eq!(Hello::decode(&bytes), Ok(h));
+        for cut in 0..bytes.len() {
+            assert!(Hello::decode(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(Hello::decode(&extra).is_err());
+        let none = Hello { version: 1, pid: 1, services: vec![] }.encode();
+        assert!(Hello::decode(&none).is_err());
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let layout = Layout { ring_slots: 64, classes: vec![Class { size: 4096, count: 4 }] };
+        let a = Answer::Accept { version: VERSION, id: 9, layout };
+        assert_eq!(Answer::decode(&a.encode()), Ok(a));
+        let r = Answer::Refuse("no schema for x.Y".into());
+        assert_eq!(Answer::decode(&r.encode()), Ok(r));
+        assert!(Answer::decode(b"PPATT-OK").is_err());
+        assert!(Answer::decode(b"hello").is_err());
+    }
+}

@@ -1,0 +1,401 @@
+//! Shepherding rings: fixed slots of call descriptors in shared memory.
+//!
+//! Each ring has one producer process (any number of its threads) and one
+//! consumer thread in the other process. A slot is a sequence word plus
+//! the descriptor's seven words:
+//!
+//! ```text
+//! slot i (64 B) := seq u64 | descriptor words 0..7
+//!
+//! seq == pos          the slot is free for the producer at position pos
+//! seq == pos + 1      it holds the element of position pos (the valid flag)
+//! seq == pos + slots  consumed; free for position pos + slots
+//! ```
+//!
+//! Positions are 64-bit counters that only grow, so a position names one
+//! lap of one slot and never wraps to ambiguity. The producer claims
+//! positions from a counter in its *own* memory (a compare-and-swap among
+//! its threads, so several fill slots concurrently; each publishes its slot
+//! with the sequence word when done, in any order), and the consumer keeps
+//! its position privately too. Only the sequence words and the payload
+//! words are shared, all accessed as atomics.
+//!
+//! Trust: the consumer never believes a slot beyond its sequence word and
+//! copies the words out before anything else looks at them; a garbage
+//! descriptor is the receiver's validation problem, not the ring's. A
+//! producer facing garbage sequence words (a consumer that scribbled on its
+//! ring) gets [`PushError::Corrupt`] instead of spinning forever.
+//!
+//! Waiting: the consumer spins for a while and then parks on an eventfd
+//! ([`Doorbell`]). Before parking it raises its parked flag and looks at
+//! the ring once more; a producer publishes, then reads the flag, and rings
+//! only when it is raised. With a full fence on each side, either the
+//! consumer sees the element or the producer sees the flag (Dekker), so no
+//! wake-up is lost and a busy consumer costs the producer no system call.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::desc::{Descriptor, WORDS};
+use crate::layout::SLOT_LEN;
+use crate::sys::{EventFd, Mapping};
+
+/// Why a push failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// Every slot holds an element the consumer has not taken yet.
+    Full,
+    /// A sequence word holds a value no correct consumer writes.
+    Corrupt,
+}
+
+impl std::fmt::Display for PushError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PushError::Full => f.write_str("ring full"),
+            PushError::Corrupt => f.write_str("ring corrupted by its consumer"),
+        }
+    }
+}
+
+impl std::error::Error for PushError {}
+
+/// The slots of one ring in a mapping.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    map: Arc<Mapping>,
+    offset: usize,
+    slots: u64,
+}
+
+impl Ring {
+    /// The ring of `slots` slots (a power of two) at `offset`. `None` when
+    /// it does not fit the mapping.
+    pub fn new(map: Arc<Mapping>, offset: usize, slots: u32) -> Option<Ring> {
+        if !slots.is_power_of_two() || offset % SLOT_LEN != 0 {
+            return None;
+        }
+        let end = offset.checked_add(slots as usize * SLOT_LEN)?;
+        (end <= map.len()).then_some(Ring { map, offset, slots: slots as u64 })
+    }
+
+    /// Sets every slot free for the first lap (the engine does this once,
+    /// before anybody attaches).
+    pub fn init(&self) {
+        for i in 0..self.slots {
+            self.seq(i).store(i, Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+    }
+
+    /// Slots.
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    fn word(&self, pos: u64, w: usize) -> &AtomicU64 {
+        let at = self.offset + (pos & (self.slots - 1)) as usize * SLOT_LEN + 8 * w;
+        // In bounds by construction (checked in `new`), 8-aligned.
+        match self.map.atomic_u64(at) {
+            Some(a) => a,
+            None => unreachable_word(),
+        }
+    }
+
+    fn seq(&self, pos: u64) -> &AtomicU64 {
+        self.word(pos, 0)
+    }
+}
+
+#[cold]
+fn unreachable_word() -> ! {
+    // `Ring::new` checked that every slot lies in the mapping.
+    panic!("ring slot outside its mapping")
+}
+
+/// The producing end (shareable among this process's threads).
+#[derive(Debug)]
+pub struct Producer {
+    ring: Ring,
+    /// Next position to claim: private to this process.
+    tail: AtomicU64,
+}
+
+impl Producer {
+    /// Produces into `ring` from position 0.
+    pub fn new(ring: Ring) -> Producer {
+        Producer { ring, tail: AtomicU64::new(0) }
+    }
+
+    /// Publishes `d`, or says why it cannot now.
+    pub fn push(&self, d: &Descriptor) -> Result<(), PushError> {
+        let slots = self.ring.slots;
+        let mut pos = self.tail.load(Ordering::Relaxed);
+        loop {
+            let seq = self.ring.seq(pos).load(Ordering::Acquire);
+            if seq == pos {
+                match self.tail.compare_exchange_weak(
+                    pos,
+                    pos + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => {
+                        pos = now;
+                        continue;
+                    }
+                }
+            }
+            let now = self.tail.load(Ordering::Relaxed);
+            if now != pos {
+                // Another thread of ours claimed `pos` meanwhile.
+                pos = now;
+                continue;
+            }
+            if seq.wrapping_add(slots) == pos + 1 {
+                return Err(PushError::Full);
+            }
+            return Err(PushError::Corrupt);
+        }
+        for (i, w) in d.to_words().into_iter().enumerate() {
+            self.ring.word(pos, 1 + i).store(w, Ordering::Relaxed);
+        }
+        self.ring.seq(pos).store(pos + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Positions claimed so far.
+    pub fn produced(&self) -> u64 {
+        self.tail.load(Ordering::Relaxed)
+    }
+
+    /// How many of the elements published at positions `from..produced()`
+    /// the consumer has taken, counted from `from` up to the first one it
+    /// has not (a watchdog's view of consumer progress; a scribbling
+    /// consumer can only make itself look faster).
+    pub fn consumed_from(&self, from: u64) -> u64 {
+        let end = self.produced();
+        let mut pos = from;
+        while pos < end && self.ring.seq(pos).load(Ordering::Acquire) != pos + 1 {
+            pos += 1;
+        }
+        pos - from
+    }
+}
+
+/// The consuming end (one thread).
+#[derive(Debug)]
+pub struct Consumer {
+    ring: Ring,
+    /// Next position to take: private to this process.
+    head: u64,
+}
+
+impl Consumer {
+    /// Consumes `ring` from position 0.
+    pub fn new(ring: Ring) -> Consumer {
+        Consumer { ring, head: 0 }
+    }
+
+    /// Takes the next element, if it has been published.
+    pub fn pop(&mut self) -> Option<Descriptor> {
+        let pos = self.head;
+        if self.ring.seq(pos).load(Ordering::Acquire) != pos + 1 {
+            return None;
+        }
+        let mut w = [0u64; WORDS];
+        for (i, slot) in w.iter_mut().enumerate() {
+            *slot = self.ring.word(pos, 1 + i).load(Ordering::Relaxed);
+        }
+        self.ring.seq(pos).store(pos + self.ring.slots, Ordering::Release);
+        self.head = pos + 1;
+        Some(Descriptor::from_words(w))
+    }
+
+    /// Whether the next element is not published yet.
+    pub fn is_empty(&self) -> bool {
+        self.ring.seq(self.head).load(Ordering::Acquire) != self.head + 1
+    }
+
+    /// Elements taken so far.
+    pub fn consumed(&self) -> u64 {
+        self.head
+    }
+}
+
+/// A consumer's doorbell: its parked flag in the control page and the
+/// eventfd it waits on.
+#[derive(Debug)]
+pub struct Doorbell {
+    map: Arc<Mapping>,
+    flag: usize,
+    fd: EventFd,
+}
+
+impl Doorbell {
+    /// The doorbell whose parked flag is the word at `flag`.
+    pub fn new(map: Arc<Mapping>, flag: usize, fd: EventFd) -> Option<Doorbell> {
+        map.atomic_u32(flag)?;
+        Some(Doorbell { map, flag, fd })
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        match self.map.atomic_u32(self.flag) {
+            Some(w) => w,
+            None => unreachable_word(),
+        }
+    }
+
+    /// Producer side, after publishing: rings when the consumer is parked
+    /// (and lowers the flag, so one ring serves a burst).
+    pub fn notify(&self) -> bool {
+        fence(Ordering::SeqCst);
+        if self.word().load(Ordering::Relaxed) != 0 && self.word().swap(0, Ordering::AcqRel) != 0 {
+            self.fd.ring();
+            return true;
+        }
+        false
+    }
+
+    /// Consumer side: raises the parked flag. Look at the ring once more
+    /// after this, and wait only if it is still empty.
+    pub fn prepare_park(&self) {
+        self.word().store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Consumer side: lowers the flag and clears the eventfd.
+    pub fn unpark(&self) {
+        self.word().store(0, Ordering::Relaxed);
+        self.fd.clear();
+    }
+
+    /// The eventfd (to wait on).
+    pub fn fd(&self) -> &EventFd {
+        &self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::memfd;
+
+    fn pair(slots: u32) -> (Producer, Consumer, Arc<Mapping>) {
+        let fd = memfd("ring", 64 * slots as usize + 4096).expect("memfd");
+        let a = Arc::new(Mapping::map(&fd).expect("map"));
+        let b = Arc::new(Mapping::map(&fd).expect("map"));
+        let ra = Ring::new(a.clone(), 4096, slots).expect("fits");
+        ra.init();
+        let rb = Ring::new(b, 4096, slots).expect("fits");
+        (Producer::new(ra), Consumer::new(rb), a)
+    }
+
+    fn d(call: u64) -> Descriptor {
+        Descriptor { call, ..Descriptor::default() }
+    }
+
+    #[test]
+    fn fifo_through_many_laps() {
+        let (p, mut c, _) = pair(8);
+        let mut next = 0;
+        for round in 0..100u64 {
+            for i in 0..(round % 9) {
+                p.push(&d(round * 100 + i)).expect("room");
+            }
+            if round % 9 == 8 {
+                assert_eq!(p.push(&d(0)), Err(PushError::Full));
+            }
+            while let Some(x) = c.pop() {
+                assert_eq!(x.call / 100, round);
+                next += 1;
+            }
+        }
+        assert_eq!(p.produced(), next);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_scribbling_consumer_cannot_make_the_producer_spin() {
+        let (p, _c, map) = pair(8);
+        // The consumer writes nonsense into every sequence word.
+        for i in 0..8 {
+            map.atomic_u64(4096 + 64 * i).expect("slot").store(0xdead_beef, Ordering::Relaxed);
+        }
+        assert_eq!(p.push(&d(1)), Err(PushError::Corrupt));
+    }
+
+    #[test]
+    fn a_scribbling_producer_only_yields_descriptors() {
+        let (_p, mut c, map) = pair(8);
+        // A "producer" marks slot 0 valid with garbage words.
+        for w in 1..8 {
+            map.atomic_u64(4096 + 8 * w).expect("word").store(u64::MAX, Ordering::Relaxed);
+        }
+        map.atomic_u64(4096).expect("seq").store(1, Ordering::Release);
+        let got = c.pop().expect("published");
+        assert_eq!(got.call, u64::MAX);
+        assert!(c.pop().is_none());
+    }
+
+    #[test]
+    fn watchdog_sees_progress() {
+        let (p, mut c, _) = pair(8);
+        for i in 0..5 {
+            p.push(&d(i)).expect("room");
+        }
+        assert_eq!(p.consumed_from(0), 0);
+        c.pop();
+        c.pop();
+        assert_eq!(p.consumed_from(0), 2);
+        assert_eq!(p.consumed_from(2), 0);
+    }
+
+    #[test]
+    fn threads_produce_concurrently() {
+        let (p, mut c, _) = pair(64);
+        let p = Arc::new(p);
+        let per = 20_000u64;
+        let threads: Vec<_> = (0..3u64)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        while p.push(&d(t << 32 | i)).is_err() {
+                            std::hint::spin_loop();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut last = [None::<u64>; 3];
+        let mut n = 0;
+        while n < 3 * per {
+            if let Some(x) = c.pop() {
+                let t = (x.call >> 32) as usize;
+                let i = x.call & 0xffff_ffff;
+                // Each producer's elements arrive in its own order.
+                assert!(last[t].is_none_or(|l| l < i));
+                last[t] = Some(i);
+                n += 1;
+            }
+        }
+        for t in threads {
+            t.join().expect("producer");
+        }
+    }
+
+    #[test]
+    fn doorbell_rings_only_for_a_parked_consumer() {
+        let fd = memfd("bell", 4096).expect("memfd");
+        let map = Arc::new(Mapping::map(&fd).expect("map"));
+        let bell = Doorbell::new(map, 64, EventFd::new().expect("eventfd")).expect("flag");
+        assert!(!bell.notify());
+        bell.prepare_park();
+        assert!(bell.notify());
+        assert!(!bell.notify(), "one ring per park");
+        bell.unpark();
+        assert!(!bell.fd().clear(), "unpark cleared it");
+    }
+}

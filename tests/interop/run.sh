@@ -4,6 +4,8 @@
 #   2. `protoplane interop-client` -> grpc-go's interop server
 #   3. grpcurl lists, describes and calls a protoplane server through
 #      server reflection and the health service.
+#   4. split mode: 1 and 3 (and TLS) against `protoplane engine` with the
+#      interop service in an attached `interop-server --attach` process.
 # The Go peers are installed from the Go module proxy at pinned versions
 # into target/go-bin (once; later runs reuse them).
 #
@@ -116,6 +118,38 @@ expect_out "list methods" "grpc.testing.TestService.FullDuplexCall" "$G" -plaint
 expect_out "describe" "int32 response_size = 2;" "$G" -plaintext "127.0.0.1:$PP_PORT" describe grpc.testing.SimpleRequest
 expect_out "call" '"body": "AAAA"' "$G" -plaintext -d '{"responseSize": 3}' "127.0.0.1:$PP_PORT" grpc.testing.TestService/UnaryCall
 expect_out "health" '"status": "SERVING"' "$G" -plaintext "127.0.0.1:$PP_PORT" grpc.health.v1.Health/Check
+
+echo "== split mode: grpc-go interop client -> protoplane engine + attached interop-server"
+# Starts an engine and an application attached to it; sets PORT to the
+# engine's gRPC port once the application is attached.
+start_split() { # label engine-args...
+    local label="$1"; shift
+    local sock="$LOG/$label.sock"
+    start "$label-engine" "$PP" engine --grpc-port 0 --attach "$sock" --max-message $((32 << 20)) "$@"
+    "$PP" interop-server --attach "$sock" >"$LOG/$label-app.out" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        grep -q 'attached for grpc.testing.TestService' "$LOG/$label-engine.out" && return 0
+        sleep 0.1
+    done
+    echo "application did not attach"; cat "$LOG/$label-engine.out" "$LOG/$label-app.out"; return 1
+}
+start_split split
+for c in $GO_CASES; do
+    run_case "split $c" "$BIN/grpc-interop-client" --server_host 127.0.0.1 --server_port "$PORT" --test_case "$c"
+done
+SPLIT_PORT="$PORT"
+expect_out "split list" "grpc.testing.TestService" "$G" -plaintext "127.0.0.1:$SPLIT_PORT" list
+expect_out "split describe" "int32 response_size = 2;" "$G" -plaintext "127.0.0.1:$SPLIT_PORT" describe grpc.testing.SimpleRequest
+expect_out "split call" '"body": "AAAA"' "$G" -plaintext -d '{"responseSize": 3}' "127.0.0.1:$SPLIT_PORT" grpc.testing.TestService/UnaryCall
+expect_out "split health" '"status": "SERVING"' "$G" -plaintext "127.0.0.1:$SPLIT_PORT" grpc.health.v1.Health/Check
+if [[ -f "$CERTS/server1.pem" ]]; then
+    start_split split-tls --tls_cert "$CERTS/server1.pem" --tls_key "$CERTS/server1.key"
+    for c in large_unary ping_pong; do
+        run_case "split tls $c (go client)" "$BIN/grpc-interop-client" --server_host 127.0.0.1 --server_port "$PORT" \
+            --use_tls --use_test_ca --server_host_override foo.test.google.fr --test_case "$c"
+    done
+fi
 
 if [[ $failed -gt 0 ]]; then echo "interop: $failed failed"; exit 1; fi
 echo "interop: all passed"

@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod engine;
 mod host;
 mod interop;
 mod load;
@@ -40,8 +41,12 @@ enum Command {
     /// One benchmark worker process (driven by `protoplane bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
-    /// Serve the social-network service over gRPC/HTTP2.
+    /// Serve the social-network service over gRPC/HTTP2 (or, with
+    /// --attach, as an application process of a running engine).
     Serve(sn::ServeArgs),
+    /// Run the engine: transports, framing, decode and encode for
+    /// applications attached over shared memory.
+    Engine(engine::EngineArgs),
     /// Serve gRPC's interop test service (grpc.testing.TestService).
     #[command(name = "interop-server")]
     InteropServer(interop::server::ServerArgs),
@@ -145,6 +150,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_stdout(rows.as_bytes())
         }
         Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
+        Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
         Command::Load(args) => {
             let report = load::main(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())

@@ -105,10 +105,18 @@ pub(crate) struct ServeArgs {
     /// one core).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Run as an application process of the engine attached at PATH
+    /// (split mode: no port of its own).
+    #[arg(long, value_name = "PATH")]
+    attach: Option<std::path::PathBuf>,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
 pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
+    if let Some(path) = &args.attach {
+        let svc = Arc::new(SocialNetwork::new(schema()?)?);
+        return protoplane_app::attach(path).serve(svc);
+    }
     let router = router()?;
     let rt = crate::host::runtime(args.threads)?;
     rt.block_on(async move {

@@ -31,7 +31,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// the received wire bytes (view mode), which it keeps alive.
 #[derive(Debug)]
 pub struct Message {
-    block: Block,
+    /// The block's bytes: private memory, or a chunk of a shared region.
+    block: Bytes,
     wire: Bytes,
     type_index: u32,
     compressed: bool,
@@ -47,7 +48,14 @@ impl Message {
     ) -> Result<Message, protoplane_wire::DecodeError> {
         let mut block = Block::with_capacity(wire.len() + wire.len() / 2 + 64);
         decoder.decode_into(tables, type_index, &wire, &DecodeOptions::view(), &mut block)?;
-        Ok(Message { block, wire, type_index, compressed: false })
+        Ok(Message::from_parts(Bytes::from(block.into_bytes()), wire, type_index))
+    }
+
+    /// A message from a block and the wire bytes it references, wherever
+    /// they live (the split application wraps region chunks this way). The
+    /// bytes are not trusted: every read through a view is bounds-checked.
+    pub fn from_parts(block: Bytes, wire: Bytes, type_index: u32) -> Message {
+        Message { block, wire, type_index, compressed: false }
     }
 
     /// Decodes a request: bytes that do not decode are the caller's fault
@@ -65,7 +73,7 @@ impl Message {
 
     /// The block and the bytes it references.
     pub fn source(&self) -> Source<'_> {
-        Source { block: self.block.as_bytes(), wire: &self.wire }
+        Source { block: &self.block, wire: &self.wire }
     }
 
     /// A dynamic view of the message.
@@ -73,8 +81,8 @@ impl Message {
         Ok(MessageView::new(tables, self.source(), self.type_index)?)
     }
 
-    /// The linearized block.
-    pub fn block(&self) -> &Block {
+    /// The linearized block's bytes.
+    pub fn block(&self) -> &Bytes {
         &self.block
     }
 
@@ -116,7 +124,7 @@ impl Message {
                 "message read through the view of another type",
             ));
         }
-        Ok(V::from_parts(self.block.as_bytes(), &self.wire)?)
+        Ok(V::from_parts(&self.block, &self.wire)?)
     }
 }
 
@@ -178,11 +186,14 @@ enum Inbound {
 }
 
 impl Streaming {
-    pub(crate) fn one(message: Message) -> Streaming {
+    /// The requests of a call that takes one.
+    pub fn one(message: Message) -> Streaming {
         Streaming { inner: Inbound::One(Some(message)) }
     }
 
-    pub(crate) fn queue(rx: mpsc::Receiver<Message>) -> Streaming {
+    /// The requests of a client-streaming call, as a transport (or the
+    /// split application) feeds them in.
+    pub fn queue(rx: mpsc::Receiver<Message>) -> Streaming {
         Streaming { inner: Inbound::Queue(rx) }
     }
 
@@ -204,23 +215,27 @@ impl Streaming {
     }
 }
 
-/// What the application sends back through a [`Responder`].
+/// What the application sends back through a [`Responder`] (what a call's
+/// driver — a transport, or the split application — takes from it).
 #[derive(Debug)]
-pub(crate) enum Out {
+pub enum Out {
     /// Initial metadata (sent with the response headers).
     Headers(Metadata),
-    /// A response block for the engine to encode, and whether to compress.
-    Block(Block, bool),
-    /// An already encoded response.
+    /// A linearized response block (owned mode) for the engine to encode,
+    /// and whether to compress. Its bytes may live in a shared region.
+    Block(Bytes, bool),
+    /// An already encoded response, and whether to compress.
     Encoded(Bytes, bool),
 }
 
 /// One response of a method that answers once, with the initial metadata
 /// staged before it.
 #[derive(Debug)]
-pub(crate) struct UnaryOut {
-    pub(crate) headers: Option<Metadata>,
-    pub(crate) message: Option<Out>,
+pub struct UnaryOut {
+    /// Initial metadata, if the handler set any.
+    pub headers: Option<Metadata>,
+    /// The response, if the handler sent one.
+    pub message: Option<Out>,
 }
 
 /// Where a responder's output goes: a queue for a streaming response, a
@@ -241,6 +256,20 @@ pub struct Responder {
 }
 
 impl Responder {
+    /// A responder for a streaming response whose items a driver takes
+    /// from the returned queue (at most `queue` waiting).
+    pub fn for_stream(output: u32, queue: usize) -> (Responder, mpsc::Receiver<Out>) {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        (Responder::stream(tx, output), rx)
+    }
+
+    /// A responder for a method with one response, which a driver reads
+    /// from the returned slot once the handler is done.
+    pub fn for_unary(output: u32) -> (Responder, oneshot::Receiver<UnaryOut>) {
+        let (tx, rx) = oneshot::channel();
+        (Responder::unary(tx, output), rx)
+    }
+
     /// A responder for a streaming response.
     pub(crate) fn stream(tx: mpsc::Sender<Out>, output: u32) -> Responder {
         Responder {
@@ -308,9 +337,20 @@ impl Responder {
     /// Sends a response laid out with the builder (the engine encodes it).
     /// Waits while the client is not reading (flow control).
     pub async fn send(&mut self, block: Block) -> Result<(), Status> {
+        self.send_linear(Bytes::from(block.into_bytes())).await
+    }
+
+    /// Sends a response block held as bytes — wherever they live: a block
+    /// the application laid out in a shared region is encoded from there.
+    pub async fn send_linear(&mut self, block: Bytes) -> Result<(), Status> {
         self.send_headers().await?;
         let c = self.compress;
         self.push(Out::Block(block, c)).await
+    }
+
+    /// Whether the following responses are to be compressed.
+    pub fn compression(&self) -> bool {
+        self.compress
     }
 
     /// Sends an already encoded response.

@@ -20,15 +20,16 @@ thread_local! {
 pub(crate) fn with_encoded<R>(
     tables: &protoplane_schema::TableSet,
     ty: u32,
-    block: &protoplane_wire::Block,
+    block: &[u8],
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R, Status> {
-    if block.type_index() != Some(ty) {
+    let recorded = block.get(4..8).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    if recorded != Some(ty) {
         return Err(Status::new(Code::Internal, "response block of the wrong type"));
     }
     ENCODER.with(|e| {
         let mut e = e.borrow_mut();
-        let src = protoplane_wire::Source::owned(block.as_bytes());
+        let src = protoplane_wire::Source::owned(block);
         match e.encode(tables, ty, src, &protoplane_wire::EncodeOptions::default()) {
             Ok(bytes) => Ok(f(bytes)),
             Err(err) => Err(Status::new(Code::Internal, format!("unencodable message: {err}"))),

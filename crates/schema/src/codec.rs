@@ -59,6 +59,16 @@ impl R<'_> {
 }
 
 impl TableSet {
+    /// A 64-bit digest (FNV-1a) of the serialized table set: equal when two
+    /// processes built the same tables, so type and method indices mean the
+    /// same to both (what the split engine's attach handshake compares).
+    /// Not a security check: it catches mismatched builds, not forgeries.
+    pub fn digest(&self) -> u64 {
+        self.to_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
     /// Serializes the table set (see the module docs for the format).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut w = W(Vec::with_capacity(64 * (self.fields.len() + self.messages.len())));

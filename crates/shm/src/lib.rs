@@ -31,5 +31,5 @@ pub mod sys;
 
 pub use desc::{Descriptor, Span};
 pub use layout::{Chunk, Chunks, Custody, Layout, LayoutError};
-pub use ring::{Consumer, Doorbell, Producer, PushError, Ring};
+pub use ring::{AsyncDoorbell, Consumer, Doorbell, Producer, PushError, Ring};
 pub use sys::{EventFd, Mapping};

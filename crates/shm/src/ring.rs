@@ -275,6 +275,55 @@ impl Doorbell {
     pub fn fd(&self) -> &EventFd {
         &self.fd
     }
+
+    /// The consumer's doorbell, waitable from a tokio runtime (call from
+    /// inside one).
+    pub fn into_async(self) -> std::io::Result<AsyncDoorbell> {
+        // SAFETY: `register_with_interest` requires that the descriptor stay
+        // open and not be replaced while registered. The `EventFd` owning it
+        // moves into the `AsyncFd`, which deregisters before dropping it.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(self.fd, tokio::io::Interest::READABLE)
+        }?;
+        Ok(AsyncDoorbell { map: self.map, flag: self.flag, fd })
+    }
+}
+
+/// A consumer's doorbell that a task can wait on.
+#[derive(Debug)]
+pub struct AsyncDoorbell {
+    map: Arc<Mapping>,
+    flag: usize,
+    fd: tokio::io::unix::AsyncFd<EventFd>,
+}
+
+impl AsyncDoorbell {
+    fn word(&self) -> &AtomicU32 {
+        match self.map.atomic_u32(self.flag) {
+            Some(w) => w,
+            None => unreachable_word(),
+        }
+    }
+
+    /// Raises the parked flag. Look at the ring once more after this, and
+    /// wait only if it is still empty.
+    pub fn prepare_park(&self) {
+        self.word().store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Lowers the flag and clears the eventfd.
+    pub fn unpark(&self) {
+        self.word().store(0, Ordering::Relaxed);
+        self.fd.get_ref().clear();
+    }
+
+    /// Waits until the doorbell rings.
+    pub async fn wait(&self) {
+        if let Ok(mut g) = self.fd.readable().await {
+            g.clear_ready();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,11 @@ pub(crate) struct ServerArgs {
     /// Largest request message accepted, in bytes.
     #[arg(long, default_value_t = 32 << 20)]
     max_recv_message: usize,
+    /// Run as an application process of the engine attached at PATH
+    /// (split mode: no port of its own; the engine's flags set TLS and
+    /// limits).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["tls_cert", "tls_key"])]
+    attach: Option<std::path::PathBuf>,
 }
 
 const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
@@ -266,6 +271,9 @@ impl Service for TestService {
 pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
     let schema = super::schema()?;
     let svc = Arc::new(TestService::new(schema)?);
+    if let Some(path) = &args.attach {
+        return protoplane_app::attach(path).serve(svc);
+    }
     let opts =
         ServerOptions { max_recv_message: args.max_recv_message, ..ServerOptions::default() };
     let (router, _health) =

@@ -1,0 +1,770 @@
+//! The application side of split mode: business logic in its own process,
+//! attached to a protoplane engine over shared memory.
+//!
+//! ```ignore
+//! // monolithic: the process binds a port and runs the whole stack
+//! Arc::new(Router::new(opts).add_service(svc)).serve(listener).await?;
+//! // split: the same service, and the engine does the rest
+//! protoplane_app::attach("/tmp/protoplane.sock").serve(svc)?;
+//! ```
+//!
+//! The same [`Service`] implementation (generated or dynamic) runs either
+//! way: requests arrive as the same [`Message`] — a linearized block whose
+//! strings reference the wire bytes, both read in place in the region —
+//! and responses leave through the same [`Responder`]. This process never
+//! sees a socket other than the attach socket, a varint or an HTTP/2
+//! frame.
+//!
+//! [`attach`]`(path).serve(svc)` runs until the process is stopped: when the
+//! engine goes away (restart, crash), the calls in progress are cancelled
+//! and the application attaches again as soon as an engine listens.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::{AbortHandle, Abortable};
+use protoplane_rpc::call::{Out, UnaryOut};
+use protoplane_rpc::lean::frame;
+use protoplane_rpc::{Code, Message, Metadata, Request, Responder, Service, Status, Streaming};
+use protoplane_shm::attach::{self, Answer, Hello, VERSION};
+use protoplane_shm::desc::{self, Descriptor, Span};
+use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout, APP_PARKED, ENGINE_PARKED};
+use protoplane_shm::{AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
+use tokio::sync::{mpsc, Notify};
+
+/// Requests queued per client-streaming call before the call fails.
+const REQUEST_QUEUE: usize = 1024;
+/// Responses queued per server-streaming call between handler and poster.
+const RESPONSE_QUEUE: usize = 8;
+
+/// An application to attach to the engine listening at a socket path.
+pub struct App {
+    path: PathBuf,
+    services: Vec<Arc<dyn Service>>,
+    spin: Duration,
+    retry: Duration,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.services.iter().map(|s| s.name()).collect();
+        f.debug_struct("App").field("path", &self.path).field("services", &names).finish()
+    }
+}
+
+/// An application for the engine whose attach socket is `path`.
+pub fn attach(path: impl AsRef<Path>) -> App {
+    App {
+        path: path.as_ref().to_path_buf(),
+        services: Vec::new(),
+        spin: Duration::from_micros(20),
+        retry: Duration::from_millis(100),
+    }
+}
+
+/// How one attachment ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The engine went away (the application will attach again).
+    EngineGone,
+}
+
+impl App {
+    /// Adds a service (an application may serve several).
+    pub fn service(mut self, svc: Arc<dyn Service>) -> App {
+        self.services.push(svc);
+        self
+    }
+
+    /// How long to spin after work before parking.
+    pub fn spin(mut self, spin: Duration) -> App {
+        self.spin = spin;
+        self
+    }
+
+    /// Serves `svc` (and any added before) on a runtime of its own, until
+    /// the process is stopped. Returns only on errors that retrying cannot
+    /// fix (the engine refused the attachment).
+    pub fn serve(self, svc: Arc<dyn Service>) -> Result<(), String> {
+        let app = self.service(svc);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        rt.block_on(app.run())
+    }
+
+    /// Serves on the current runtime; attaches again after the engine goes
+    /// away, forever. Returns the engine's refusal, if it refuses.
+    pub async fn run(self) -> Result<(), String> {
+        let mut announced = false;
+        loop {
+            match self.once().await {
+                Ok(Ended::EngineGone) => {
+                    eprintln!("app: the engine went away; attaching again");
+                    announced = false;
+                }
+                Err(Failure::Refused(why)) => return Err(format!("the engine refused: {why}")),
+                Err(Failure::Unreachable(why)) => {
+                    if !announced {
+                        eprintln!("app: waiting for an engine at {}: {why}", self.path.display());
+                        announced = true;
+                    }
+                    tokio::time::sleep(self.retry).await;
+                }
+            }
+        }
+    }
+
+    /// One attachment, until the engine goes away.
+    pub async fn once(&self) -> Result<Ended, Failure> {
+        if self.services.is_empty() {
+            return Err(Failure::Refused("no service to serve".into()));
+        }
+        let hello = Hello {
+            version: VERSION,
+            pid: std::process::id(),
+            services: self
+                .services
+                .iter()
+                .map(|s| (s.name().to_string(), s.schema().tables().digest()))
+                .collect(),
+        };
+        let path = self.path.clone();
+        let joined = tokio::task::spawn_blocking(move || connect(&path, &hello)).await;
+        let (sock, layout, map, engine_fd, app_fd) =
+            joined.map_err(|e| Failure::Unreachable(e.to_string()))??;
+        let session = Session::new(self.services.clone(), layout, map, engine_fd, app_fd)
+            .map_err(Failure::Unreachable)?;
+        eprintln!(
+            "app: attached to {} ({})",
+            self.path.display(),
+            self.services.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+        );
+        sock.set_nonblocking(true).map_err(|e| Failure::Unreachable(e.to_string()))?;
+        let sock = tokio::net::UnixStream::from_std(sock)
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
+        let gone = async move {
+            let mut b = [0u8; 1];
+            loop {
+                let _ = sock.readable().await;
+                match sock.try_read(&mut b) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    _ => return,
+                }
+            }
+        };
+        tokio::select! {
+            _ = gone => {}
+            _ = session.clone().drain(self.spin) => {}
+        }
+        session.end();
+        Ok(Ended::EngineGone)
+    }
+}
+
+/// Why attaching failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The engine answered no (wrong schema, unknown service, version).
+    Refused(String),
+    /// No engine there, or the connection broke (worth retrying).
+    Unreachable(String),
+}
+
+type Connected = (UnixStream, Layout, Arc<Mapping>, EventFd, EventFd);
+
+fn connect(path: &Path, hello: &Hello) -> Result<Connected, Failure> {
+    let un = |e: std::io::Error| Failure::Unreachable(e.to_string());
+    let sock = UnixStream::connect(path).map_err(un)?;
+    sock.set_read_timeout(Some(Duration::from_secs(10))).map_err(un)?;
+    attach::send(&sock, &hello.encode(), &[]).map_err(un)?;
+    let (msg, fds) = attach::recv(&sock).map_err(un)?;
+    let answer = Answer::decode(&msg).map_err(|e| Failure::Refused(e.to_string()))?;
+    let layout = match answer {
+        Answer::Refuse(why) => return Err(Failure::Refused(why)),
+        Answer::Accept { version, layout, .. } if version == VERSION => layout,
+        Answer::Accept { version, .. } => {
+            return Err(Failure::Refused(format!("engine speaks version {version}")))
+        }
+    };
+    let mut fds = fds.into_iter();
+    let (Some(region), Some(engine), Some(app)) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(Failure::Unreachable("the engine's answer lacks its descriptors".into()));
+    };
+    let map = Mapping::map(&region).map_err(un)?;
+    layout.validate(Some(map.len())).map_err(|e| Failure::Refused(e.to_string()))?;
+    let engine = EventFd::from_fd(engine).map_err(un)?;
+    let app = EventFd::from_fd(app).map_err(un)?;
+    Ok((sock, layout, Arc::new(map), engine, app))
+}
+
+struct CallCtl {
+    abort: AbortHandle,
+    requests: Option<mpsc::Sender<Message>>,
+}
+
+struct State {
+    chunks: Chunks,
+    custody: Custody,
+    calls: HashMap<u64, CallCtl>,
+    releases: Vec<u32>,
+    ended: bool,
+}
+
+/// One attachment's shared state.
+struct Session {
+    services: Vec<Arc<dyn Service>>,
+    map: Arc<Mapping>,
+    responses: Producer,
+    engine_bell: Doorbell,
+    requests: Mutex<Option<(Consumer, AsyncDoorbell)>>,
+    state: Mutex<State>,
+    /// Room came back (a chunk or a ring slot): posters waiting retry.
+    room: Notify,
+    /// The drain loop has something to post.
+    wake: Notify,
+}
+
+impl Session {
+    fn new(
+        services: Vec<Arc<dyn Service>>,
+        layout: Layout,
+        map: Arc<Mapping>,
+        engine_fd: EventFd,
+        app_fd: EventFd,
+    ) -> Result<Arc<Session>, String> {
+        let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)
+            .ok_or("request ring outside the region")?;
+        let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)
+            .ok_or("response ring outside the region")?;
+        let engine_bell =
+            Doorbell::new(map.clone(), ENGINE_PARKED, engine_fd).ok_or("engine doorbell")?;
+        let app_bell = Doorbell::new(map.clone(), APP_PARKED, app_fd)
+            .ok_or("application doorbell")?
+            .into_async()
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(Session {
+            services,
+            map,
+            responses: Producer::new(resp),
+            engine_bell,
+            requests: Mutex::new(Some((Consumer::new(req), app_bell))),
+            state: Mutex::new(State {
+                chunks: Chunks::new(layout.app_chunks()),
+                custody: Custody::new(layout.engine_chunks()),
+                calls: HashMap::new(),
+                releases: Vec::new(),
+                ended: false,
+            }),
+            room: Notify::new(),
+            wake: Notify::new(),
+        }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancels every call (the engine is gone).
+    fn end(&self) {
+        let calls = {
+            let mut st = self.state();
+            st.ended = true;
+            std::mem::take(&mut st.calls)
+        };
+        for (_, c) in calls {
+            c.abort.abort();
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Takes requests until the engine goes away.
+    async fn drain(self: Arc<Self>, spin: Duration) {
+        let taken = self.requests.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some((mut ring, bell)) = taken else { return };
+        let mut spin_until = Instant::now() + spin;
+        loop {
+            let mut n = 0;
+            while n < 256 {
+                let Some(d) = ring.pop() else { break };
+                n += 1;
+                self.take(d);
+            }
+            self.flush();
+            if self.state().ended {
+                return;
+            }
+            let now = Instant::now();
+            if n > 0 || now < spin_until {
+                if n > 0 {
+                    spin_until = now + spin;
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
+            bell.prepare_park();
+            if !ring.is_empty() || self.owes() {
+                bell.unpark();
+                continue;
+            }
+            tokio::select! {
+                _ = bell.wait() => {}
+                _ = self.wake.notified() => {}
+            }
+            bell.unpark();
+            spin_until = Instant::now() + spin;
+        }
+    }
+
+    fn owes(&self) -> bool {
+        !self.state().releases.is_empty()
+    }
+
+    /// Hands back released request chunks the calls did not carry.
+    fn flush(&self) {
+        loop {
+            let batch: Vec<u32> = {
+                let mut st = self.state();
+                let n = st.releases.len().min(desc::RELEASES_PER_DESCRIPTOR);
+                let at = st.releases.len() - n;
+                st.releases.drain(at..).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            if self.responses.push(&Descriptor::releases(&batch)).is_err() {
+                self.state().releases.extend_from_slice(&batch);
+                return;
+            }
+            self.engine_bell.notify();
+        }
+    }
+
+    /// Acts on one descriptor from the engine.
+    fn take(self: &Arc<Self>, d: Descriptor) {
+        {
+            let mut st = self.state();
+            let mut freed = false;
+            for c in d.released() {
+                freed |= st.chunks.free(c).is_ok();
+            }
+            if freed {
+                self.room.notify_waiters();
+            }
+        }
+        if d.flags == desc::RELEASE {
+            return;
+        }
+        let message = match self.message_of(&d) {
+            Ok(m) => m,
+            Err(st) => {
+                self.fail(d.call, st);
+                return;
+            }
+        };
+        if d.has(desc::CANCEL) {
+            if let Some(c) = self.state().calls.remove(&d.call) {
+                c.abort.abort();
+            }
+            return;
+        }
+        if d.has(desc::OPEN) {
+            self.open(d, message);
+            return;
+        }
+        let mut st = self.state();
+        let Some(call) = st.calls.get_mut(&d.call) else { return };
+        if let (Some(m), Some(tx)) = (message.map(|(m, _)| m), call.requests.as_ref()) {
+            if tx.try_send(m).is_err() {
+                let st2 = Status::new(Code::ResourceExhausted, "too many requests queued");
+                drop(st);
+                self.fail(d.call, st2);
+                return;
+            }
+        }
+        if d.has(desc::END) {
+            call.requests = None;
+        }
+    }
+
+    /// The request message (and side sections) a descriptor carries, read
+    /// in place in its chunk.
+    #[allow(clippy::type_complexity)]
+    fn message_of(self: &Arc<Self>, d: &Descriptor) -> Result<Option<(Message, Bytes)>, Status> {
+        let spans = [d.block, d.wire, d.side];
+        if spans.iter().all(|s| s.len == 0) {
+            return Ok(None);
+        }
+        let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
+        let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
+        let whole = Bytes::from_owner(Lease { session: self.clone(), chunk });
+        if spans.iter().any(|s| !s.within(chunk.offset, chunk.len)) {
+            return Err(bad("a range outside its chunk".into()));
+        }
+        let piece = |s: Span| {
+            if s.len == 0 {
+                return Bytes::new();
+            }
+            let from = (s.offset - chunk.offset) as usize;
+            whole.slice(from..from + s.len as usize)
+        };
+        let input = self
+            .services
+            .get(d.service as usize)
+            .and_then(|s| s.schema().method(d.method).map(|m| m.input))
+            .unwrap_or(u32::MAX);
+        Ok(Some((Message::from_parts(piece(d.block), piece(d.wire), input), piece(d.side))))
+    }
+
+    fn fail(self: &Arc<Self>, call: u64, st: Status) {
+        if let Some(c) = self.state().calls.remove(&call) {
+            c.abort.abort();
+        }
+        let s = self.clone();
+        tokio::spawn(async move {
+            let _ = s.post_status(call, None, &st).await;
+        });
+    }
+
+    /// Starts a call.
+    fn open(self: &Arc<Self>, d: Descriptor, message: Option<(Message, Bytes)>) {
+        let Some(svc) = self.services.get(d.service as usize).cloned() else {
+            self.fail(d.call, Status::new(Code::Unimplemented, "no such service here"));
+            return;
+        };
+        let Some(method) = svc.schema().method(d.method).cloned() else {
+            self.fail(d.call, Status::new(Code::Unimplemented, "no such method here"));
+            return;
+        };
+        let (message, side) = match message {
+            Some((m, side)) => (Some(m).filter(|_| d.has(desc::MESSAGE)), side),
+            None => (None, Bytes::new()),
+        };
+        let metadata = match parse_open(&side) {
+            Ok(md) => md,
+            Err(why) => {
+                self.fail(d.call, Status::new(Code::Internal, why));
+                return;
+            }
+        };
+        let deadline =
+            (d.timeout_ns > 0).then(|| Instant::now() + Duration::from_nanos(d.timeout_ns));
+        let (requests, streaming) = if method.client_streaming {
+            let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
+            if let Some(m) = message {
+                let _ = tx.try_send(m);
+            }
+            ((!d.has(desc::END)).then_some(tx), Streaming::queue(rx))
+        } else {
+            match message {
+                Some(m) => (None, Streaming::one(m)),
+                None => {
+                    self.fail(
+                        d.call,
+                        Status::new(Code::Internal, "a unary call without its request"),
+                    );
+                    return;
+                }
+            }
+        };
+        let request = Request { metadata, deadline, message: streaming };
+        let (abort, reg) = AbortHandle::new_pair();
+        self.state().calls.insert(d.call, CallCtl { abort, requests });
+        let s = self.clone();
+        let call = d.call;
+        let driver = s.clone().drive(
+            call,
+            svc,
+            d.method,
+            method.output,
+            method.server_streaming,
+            request,
+            deadline,
+        );
+        tokio::spawn(async move {
+            // Aborted: the engine cancelled the call, or went away; it
+            // expects no answer.
+            let _ = Abortable::new(driver, reg).await;
+            s.state().calls.remove(&call);
+        });
+    }
+
+    /// Runs one call's handler and posts what it sends.
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        self: Arc<Self>,
+        call: u64,
+        svc: Arc<dyn Service>,
+        method: u32,
+        output: u32,
+        server_streaming: bool,
+        request: Request<Streaming>,
+        deadline: Option<Instant>,
+    ) {
+        let expired = || Status::new(Code::DeadlineExceeded, "deadline exceeded");
+        if !server_streaming {
+            let (responder, slot) = Responder::for_unary(output);
+            let handler = svc.call(method, request, responder);
+            let outcome = match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), handler)
+                    .await
+                    .unwrap_or_else(|_| Err(expired())),
+                None => handler.await,
+            };
+            let one = slot.await.ok().unwrap_or(UnaryOut { headers: None, message: None });
+            let item = one.message.filter(|_| outcome.is_ok());
+            let st = match outcome {
+                Ok(trailers) => Status { metadata: trailers, ..Status::ok() },
+                Err(st) => st,
+            };
+            let _ = self.post_final(call, one.headers, item, &st).await;
+            return;
+        }
+        let (responder, mut outs) = Responder::for_stream(output, RESPONSE_QUEUE);
+        let handler = svc.call(method, request, responder);
+        let timed = async {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), handler)
+                    .await
+                    .unwrap_or_else(|_| Err(expired())),
+                None => handler.await,
+            }
+        };
+        tokio::pin!(timed);
+        let mut headers: Option<Metadata> = None;
+        let mut outcome = None;
+        let mut open = true;
+        while outcome.is_none() || open {
+            tokio::select! {
+                biased;
+                o = outs.recv(), if open => match o {
+                    None => open = false,
+                    Some(Out::Headers(md)) => {
+                        if self.post_item(call, Some(md), None).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(item) => {
+                        if self.post_item(call, headers.take(), Some(item)).await.is_err() {
+                            return;
+                        }
+                    }
+                },
+                r = &mut timed, if outcome.is_none() => outcome = Some(r),
+            }
+        }
+        let st = match outcome {
+            Some(Ok(trailers)) => Status { metadata: trailers, ..Status::ok() },
+            Some(Err(st)) => st,
+            None => Status::new(Code::Internal, "the handler ended without an outcome"),
+        };
+        let _ = self.post_status(call, None, &st).await;
+    }
+
+    async fn post_item(
+        &self,
+        call: u64,
+        headers: Option<Metadata>,
+        item: Option<Out>,
+    ) -> Result<(), ()> {
+        let mut d = Descriptor { call, ..Descriptor::default() };
+        let side = headers.as_ref().map(|md| side_frame(Some(md), None)).unwrap_or_default();
+        if headers.is_some() {
+            d.flags |= desc::HEADERS;
+        }
+        let (block, wire) = split_out(&mut d, item);
+        self.post(d, &block, &wire, &side).await
+    }
+
+    async fn post_status(
+        &self,
+        call: u64,
+        headers: Option<Metadata>,
+        st: &Status,
+    ) -> Result<(), ()> {
+        self.post_final(call, headers, None, st).await
+    }
+
+    /// The call's last descriptor: optional headers and message, and the status.
+    async fn post_final(
+        &self,
+        call: u64,
+        headers: Option<Metadata>,
+        item: Option<Out>,
+        st: &Status,
+    ) -> Result<(), ()> {
+        let headers = headers.filter(|h| !h.is_empty());
+        let mut d = Descriptor {
+            call,
+            flags: desc::STATUS | desc::END,
+            code: st.code as u8,
+            ..Descriptor::default()
+        };
+        if headers.is_some() {
+            d.flags |= desc::HEADERS;
+        }
+        let side = side_frame(headers.as_ref(), Some(st));
+        let (block, wire) = split_out(&mut d, item);
+        self.post(d, &block, &wire, &side).await
+    }
+
+    /// Copies a response into a chunk of the application's half and posts
+    /// it, waiting for room (chunks come back as the engine sends).
+    async fn post(
+        &self,
+        mut d: Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), ()> {
+        let need = align8(block.len()) + align8(wire.len()) + side.len();
+        loop {
+            let notified = self.room.notified();
+            enum Room {
+                Ended,
+                Never,
+                Wait,
+                Got(Option<Chunk>),
+            }
+            let room = {
+                let mut st = self.state();
+                if st.ended {
+                    Room::Ended
+                } else if need == 0 {
+                    Room::Got(None)
+                } else if !st.chunks.fits(need) {
+                    Room::Never
+                } else {
+                    st.chunks.alloc(need).map_or(Room::Wait, |c| Room::Got(Some(c)))
+                }
+            };
+            let chunk = match room {
+                Room::Ended => return Err(()),
+                Room::Got(c) => c,
+                Room::Wait => {
+                    // No chunk free now: wait for the engine to release one.
+                    let _ = tokio::time::timeout(Duration::from_millis(10), notified).await;
+                    continue;
+                }
+                Room::Never => {
+                    // Too large for any chunk: the call fails instead.
+                    let too = Status::new(
+                        Code::ResourceExhausted,
+                        format!("response of {need} bytes exceeds the region's largest chunk"),
+                    );
+                    let side = side_frame(None, Some(&too));
+                    d = Descriptor {
+                        call: d.call,
+                        flags: desc::STATUS | desc::END,
+                        code: too.code as u8,
+                        ..Descriptor::default()
+                    };
+                    return Box::pin(self.post(d, &[], &[], &side)).await;
+                }
+            };
+            if let Some(c) = chunk {
+                let mut at = c.offset;
+                let mut place = |bytes: &[u8]| {
+                    let span = Span {
+                        offset: if bytes.is_empty() { 0 } else { at },
+                        len: bytes.len() as u32,
+                    };
+                    self.map.write(at as usize, bytes);
+                    at += align8(bytes.len()) as u32;
+                    span
+                };
+                d.block = place(block);
+                d.wire = place(wire);
+                d.side = place(side);
+                d.chunk = c.offset;
+            }
+            d.release = self.state().releases.pop().unwrap_or(0);
+            loop {
+                match self.responses.push(&d) {
+                    Ok(()) => {
+                        self.engine_bell.notify();
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        if self.state().ended {
+                            return Err(());
+                        }
+                        tokio::time::sleep(Duration::from_micros(100)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A request chunk's lease ended: hand it back.
+    fn give_back(&self, c: Chunk) {
+        let mut st = self.state();
+        st.custody.give_back(c);
+        if !st.ended {
+            st.releases.push(c.offset);
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Where a response item's bytes go: a block, or already encoded bytes.
+fn split_out(d: &mut Descriptor, item: Option<Out>) -> (Bytes, Bytes) {
+    match item {
+        Some(Out::Block(b, z)) => {
+            d.flags |= desc::MESSAGE | if z { desc::COMPRESS } else { 0 };
+            (b, Bytes::new())
+        }
+        Some(Out::Encoded(b, z)) => {
+            d.flags |= desc::MESSAGE | desc::ENCODED | if z { desc::COMPRESS } else { 0 };
+            (Bytes::new(), b)
+        }
+        Some(Out::Headers(_)) | None => (Bytes::new(), Bytes::new()),
+    }
+}
+
+fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let f = frame::Outgoing { headers, status, ..frame::Outgoing::default() };
+    let _ = frame::write(&mut out, 0, 0, &f);
+    out
+}
+
+fn parse_open(side: &Bytes) -> Result<Metadata, String> {
+    if side.is_empty() {
+        return Ok(Metadata::new());
+    }
+    let mut buf = BytesMut::from(&side[..]);
+    let (h, payload) = frame::next_frame(&mut buf, side.len())
+        .map_err(|e| e.to_string())?
+        .ok_or("truncated OPEN sections")?;
+    let s = frame::parse(&h, payload).map_err(|e| e.to_string())?;
+    Ok(s.open.map(|(_, md)| md).unwrap_or_default())
+}
+
+fn align8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// A held chunk of the engine's half: dropped, it is handed back.
+struct Lease {
+    session: Arc<Session>,
+    chunk: Chunk,
+}
+
+impl AsRef<[u8]> for Lease {
+    fn as_ref(&self) -> &[u8] {
+        self.session.map.bytes(self.chunk.offset as usize, self.chunk.len as usize).unwrap_or(&[])
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.session.give_back(self.chunk);
+    }
+}

@@ -1,0 +1,161 @@
+//! `protoplane engine`: the RPC infrastructure as a process of its own.
+//! Applications attach to it (`protoplane serve --attach PATH`,
+//! `protoplane interop-server --attach PATH`, or any program calling
+//! `protoplane_app::attach(path).serve(svc)`); see `protoplane-engine`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use protoplane_engine::Config;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct EngineArgs {
+    /// gRPC/HTTP2 port (0: pick one; the address is printed).
+    #[arg(long, value_name = "N")]
+    grpc_port: Option<u16>,
+    /// Lean transport TCP port (0: pick one).
+    #[arg(long, value_name = "N")]
+    lean_port: Option<u16>,
+    /// Lean transport Unix socket.
+    #[arg(long, value_name = "PATH")]
+    lean_unix: Option<PathBuf>,
+    /// The socket applications attach to.
+    #[arg(long, value_name = "PATH")]
+    attach: Option<PathBuf>,
+    /// A TOML configuration (flags given here override it).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to bind the TCP listeners to.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// More .proto files whose services applications may serve (the
+    /// social-network and interop services are built in).
+    #[arg(long = "proto", value_name = "FILE")]
+    protos: Vec<PathBuf>,
+    /// Include roots for --proto.
+    #[arg(short = 'I', long = "include", value_name = "DIR")]
+    includes: Vec<PathBuf>,
+    /// Serve gRPC over TLS with this PEM certificate chain.
+    #[arg(long = "tls_cert", value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key.
+    #[arg(long = "tls_key", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+    /// Cores to pin the engine to (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    cores: Vec<usize>,
+    /// Runtime threads.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Spin this many µs after work before parking.
+    #[arg(long)]
+    spin_us: Option<u64>,
+    /// Largest message, each way, in bytes.
+    #[arg(long)]
+    max_message: Option<usize>,
+    /// MiB per region half (per attachment and direction).
+    #[arg(long)]
+    region_mb: Option<u64>,
+    /// Slots per ring.
+    #[arg(long)]
+    ring_slots: Option<u32>,
+    /// Cut off an application that takes no request for this long (ms).
+    #[arg(long)]
+    stall_timeout_ms: Option<u64>,
+}
+
+/// The configuration the flags describe (file first, flags over it).
+pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
+    let mut c = Config::default();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().map(PathBuf::from).unwrap_or_default();
+        c.apply_toml(&text, &base)?;
+    }
+    let addr = |port: u16| -> Result<SocketAddr, String> {
+        format!("{}:{port}", args.host).parse().map_err(|e| format!("--host: {e}"))
+    };
+    if let Some(p) = args.grpc_port {
+        c.grpc = Some(addr(p)?);
+    }
+    if let Some(p) = args.lean_port {
+        c.lean_tcp = Some(addr(p)?);
+    }
+    if let Some(p) = &args.lean_unix {
+        c.lean_unix = Some(p.clone());
+    }
+    if let Some(p) = &args.attach {
+        c.attach = p.clone();
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        c.tls = Some((cert.clone(), key.clone()));
+    }
+    c.protos.extend(args.protos.iter().cloned());
+    c.includes.extend(args.includes.iter().cloned());
+    if !args.cores.is_empty() {
+        c.cores = args.cores.clone();
+    }
+    if let Some(t) = args.threads {
+        c.threads = t.max(1);
+    }
+    if let Some(s) = args.spin_us {
+        c.spin = Duration::from_micros(s);
+    }
+    if let Some(m) = args.max_message {
+        c.server.max_recv_message = m;
+        c.server.max_send_message = m;
+    }
+    if let Some(m) = args.region_mb {
+        c.half_mb = m.clamp(1, 1900);
+    }
+    if let Some(n) = args.ring_slots {
+        c.ring_slots = n;
+    }
+    if let Some(ms) = args.stall_timeout_ms {
+        c.stall_timeout = Duration::from_millis(ms.max(10));
+    }
+    // One limit both ways in split mode: a response chunk is sized by it.
+    c.server.max_send_message = c.server.max_send_message.min(c.server.max_recv_message);
+    if c.grpc.is_none() && c.lean_tcp.is_none() && c.lean_unix.is_none() {
+        c.grpc = Some(addr(50051)?);
+    }
+    c.schemas.push(crate::sn::schema()?);
+    c.schemas.push(crate::interop::schema()?);
+    c.load_protos()?;
+    Ok(c)
+}
+
+/// `protoplane engine`.
+pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
+    let c = config(args)?;
+    let cores = c.cores.clone();
+    let mut b = if c.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(c.threads);
+        b
+    };
+    if !cores.is_empty() {
+        protoplane_shm::sys::pin_current_thread(&cores).map_err(|e| format!("--cores: {e}"))?;
+        let pin = cores.clone();
+        b.on_thread_start(move || {
+            let _ = protoplane_shm::sys::pin_current_thread(&pin);
+        });
+    }
+    let rt = b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async move {
+        let running = protoplane_engine::start(c).await?;
+        if let Some(a) = running.grpc {
+            println!("grpc listening on {a}");
+        }
+        if let Some(a) = running.lean {
+            println!("lean listening on {a}");
+        }
+        println!("attach at {}", running.attach.display());
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::future::pending::<Result<(), String>>().await
+    })
+}

@@ -1,0 +1,530 @@
+//! One attached application process: its region, its two rings, and the
+//! calls the engine has open with it.
+//!
+//! The engine owns the region (it creates the memfd) and trusts nothing in
+//! it. What the application writes reaches the engine only through
+//! [`Attachment::receive`], which checks every descriptor against the
+//! layout and the engine's private bookkeeping before anything is used:
+//! flags an application may send, a chunk of the application's half not
+//! already held (a replayed descriptor is caught here), every range inside
+//! that chunk, side sections that parse, and releases of chunks the engine
+//! really lent. A violation detaches the application: its calls fail with
+//! UNAVAILABLE and every other application keeps being served.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use protoplane_rpc::lean::frame;
+use protoplane_rpc::{Code, Metadata, Status};
+use protoplane_shm::desc::{self, Descriptor, Span};
+use protoplane_shm::layout::{self, Chunk, Chunks, Custody, Layout};
+use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
+use tokio::sync::{mpsc, Notify};
+
+/// What the application sent for one call, as the call's proxy takes it.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    /// Initial metadata.
+    Headers(Metadata),
+    /// A response: a linearized block (or, `encoded`, message bytes) read
+    /// in place in the region, and whether to compress it.
+    Message { bytes: Bytes, encoded: bool, compress: bool },
+    /// The call's end.
+    Status(Status),
+}
+
+/// Flags an application may set.
+const APP_FLAGS: u16 =
+    desc::HEADERS | desc::MESSAGE | desc::STATUS | desc::END | desc::COMPRESS | desc::ENCODED;
+
+/// Counters kept per attachment (and summed for the engine's report).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Calls opened.
+    pub calls: AtomicU64,
+    /// Descriptors received from the application.
+    pub received: AtomicU64,
+    /// Descriptors for calls that had already ended (late, harmless).
+    pub stale: AtomicU64,
+    /// Bytes copied into the region for requests.
+    pub request_bytes_copied: AtomicU64,
+}
+
+struct State {
+    chunks: Chunks,
+    custody: Custody,
+    calls: HashMap<u64, mpsc::UnboundedSender<Inbound>>,
+    /// Chunks of the application's half to hand back.
+    releases: Vec<u32>,
+    /// Calls to cancel (posted by the drain loop when the ring has room).
+    cancels: Vec<(u64, u32, u8)>,
+    closed: Option<String>,
+}
+
+/// An attached application.
+pub struct Attachment {
+    /// The engine's number for it.
+    pub id: u32,
+    /// Its process id, as it said.
+    pub pid: u32,
+    /// The services it serves (index = service index in descriptors).
+    pub services: Vec<String>,
+    map: Arc<Mapping>,
+    layout: Layout,
+    requests: Producer,
+    app_bell: Doorbell,
+    state: Mutex<State>,
+    next_call: AtomicU64,
+    in_flight: AtomicU64,
+    /// Woken when there is something for the drain loop to post.
+    pub(crate) wake: Notify,
+    closed: AtomicBool,
+    /// Counters.
+    pub stats: Stats,
+}
+
+impl std::fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attachment")
+            .field("id", &self.id)
+            .field("pid", &self.pid)
+            .field("services", &self.services)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine's ends of an attachment that the drain loop owns.
+pub(crate) struct Receiver {
+    pub(crate) responses: Consumer,
+    pub(crate) engine_bell: Doorbell,
+}
+
+/// Why a post could not be made now.
+#[derive(Debug)]
+pub(crate) enum PostError {
+    /// No room (ring or chunks): try again shortly.
+    Busy(&'static str),
+    /// The application is gone or broke the protocol.
+    Gone(Status),
+    /// The message can never fit.
+    TooLarge(usize),
+}
+
+impl Attachment {
+    /// Sets up the engine's side of a new region (already initialized).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: u32,
+        pid: u32,
+        services: Vec<String>,
+        map: Arc<Mapping>,
+        layout: Layout,
+        app_bell: Doorbell,
+        engine_bell: Doorbell,
+    ) -> Option<(Arc<Attachment>, Receiver)> {
+        let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)?;
+        let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)?;
+        req.init();
+        resp.init();
+        let state = State {
+            chunks: Chunks::new(layout.engine_chunks()),
+            custody: Custody::new(layout.app_chunks()),
+            calls: HashMap::new(),
+            releases: Vec::new(),
+            cancels: Vec::new(),
+            closed: None,
+        };
+        let att = Arc::new(Attachment {
+            id,
+            pid,
+            services,
+            map,
+            layout,
+            requests: Producer::new(req),
+            app_bell,
+            state: Mutex::new(state),
+            next_call: AtomicU64::new(1),
+            in_flight: AtomicU64::new(0),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+            stats: Stats::default(),
+        });
+        Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in the engine; the state
+        // itself stays consistent (every update is a single step), so go on.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls open with this application now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Whether the application is gone.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The largest message a request chunk holds.
+    pub fn max_chunk(&self) -> u32 {
+        self.layout.max_chunk()
+    }
+
+    /// Opens a call: a fresh id and the queue its responses arrive on.
+    pub(crate) fn open_call(&self) -> Result<(u64, mpsc::UnboundedReceiver<Inbound>), Status> {
+        let mut st = self.state();
+        if let Some(why) = &st.closed {
+            return Err(unavailable(why));
+        }
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        st.calls.insert(id, tx);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        Ok((id, rx))
+    }
+
+    /// Ends a call on the engine's side; `cancel` also tells the
+    /// application (the client went away or the deadline passed).
+    pub(crate) fn close_call(&self, call: u64, cancel: Option<(u32, u8)>) {
+        let mut st = self.state();
+        if st.calls.remove(&call).is_some() {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            if let (Some((method, service)), None) = (cancel, &st.closed) {
+                st.cancels.push((call, method, service));
+                drop(st);
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Copies one message (block, the wire bytes it references, side
+    /// sections) into a fresh chunk of the engine's half and posts its
+    /// descriptor. The copy is the one the engine makes of a request; see
+    /// the crate docs for where it goes away.
+    pub(crate) fn post(
+        &self,
+        mut d: Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), PostError> {
+        let need = align8(block.len()) + align8(wire.len()) + side.len();
+        let mut chunk = None;
+        {
+            let mut st = self.state();
+            if let Some(why) = &st.closed {
+                return Err(PostError::Gone(unavailable(why)));
+            }
+            if need > 0 {
+                if !st.chunks.fits(need) {
+                    return Err(PostError::TooLarge(need));
+                }
+                chunk = Some(st.chunks.alloc(need).ok_or(PostError::Busy("region"))?);
+            }
+            d.release = st.releases.pop().unwrap_or(0);
+        }
+        if let Some(c) = chunk {
+            let mut at = c.offset;
+            let mut place = |bytes: &[u8]| {
+                let span =
+                    Span { offset: if bytes.is_empty() { 0 } else { at }, len: bytes.len() as u32 };
+                self.map.write(at as usize, bytes);
+                at += align8(bytes.len()) as u32;
+                span
+            };
+            d.block = place(block);
+            d.wire = place(wire);
+            d.side = place(side);
+            d.chunk = c.offset;
+            self.stats.request_bytes_copied.fetch_add(need as u64, Ordering::Relaxed);
+        }
+        match self.requests.push(&d) {
+            Ok(()) => {
+                self.app_bell.notify();
+                Ok(())
+            }
+            Err(e) => {
+                let mut st = self.state();
+                if let Some(c) = chunk {
+                    let _ = st.chunks.free(c.offset);
+                }
+                if d.release != 0 {
+                    st.releases.push(d.release);
+                }
+                drop(st);
+                match e {
+                    PushError::Full => Err(PostError::Busy("request ring")),
+                    PushError::Corrupt => {
+                        let why = "the application corrupted its request ring";
+                        self.detach(why);
+                        Err(PostError::Gone(unavailable(why)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Posts what the drain loop owes the application: cancels and chunk
+    /// releases. Stops at a full ring (the rest goes next time).
+    pub(crate) fn flush(&self) {
+        loop {
+            let (cancel, releases) = {
+                let mut st = self.state();
+                if st.closed.is_some() {
+                    return;
+                }
+                let cancel = st.cancels.pop();
+                let n = st.releases.len().min(desc::RELEASES_PER_DESCRIPTOR);
+                let at = st.releases.len() - n;
+                let releases: Vec<u32> = st.releases.drain(at..).collect();
+                (cancel, releases)
+            };
+            if cancel.is_none() && releases.is_empty() {
+                return;
+            }
+            let d = match cancel {
+                Some((call, method, service)) => Descriptor {
+                    call,
+                    method,
+                    service,
+                    flags: desc::CANCEL | desc::END,
+                    release: releases.first().copied().unwrap_or(0),
+                    ..Descriptor::default()
+                },
+                None => Descriptor::releases(&releases),
+            };
+            let carried = if cancel.is_some() { releases.len().min(1) } else { releases.len() };
+            match self.requests.push(&d) {
+                Ok(()) => {
+                    self.app_bell.notify();
+                    let mut st = self.state();
+                    st.releases.extend_from_slice(&releases[carried..]);
+                }
+                Err(e) => {
+                    let mut st = self.state();
+                    st.releases.extend_from_slice(&releases);
+                    if let Some(c) = cancel {
+                        st.cancels.push(c);
+                    }
+                    drop(st);
+                    if e == PushError::Corrupt {
+                        self.detach("the application corrupted its request ring");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether the drain loop has something to post.
+    pub(crate) fn owes(&self) -> bool {
+        let st = self.state();
+        st.closed.is_none() && (!st.cancels.is_empty() || !st.releases.is_empty())
+    }
+
+    /// Takes one descriptor from the application. `Err` is a protocol
+    /// violation (the caller detaches).
+    pub(crate) fn receive(self: &Arc<Self>, d: Descriptor) -> Result<(), String> {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.state();
+        for c in d.released() {
+            st.chunks.free(c).map_err(|e| format!("release: {e}"))?;
+        }
+        if d.flags == desc::RELEASE {
+            return Ok(());
+        }
+        if d.flags & !APP_FLAGS != 0
+            || d.flags & (desc::MESSAGE | desc::STATUS | desc::HEADERS) == 0
+        {
+            return Err(format!("descriptor flags {:#06x} an application may not send", d.flags));
+        }
+        let spans = [d.block, d.wire, d.side];
+        let chunk = if spans.iter().any(|s| s.len > 0) {
+            let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
+            if let Some(s) = spans.iter().find(|s| !s.within(c.offset, c.len)) {
+                st.custody.give_back(c);
+                return Err(format!("range {:#x}+{} outside its chunk", s.offset, s.len));
+            }
+            Some(c)
+        } else {
+            None
+        };
+        let tx = st.calls.get(&d.call).cloned();
+        let ends = d.has(desc::STATUS);
+        if ends && tx.is_some() {
+            st.calls.remove(&d.call);
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        drop(st);
+        // The chunk, held until every piece of it is dropped.
+        let lease = chunk.map(|c| Lease::bytes(self.clone(), c));
+        let piece = |s: Span, c: &Option<(Bytes, Chunk)>| match c {
+            Some((b, ch)) if s.len > 0 => {
+                let from = (s.offset - ch.offset) as usize;
+                b.slice(from..from + s.len as usize)
+            }
+            _ => Bytes::new(),
+        };
+        let Some(tx) = tx else {
+            // A call that already ended (cancelled, or its deadline passed
+            // before the application answered): drop it, chunk and all.
+            self.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let (headers, status) = if d.side.len > 0 {
+            parse_side(&piece(d.side, &lease), d.has(desc::STATUS))?
+        } else {
+            (None, None)
+        };
+        if let Some(md) = headers.filter(|_| d.has(desc::HEADERS)) {
+            let _ = tx.send(Inbound::Headers(md));
+        }
+        if d.has(desc::MESSAGE) {
+            let encoded = d.has(desc::ENCODED);
+            let bytes = piece(if encoded { d.wire } else { d.block }, &lease);
+            let _ = tx.send(Inbound::Message { bytes, encoded, compress: d.has(desc::COMPRESS) });
+        }
+        if ends {
+            let st = match status {
+                Some(s) => s,
+                None => Status::new(Code::from_u32(d.code as u32), ""),
+            };
+            let _ = tx.send(Inbound::Status(st));
+        }
+        Ok(())
+    }
+
+    /// Hands a chunk of the application's half back (its lease is gone).
+    fn give_back(&self, c: Chunk) {
+        let mut st = self.state();
+        st.custody.give_back(c);
+        if st.closed.is_none() {
+            st.releases.push(c.offset);
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Cuts the application off: every open call fails with UNAVAILABLE.
+    pub fn detach(&self, why: &str) {
+        let calls = {
+            let mut st = self.state();
+            if st.closed.is_some() {
+                return;
+            }
+            st.closed = Some(why.to_string());
+            std::mem::take(&mut st.calls)
+        };
+        self.closed.store(true, Ordering::Release);
+        self.in_flight.fetch_sub(calls.len() as u64, Ordering::Relaxed);
+        for (_, tx) in calls {
+            let _ = tx.send(Inbound::Status(unavailable(why)));
+        }
+        self.wake.notify_one();
+    }
+
+    /// Why the application was cut off, if it was.
+    pub fn closed_reason(&self) -> Option<String> {
+        self.state().closed.clone()
+    }
+
+    /// Requests posted so far, and how many of those from `from` on the
+    /// application has taken (for the watchdog).
+    pub(crate) fn progress(&self, from: u64) -> (u64, u64) {
+        (self.requests.produced(), self.requests.consumed_from(from))
+    }
+
+    /// Region chunks lent to the application and held from it.
+    pub fn chunk_use(&self) -> (u32, u32) {
+        let st = self.state();
+        (st.chunks.in_use(), st.custody.held())
+    }
+}
+
+/// A held chunk of the application's half: dropped, it is handed back.
+struct Lease {
+    att: Arc<Attachment>,
+    chunk: Chunk,
+}
+
+impl Lease {
+    /// The chunk's bytes, in place, as `Bytes` (slices share the lease).
+    fn bytes(att: Arc<Attachment>, chunk: Chunk) -> (Bytes, Chunk) {
+        (Bytes::from_owner(Lease { att, chunk }), chunk)
+    }
+}
+
+impl AsRef<[u8]> for Lease {
+    fn as_ref(&self) -> &[u8] {
+        // The chunk lies in the mapping (it came from the layout); read in
+        // place under `Mapping::bytes`'s contract.
+        self.att.map.bytes(self.chunk.offset as usize, self.chunk.len as usize).unwrap_or(&[])
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.att.give_back(self.chunk);
+    }
+}
+
+fn align8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+pub(crate) fn unavailable(why: &str) -> Status {
+    Status::new(Code::Unavailable, format!("application detached: {why}"))
+}
+
+/// Side sections: a lean frame holding HEADERS and/or STATUS.
+fn parse_side(
+    side: &Bytes,
+    with_status: bool,
+) -> Result<(Option<Metadata>, Option<Status>), String> {
+    let mut buf = BytesMut::from(&side[..]);
+    let (h, payload) = frame::next_frame(&mut buf, side.len())
+        .map_err(|e| format!("side sections: {e}"))?
+        .ok_or("side sections: truncated")?;
+    if !buf.is_empty() {
+        return Err("side sections: bytes after the frame".into());
+    }
+    let s = frame::parse(&h, payload).map_err(|e| format!("side sections: {e}"))?;
+    if s.status.is_some() && !with_status {
+        return Err("side sections: a status without the STATUS flag".into());
+    }
+    Ok((s.headers, s.status))
+}
+
+/// Side sections of an OPEN: timeout and metadata, as a lean frame.
+pub(crate) fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
+    let mut out = Vec::new();
+    let f = frame::Outgoing { open: Some((timeout, md)), ..frame::Outgoing::default() };
+    let _ = frame::write(&mut out, 0, 0, &f);
+    out
+}
+
+/// The time left until `deadline`, as a descriptor carries it.
+pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
+    deadline.map_or(0, |d| (d.saturating_duration_since(Instant::now()).as_nanos() as u64).max(1))
+}
+
+/// Offset of the parked flags in the control page (re-exported for the
+/// engine's setup).
+pub(crate) const ENGINE_PARKED: usize = layout::ENGINE_PARKED;
+pub(crate) const APP_PARKED: usize = layout::APP_PARKED;
+
+impl From<PushError> for PostError {
+    fn from(e: PushError) -> PostError {
+        match e {
+            PushError::Full => PostError::Busy("request ring"),
+            PushError::Corrupt => PostError::Gone(unavailable("corrupted request ring")),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The engine's configuration: defaults, a TOML file, then flags (the
+//! command line applies flags after the file, so flags win).
+//!
+//! ```toml
+//! [listen]
+//! grpc = "127.0.0.1:50051"        # gRPC over HTTP/2
+//! tls_cert = "server.pem"         # optional: serve gRPC over TLS
+//! tls_key = "server.key"
+//! lean = "127.0.0.1:50052"        # lean transport over TCP
+//! lean_unix = "/tmp/lean.sock"    # lean transport over a Unix socket
+//! attach = "/tmp/protoplane.sock" # where applications attach
+//!
+//! [schemas]
+//! protos = ["my/service.proto"]   # beside the built-in ones
+//! includes = ["protos"]
+//!
+//! [engine]
+//! cores = [0]                     # pin the engine's threads
+//! threads = 1
+//! spin_us = 20                    # spin this long after work before parking
+//!
+//! [region]
+//! half_mb = 64                    # per attachment, each direction
+//! ring_slots = 1024
+//!
+//! [limits]
+//! max_message = 4194304
+//! max_in_flight = 4096            # calls open per application instance
+//! max_waiting = 1024              # posts waiting for room, engine-wide
+//! queue_timeout_ms = 500          # then RESOURCE_EXHAUSTED
+//! stall_timeout_ms = 5000         # an application that takes no request this long is cut off
+//! ```
+//!
+//! Unknown sections and keys are refused by name, so a typo never passes
+//! silently.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use protoplane_rpc::{Schema, ServerOptions};
+
+use crate::proxy::Limits;
+
+/// Everything the engine is told.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// gRPC listener.
+    pub grpc: Option<SocketAddr>,
+    /// TLS certificate chain and key (PEM) for the gRPC listener.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Lean TCP listener.
+    pub lean_tcp: Option<SocketAddr>,
+    /// Lean Unix listener.
+    pub lean_unix: Option<PathBuf>,
+    /// The attach socket.
+    pub attach: PathBuf,
+    /// Schemas whose services the engine offers to applications.
+    pub schemas: Vec<Arc<Schema>>,
+    /// `.proto` files to load (beside `schemas`), and their include roots.
+    pub protos: Vec<PathBuf>,
+    /// Include roots for `protos`.
+    pub includes: Vec<PathBuf>,
+    /// Transport settings (message size limits among them).
+    pub server: ServerOptions,
+    /// What may wait for an application.
+    pub limits: Limits,
+    /// Ring slots per direction per attachment.
+    pub ring_slots: u32,
+    /// MiB per region half (per attachment, per direction).
+    pub half_mb: u64,
+    /// Spin after work before parking.
+    pub spin: Duration,
+    /// An application that takes no request from its ring this long, with
+    /// requests waiting, is cut off.
+    pub stall_timeout: Duration,
+    /// Cores to pin the engine's threads to.
+    pub cores: Vec<usize>,
+    /// Runtime threads.
+    pub threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            grpc: None,
+            tls: None,
+            lean_tcp: None,
+            lean_unix: None,
+            attach: PathBuf::from("/tmp/protoplane.sock"),
+            schemas: Vec::new(),
+            protos: Vec::new(),
+            includes: Vec::new(),
+            server: ServerOptions::default(),
+            limits: Limits::default(),
+            ring_slots: 1024,
+            half_mb: 64,
+            spin: Duration::from_micros(20),
+            stall_timeout: Duration::from_secs(5),
+            cores: Vec::new(),
+            threads: 1,
+        }
+    }
+}
+
+fn table<'a>(v: &'a toml::Value, name: &str) -> Result<&'a toml::Table, String> {
+    v.as_table().ok_or_else(|| format!("[{name}] must be a table"))
+}
+
+fn string(v: &toml::Value, key: &str) -> Result<String, String> {
+    v.as_str().map(str::to_string).ok_or_else(|| format!("{key} must be a string"))
+}
+
+fn uint(v: &toml::Value, key: &str) -> Result<u64, String> {
+    v.as_integer()
+        .and_then(|i| u64::try_from(i).ok())
+        .ok_or_else(|| format!("{key} must be a non-negative integer"))
+}
+
+fn addr(v: &toml::Value, key: &str) -> Result<SocketAddr, String> {
+    string(v, key)?.parse().map_err(|e| format!("{key}: {e}"))
+}
+
+fn list(v: &toml::Value, key: &str) -> Result<Vec<toml::Value>, String> {
+    v.as_array().cloned().ok_or_else(|| format!("{key} must be an array"))
+}
+
+impl Config {
+    /// Applies a TOML configuration (paths relative to `base`).
+    pub fn apply_toml(&mut self, text: &str, base: &Path) -> Result<(), String> {
+        let doc: toml::Table = text.parse().map_err(|e| format!("config: {e}"))?;
+        let path = |s: String| -> PathBuf {
+            let p = PathBuf::from(s);
+            if p.is_relative() {
+                base.join(p)
+            } else {
+                p
+            }
+        };
+        let mut cert = None;
+        let mut key_file = None;
+        for (section, body) in &doc {
+            let body = table(body, section)?;
+            for (key, v) in body {
+                let k = format!("{section}.{key}");
+                match (section.as_str(), key.as_str()) {
+                    ("listen", "grpc") => self.grpc = Some(addr(v, &k)?),
+                    ("listen", "tls_cert") => cert = Some(path(string(v, &k)?)),
+                    ("listen", "tls_key") => key_file = Some(path(string(v, &k)?)),
+                    ("listen", "lean") => self.lean_tcp = Some(addr(v, &k)?),
+                    ("listen", "lean_unix") => self.lean_unix = Some(path(string(v, &k)?)),
+                    ("listen", "attach") => self.attach = path(string(v, &k)?),
+                    ("schemas", "protos") => {
+                        for p in list(v, &k)? {
+                            self.protos.push(path(string(&p, &k)?));
+                        }
+                    }
+                    ("schemas", "includes") => {
+                        for p in list(v, &k)? {
+                            self.includes.push(path(string(&p, &k)?));
+                        }
+                    }
+                    ("engine", "cores") => {
+                        self.cores = list(v, &k)?
+                            .iter()
+                            .map(|c| uint(c, &k).map(|c| c as usize))
+                            .collect::<Result<_, _>>()?
+                    }
+                    ("engine", "threads") => self.threads = uint(v, &k)?.max(1) as usize,
+                    ("engine", "spin_us") => self.spin = Duration::from_micros(uint(v, &k)?),
+                    ("region", "half_mb") => self.half_mb = uint(v, &k)?.clamp(1, 1900),
+                    ("region", "ring_slots") => {
+                        let n = uint(v, &k)?;
+                        if !n.is_power_of_two() || !(8..=1 << 20).contains(&n) {
+                            return Err(format!("{k}: a power of two in 8..=1048576"));
+                        }
+                        self.ring_slots = n as u32;
+                    }
+                    ("limits", "max_message") => {
+                        let n = uint(v, &k)?.min(1 << 30) as usize;
+                        self.server.max_recv_message = n;
+                        self.server.max_send_message = n;
+                    }
+                    ("limits", "max_in_flight") => self.limits.max_in_flight = uint(v, &k)?.max(1),
+                    ("limits", "max_waiting") => self.limits.max_waiting = uint(v, &k)? as usize,
+                    ("limits", "queue_timeout_ms") => {
+                        self.limits.queue_timeout = Duration::from_millis(uint(v, &k)?)
+                    }
+                    ("limits", "stall_timeout_ms") => {
+                        self.stall_timeout = Duration::from_millis(uint(v, &k)?.max(10))
+                    }
+                    _ => return Err(format!("config: unknown key {k}")),
+                }
+            }
+        }
+        match (cert, key_file) {
+            (Some(c), Some(k)) => self.tls = Some((c, k)),
+            (None, None) => {}
+            _ => return Err("config: listen.tls_cert and listen.tls_key go together".into()),
+        }
+        Ok(())
+    }
+
+    /// Loads `protos` into `schemas` (one schema for all of them).
+    pub fn load_protos(&mut self) -> Result<(), String> {
+        if self.protos.is_empty() {
+            return Ok(());
+        }
+        let s = Schema::from_proto_files(&self.protos, &self.includes)
+            .map_err(|e| format!("schemas: {e}"))?;
+        self.schemas.push(Arc::new(s));
+        self.protos.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_sets_what_it_names_and_refuses_the_rest() {
+        let mut c = Config::default();
+        let text = r#"
+            [listen]
+            grpc = "127.0.0.1:7000"
+            attach = "run/engine.sock"
+            [engine]
+            cores = [0, 1]
+            spin_us = 5
+            [region]
+            ring_slots = 64
+            [limits]
+            max_message = 1000
+            stall_timeout_ms = 250
+        "#;
+        c.apply_toml(text, Path::new("/srv")).expect("valid config");
+        assert_eq!(c.grpc, "127.0.0.1:7000".parse().ok());
+        assert_eq!(c.attach, PathBuf::from("/srv/run/engine.sock"));
+        assert_eq!(c.cores, [0, 1]);
+        assert_eq!(c.spin, Duration::from_micros(5));
+        assert_eq!(c.ring_slots, 64);
+        assert_eq!(c.server.max_recv_message, 1000);
+        assert_eq!(c.stall_timeout, Duration::from_millis(250));
+
+        let bad =
+            |t: &str| Config::default().apply_toml(t, Path::new("/")).err().unwrap_or_default();
+        assert!(bad("[listen]\ngrcp = \"x\"").contains("unknown key listen.grcp"));
+        assert!(bad("[region]\nring_slots = 100").contains("power of two"));
+        assert!(bad("[listen]\ngrpc = \"nope\"").contains("listen.grpc"));
+        assert!(bad("[listen]\ntls_cert = \"a\"").contains("go together"));
+        assert!(bad("[engine]\ncores = [-1]").contains("non-negative"));
+    }
+}

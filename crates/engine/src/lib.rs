@@ -1,0 +1,331 @@
+//! The protoplane engine: the RPC tax in its own process.
+//!
+//! The engine terminates the transports (gRPC over HTTP/2 with optional
+//! TLS, the lean transport over TCP and Unix sockets), deframes,
+//! decompresses and decodes each request, and hands it to an application
+//! process attached over shared memory (`protoplane-shm`); it encodes the
+//! responses the application laid out in the region and sends them. Health
+//! and reflection are answered by the engine itself. Applications never
+//! touch a socket, a varint or an HTTP/2 frame (see `protoplane-app`).
+//!
+//! Read [`attachment`] first (what the engine trusts and checks), then
+//! [`proxy`] (how a call crosses), then this file (setup and the drain
+//! loop that takes the applications' descriptors).
+//!
+//! Where bytes are copied on the request path today: the transports
+//! receive into their own buffers (h2's, the lean reader's), and
+//! [`Attachment`] copies the wire bytes and the view-mode block into a
+//! region chunk with one `memcpy` each. Strings are not decoded into the
+//! block (view mode), so the application reads them where the copy put
+//! them. The response path reads the application's block in place.
+
+pub mod attachment;
+pub mod config;
+pub mod proxy;
+pub mod registry;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use protoplane_rpc::{Router, Schema};
+use protoplane_shm::attach::{self, Answer, Hello, VERSION};
+use protoplane_shm::{sys, Doorbell, EventFd, Layout, Mapping};
+use tokio::io::AsyncReadExt;
+
+pub use attachment::Attachment;
+pub use config::Config;
+pub use proxy::{Limits, SplitService};
+pub use registry::Registry;
+
+use attachment::{Receiver, APP_PARKED, ENGINE_PARKED};
+
+/// A running engine: where it listens and who is attached.
+#[derive(Debug)]
+pub struct Running {
+    /// The gRPC listener's address.
+    pub grpc: Option<std::net::SocketAddr>,
+    /// The lean TCP listener's address.
+    pub lean: Option<std::net::SocketAddr>,
+    /// The attach socket.
+    pub attach: PathBuf,
+    /// Attached applications.
+    pub registry: Arc<Registry>,
+}
+
+struct Ctx {
+    schemas: Vec<Arc<Schema>>,
+    registry: Arc<Registry>,
+    layout: Layout,
+    spin: Duration,
+    stall: Duration,
+    next_id: std::sync::atomic::AtomicU32,
+}
+
+/// Starts the engine on the current tokio runtime: binds every listener,
+/// then serves in spawned tasks until the runtime stops.
+pub async fn start(config: Config) -> Result<Running, String> {
+    let registry = Arc::new(Registry::new());
+    let limits = Arc::new(config.limits.clone());
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let mut router = Router::new(config.server.clone());
+    let mut proxied = Vec::new();
+    for schema in &config.schemas {
+        for name in schema.services() {
+            if proxied.contains(name) {
+                return Err(format!("service {name} is in two of the engine's schemas"));
+            }
+            proxied.push(name.clone());
+            let svc = SplitService::new(
+                schema.clone(),
+                name.clone(),
+                registry.clone(),
+                limits.clone(),
+                waiting.clone(),
+            );
+            router = router.add_service(Arc::new(svc));
+        }
+    }
+    let (router, health) = router.with_standard_services().map_err(|e| e.to_string())?;
+    for name in &proxied {
+        health.set(name, protoplane_rpc::health::ServingStatus::NotServing);
+    }
+    registry.set_health(health);
+    let router = Arc::new(router);
+
+    let mut running = Running {
+        grpc: None,
+        lean: None,
+        attach: config.attach.clone(),
+        registry: registry.clone(),
+    };
+    if let Some(addr) = config.grpc {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("listen on {addr}: {e}"))?;
+        running.grpc = Some(l.local_addr().map_err(|e| e.to_string())?);
+        let r = router.clone();
+        match &config.tls {
+            Some((cert, key)) => {
+                let read =
+                    |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+                let tls = protoplane_rpc::tls::server_config(&read(cert)?, &read(key)?)
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(async move { r.serve_tls(l, tls).await });
+            }
+            None => {
+                tokio::spawn(async move { r.serve(l).await });
+            }
+        }
+    }
+    if let Some(addr) = config.lean_tcp {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("listen on {addr}: {e}"))?;
+        running.lean = Some(l.local_addr().map_err(|e| e.to_string())?);
+        tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), l));
+    }
+    if let Some(path) = &config.lean_unix {
+        let _ = std::fs::remove_file(path);
+        let l = tokio::net::UnixListener::bind(path)
+            .map_err(|e| format!("listen on {}: {e}", path.display()))?;
+        tokio::spawn(protoplane_rpc::lean::server::serve_unix(router.clone(), l));
+    }
+
+    let _ = std::fs::remove_file(&config.attach);
+    let listener = tokio::net::UnixListener::bind(&config.attach)
+        .map_err(|e| format!("attach socket {}: {e}", config.attach.display()))?;
+    // The largest chunk holds a largest message's wire bytes plus its
+    // block (a view-mode block is far smaller than its wire bytes; an
+    // owned-mode response block is about as large as its encoding).
+    let max_message = config.server.max_recv_message.min(config.server.max_send_message) as u64;
+    let layout = Layout::sized(
+        config.ring_slots,
+        config.half_mb << 20,
+        (2 * max_message + (64 << 10)).min(1 << 30) as u32,
+    );
+    layout.validate(None).map_err(|e| format!("region: {e}"))?;
+    let ctx = Arc::new(Ctx {
+        schemas: config.schemas.clone(),
+        registry,
+        layout,
+        spin: config.spin,
+        stall: config.stall_timeout,
+        next_id: std::sync::atomic::AtomicU32::new(1),
+    });
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else { continue };
+            tokio::spawn(admit(sock, ctx.clone()));
+        }
+    });
+    Ok(running)
+}
+
+/// Runs the handshake with one connecting application and, if it is
+/// accepted, its drain loop and liveness watch.
+async fn admit(sock: tokio::net::UnixStream, ctx: Arc<Ctx>) {
+    let Ok(std_sock) = sock.into_std() else { return };
+    let c = ctx.clone();
+    let handshake = tokio::task::spawn_blocking(move || {
+        let _ = std_sock.set_nonblocking(false);
+        let _ = std_sock.set_read_timeout(Some(Duration::from_secs(5)));
+        let r = handshake(&std_sock, &c);
+        (std_sock, r)
+    })
+    .await;
+    let Ok((std_sock, result)) = handshake else { return };
+    let (att, rx) = match result {
+        Ok(x) => x,
+        Err(why) => {
+            eprintln!("engine: refused an application: {why}");
+            let _ = attach::send(&std_sock, &Answer::Refuse(why).encode(), &[]);
+            return;
+        }
+    };
+    eprintln!(
+        "engine: application {} (pid {}) attached for {}",
+        att.id,
+        att.pid,
+        att.services.join(", ")
+    );
+    ctx.registry.add(att.clone());
+    let _ = std_sock.set_nonblocking(true);
+    let Ok(mut live) = tokio::net::UnixStream::from_std(std_sock) else {
+        att.detach("attach socket unusable");
+        ctx.registry.remove(&att);
+        return;
+    };
+    let watcher = att.clone();
+    tokio::spawn(async move {
+        // The socket carries nothing after the handshake: its end (the
+        // process exited or was killed) or any byte detaches.
+        let mut b = [0u8; 1];
+        let why = match live.read(&mut b).await {
+            Ok(0) | Err(_) => "the application's connection closed (exited or killed)",
+            Ok(_) => "the application sent bytes on its attach socket",
+        };
+        watcher.detach(why);
+    });
+    drain(att.clone(), rx, ctx.spin, ctx.stall).await;
+    ctx.registry.remove(&att);
+    eprintln!(
+        "engine: application {} (pid {}) detached: {}",
+        att.id,
+        att.pid,
+        att.closed_reason().unwrap_or_default()
+    );
+}
+
+fn handshake(
+    sock: &std::os::unix::net::UnixStream,
+    ctx: &Ctx,
+) -> Result<(Arc<Attachment>, Receiver), String> {
+    let (msg, _) = attach::recv(sock).map_err(|e| format!("reading the request: {e}"))?;
+    let hello = Hello::decode(&msg).map_err(|e| e.to_string())?;
+    if hello.version != VERSION {
+        return Err(format!("protocol version {} (the engine speaks {VERSION})", hello.version));
+    }
+    for (name, digest) in &hello.services {
+        let schema = ctx
+            .schemas
+            .iter()
+            .find(|s| s.services().contains(name))
+            .ok_or_else(|| format!("the engine has no schema for service {name}"))?;
+        let ours = schema.tables().digest();
+        if ours != *digest {
+            return Err(format!(
+                "service {name}: schema tables differ (application {digest:016x}, engine {ours:016x}); build both from the same .proto files"
+            ));
+        }
+    }
+    let layout = ctx.layout.clone();
+    let fd = sys::memfd("protoplane-region", layout.total() as usize).map_err(|e| e.to_string())?;
+    let map = Arc::new(Mapping::map(&fd).map_err(|e| e.to_string())?);
+    let engine_fd = EventFd::new().map_err(|e| e.to_string())?;
+    let app_fd = EventFd::new().map_err(|e| e.to_string())?;
+    let id = ctx.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
+    let answer = Answer::Accept { version: VERSION, id, layout: layout.clone() };
+    // Rings are initialized (inside `Attachment::new`) before the answer
+    // leaves, so the application never sees an uninitialized slot.
+    let (att, rx) = {
+        let app_bell = Doorbell::new(map.clone(), APP_PARKED, dup(&app_fd)?).ok_or("doorbell")?;
+        let engine_bell =
+            Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
+        Attachment::new(id, hello.pid, services, map, layout, app_bell, engine_bell)
+            .ok_or("the layout does not fit its region")?
+    };
+    attach::send(sock, &answer.encode(), &[&fd, engine_fd.fd(), app_fd.fd()])
+        .map_err(|e| format!("sending the answer: {e}"))?;
+    Ok((att, rx))
+}
+
+fn dup(fd: &EventFd) -> Result<EventFd, String> {
+    let owned = fd.fd().try_clone().map_err(|e| e.to_string())?;
+    EventFd::from_fd(owned).map_err(|e| e.to_string())
+}
+
+/// Takes the application's descriptors until it detaches: spins for
+/// `spin` after the last one, then parks on its doorbell. Also posts what
+/// the engine owes it (cancels, chunk releases) and watches that it keeps
+/// consuming its request ring.
+async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Duration) {
+    let Receiver { mut responses, engine_bell } = rx;
+    let Ok(bell) = engine_bell.into_async() else {
+        att.detach("cannot wait on the doorbell");
+        return;
+    };
+    let mut spin_until = Instant::now() + spin;
+    let mut watched = 0u64;
+    let mut last_progress = Instant::now();
+    const BATCH: usize = 256;
+    while !att.is_closed() {
+        let mut n = 0;
+        while n < BATCH {
+            let Some(d) = responses.pop() else { break };
+            n += 1;
+            if let Err(why) = att.receive(d) {
+                att.detach(&format!("protocol violation: {why}"));
+                break;
+            }
+        }
+        att.flush();
+        let now = Instant::now();
+        let (produced, taken) = att.progress(watched);
+        if taken > 0 || produced == watched {
+            watched += taken;
+            last_progress = now;
+        } else if now.duration_since(last_progress) > stall {
+            att.detach(&format!(
+                "it stopped taking requests from its ring for {} ms",
+                stall.as_millis()
+            ));
+            break;
+        }
+        if n > 0 {
+            spin_until = now + spin;
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if now < spin_until {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        bell.prepare_park();
+        if !responses.is_empty() || att.owes() || att.is_closed() {
+            bell.unpark();
+            continue;
+        }
+        // The watchdog needs a look now and then while calls are waiting.
+        let tick = if produced > watched { stall / 4 } else { Duration::from_secs(3600) };
+        tokio::select! {
+            _ = bell.wait() => {}
+            _ = att.wake.notified() => {}
+            _ = tokio::time::sleep(tick.max(Duration::from_millis(1))) => {}
+        }
+        bell.unpark();
+        spin_until = Instant::now() + spin;
+    }
+}

@@ -1,0 +1,259 @@
+//! The engine's stand-in for a service whose handlers run in attached
+//! application processes.
+//!
+//! To the transports (gRPC over HTTP/2, lean) a [`SplitService`] is an
+//! ordinary [`Service`]: they terminate the connection, parse headers,
+//! deframe, decompress and decode exactly as in monolithic mode, then call
+//! it. Instead of running a handler it picks an attached instance of the
+//! service, posts the request's descriptor on that application's ring and
+//! relays what comes back — initial metadata, response blocks (encoded by
+//! the transport straight from the region), the status. Deadlines and
+//! cancellation stay the transports' job: when they drop the call, its
+//! guard tells the application to stop.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use protoplane_rpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
+};
+use protoplane_shm::desc::{self, Descriptor};
+
+use crate::attachment::{open_side, timeout_ns, Attachment, Inbound, PostError};
+use crate::registry::Registry;
+
+/// Bounds on what waits for an application.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Calls open with one application instance; beyond, RESOURCE_EXHAUSTED.
+    pub max_in_flight: u64,
+    /// Posts waiting for room in a full ring or region, across the engine;
+    /// beyond, RESOURCE_EXHAUSTED at once.
+    pub max_waiting: usize,
+    /// How long a post waits for room before RESOURCE_EXHAUSTED.
+    pub queue_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_in_flight: 4096, max_waiting: 1024, queue_timeout: Duration::from_millis(500) }
+    }
+}
+
+/// A service served by attached applications.
+pub struct SplitService {
+    schema: Arc<Schema>,
+    name: String,
+    registry: Arc<Registry>,
+    limits: Arc<Limits>,
+    waiting: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for SplitService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SplitService").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl SplitService {
+    /// The stand-in for service `name` of `schema`.
+    pub fn new(
+        schema: Arc<Schema>,
+        name: String,
+        registry: Arc<Registry>,
+        limits: Arc<Limits>,
+        waiting: Arc<AtomicUsize>,
+    ) -> SplitService {
+        SplitService { schema, name, registry, limits, waiting }
+    }
+
+    async fn forward(
+        self: Arc<Self>,
+        method: u32,
+        request: Request<Streaming>,
+        mut responder: Responder,
+    ) -> Result<Metadata, Status> {
+        let client_streaming = self
+            .schema
+            .method(method)
+            .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
+            .client_streaming;
+        let att = self.registry.pick(&self.name).ok_or_else(|| {
+            match self.registry.ever_served(&self.name) {
+                true => Status::new(
+                    Code::Unavailable,
+                    format!("no application attached for {}", self.name),
+                ),
+                false => Status::new(Code::Unimplemented, format!("unknown service {}", self.name)),
+            }
+        })?;
+        if att.in_flight() >= self.limits.max_in_flight {
+            return Err(Status::new(
+                Code::ResourceExhausted,
+                "too many calls open with the application",
+            ));
+        }
+        let service = att.services.iter().position(|s| *s == self.name).unwrap_or(0) as u8;
+        let (call, mut rx) = att.open_call()?;
+        let mut guard = Guard { att: att.clone(), call, method, service, done: false };
+
+        let Request { metadata, deadline, message: mut requests } = request;
+        let side =
+            open_side(deadline.map(|d| d.saturating_duration_since(Instant::now())), &metadata);
+        let open = Descriptor {
+            call,
+            method,
+            service,
+            flags: desc::OPEN,
+            timeout_ns: timeout_ns(deadline),
+            ..Descriptor::default()
+        };
+        let mut requests_done = !client_streaming;
+        if client_streaming {
+            self.post(&att, open, &[], &[], &side).await?;
+        } else {
+            let m = requests.single().await?;
+            let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END, ..open };
+            self.post(&att, d, m.block(), m.wire(), &side).await?;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                ev = rx.recv() => match ev {
+                    None => return Err(crate::attachment::unavailable("the call's queue closed")),
+                    Some(Inbound::Headers(md)) => {
+                        *responder.metadata_mut() = md;
+                        responder.send_headers().await?;
+                    }
+                    Some(Inbound::Message { bytes, encoded, compress }) => {
+                        responder.set_compression(compress);
+                        if encoded {
+                            responder.send_encoded(bytes).await?;
+                        } else {
+                            responder.send_linear(bytes).await?;
+                        }
+                    }
+                    Some(Inbound::Status(st)) => {
+                        guard.done = true;
+                        return if st.code == Code::Ok { Ok(st.metadata) } else { Err(st) };
+                    }
+                },
+                m = requests.message(), if !requests_done => {
+                    let d = Descriptor { call, method, service, ..Descriptor::default() };
+                    match m {
+                        Some(m) => {
+                            let d = Descriptor { flags: desc::MESSAGE, ..d };
+                            self.post(&att, d, m.block(), m.wire(), &[]).await?;
+                        }
+                        None => {
+                            requests_done = true;
+                            self.post(&att, Descriptor { flags: desc::END, ..d }, &[], &[], &[]).await?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Posts, waiting a bounded time for room.
+    async fn post(
+        &self,
+        att: &Attachment,
+        d: Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), Status> {
+        let mut waited: Option<(Instant, WaitSlot)> = None;
+        loop {
+            match att.post(d, block, wire, side) {
+                Ok(()) => return Ok(()),
+                Err(PostError::Gone(st)) => return Err(st),
+                Err(PostError::TooLarge(n)) => {
+                    return Err(Status::new(
+                        Code::ResourceExhausted,
+                        format!(
+                            "a message of {n} bytes exceeds the region's largest chunk ({} bytes)",
+                            att.max_chunk()
+                        ),
+                    ))
+                }
+                Err(PostError::Busy(what)) => {
+                    let (since, _) = match &waited {
+                        Some(w) => w,
+                        None => {
+                            let slot = WaitSlot::take(&self.waiting, self.limits.max_waiting)
+                                .ok_or_else(|| busy(what))?;
+                            waited.insert((Instant::now(), slot))
+                        }
+                    };
+                    if since.elapsed() >= self.limits.queue_timeout {
+                        return Err(busy(what));
+                    }
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+            }
+        }
+    }
+}
+
+fn busy(what: &str) -> Status {
+    Status::new(Code::ResourceExhausted, format!("the application's {what} is full"))
+}
+
+/// One of the engine's bounded places to wait for room.
+struct WaitSlot(Arc<AtomicUsize>);
+
+impl WaitSlot {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<WaitSlot> {
+        let prev = count.fetch_add(1, Ordering::AcqRel);
+        if prev >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(WaitSlot(count.clone()))
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Ends the call on the engine's side when the proxy stops, and tells the
+/// application to cancel when the call did not end with its status.
+struct Guard {
+    att: Arc<Attachment>,
+    call: u64,
+    method: u32,
+    service: u8,
+    done: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let cancel = (!self.done).then_some((self.method, self.service));
+        self.att.close_call(self.call, cancel);
+    }
+}
+
+impl Service for SplitService {
+    fn schema(&self) -> &Arc<Schema> {
+        &self.schema
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn call(
+        self: Arc<Self>,
+        method: u32,
+        request: Request<Streaming>,
+        responder: Responder,
+    ) -> BoxFuture<'static, Result<Metadata, Status>> {
+        Box::pin(self.forward(method, request, responder))
+    }
+}

@@ -1,0 +1,114 @@
+//! Which attached applications serve which service.
+//!
+//! Several instances of one service share its load: each call goes to the
+//! instance with the fewest calls open (ties rotate). The health service
+//! reports a service SERVING while at least one instance is attached.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use protoplane_rpc::health::{Health, ServingStatus};
+
+use crate::attachment::Attachment;
+
+/// The attached instances, by service name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    by_service: Mutex<HashMap<String, Vec<Arc<Attachment>>>>,
+    health: Mutex<Option<Arc<Health>>>,
+    turn: AtomicUsize,
+    /// Services some application has served since the engine started.
+    seen: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Reports status changes to `health` from now on.
+    pub fn set_health(&self, health: Arc<Health>) {
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health);
+    }
+
+    fn report(&self, service: &str, serving: bool) {
+        if let Some(h) = self.health.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let st = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+            h.set(service, st);
+        }
+    }
+
+    /// Adds an attached application under each of its services.
+    pub fn add(&self, att: Arc<Attachment>) {
+        let mut map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for s in &att.services {
+            map.entry(s.clone()).or_default().push(att.clone());
+            seen.insert(s.clone());
+        }
+        drop(seen);
+        drop(map);
+        for s in &att.services {
+            self.report(s, true);
+        }
+    }
+
+    /// Removes it (it detached).
+    pub fn remove(&self, att: &Arc<Attachment>) {
+        let mut map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut emptied = Vec::new();
+        for s in &att.services {
+            if let Some(list) = map.get_mut(s) {
+                list.retain(|a| !Arc::ptr_eq(a, att));
+                if list.is_empty() {
+                    map.remove(s);
+                    emptied.push(s.clone());
+                }
+            }
+        }
+        drop(map);
+        for s in emptied {
+            self.report(&s, false);
+        }
+    }
+
+    /// The instance of `service` to send the next call to.
+    pub fn pick(&self, service: &str) -> Option<Arc<Attachment>> {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let list = map.get(service)?;
+        let n = list.len();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) % n.max(1);
+        (0..n)
+            .map(|i| &list[(start + i) % n])
+            .filter(|a| !a.is_closed())
+            .min_by_key(|a| a.in_flight())
+            .cloned()
+    }
+
+    /// Every attached application (each once).
+    pub fn all(&self) -> Vec<Arc<Attachment>> {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<Arc<Attachment>> = Vec::new();
+        for a in map.values().flatten() {
+            if !out.iter().any(|b| Arc::ptr_eq(a, b)) {
+                out.push(a.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether an application has served `service` since the engine
+    /// started (its absence now is then a passing outage, UNAVAILABLE;
+    /// otherwise the service is not offered at all, UNIMPLEMENTED).
+    pub fn ever_served(&self, service: &str) -> bool {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).contains(service)
+    }
+
+    /// Instances attached for `service`.
+    pub fn instances(&self, service: &str) -> usize {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(service).map_or(0, Vec::len)
+    }
+}

@@ -1,0 +1,185 @@
+//! Split mode across real processes: `protoplane engine` with the interop
+//! service in an attached `protoplane interop-server --attach` process.
+//!
+//! * an application killed mid-call: the call fails with UNAVAILABLE within
+//!   a bounded time, the engine keeps running, and a restarted application
+//!   attaches again without an engine restart;
+//! * an engine restarted under a running application: the application
+//!   notices and attaches to the new engine;
+//! * two instances of one service share its calls, and one of them dying
+//!   leaves the other serving.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use protoplane_rpc::{CallOptions, Channel, Code};
+
+const BIN: &str = env!("CARGO_BIN_EXE_protoplane");
+
+/// A child process killed when dropped.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn start(args: &[&str]) -> Proc {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn protoplane");
+        let (tx, lines) = mpsc::channel();
+        for out in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        Proc { child, lines }
+    }
+
+    /// Waits for a line containing `what`; returns it.
+    fn wait_for(&self, what: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no line with {what:?}");
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn engine(sock: &str) -> (Proc, String) {
+    let e = Proc::start(&["engine", "--grpc-port", "0", "--attach", sock]);
+    let line = e.wait_for("grpc listening on");
+    let addr = line.rsplit(' ').next().unwrap_or_default().to_string();
+    (e, addr)
+}
+
+fn app(sock: &str) -> Proc {
+    Proc::start(&["interop-server", "--attach", sock])
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+/// An EmptyCall; its status code.
+async fn empty_call(addr: &str) -> Code {
+    let ch = match Channel::connect(addr).await {
+        Ok(c) => c,
+        Err(st) => return st.code,
+    };
+    let opts = CallOptions { timeout: Some(Duration::from_secs(5)), ..CallOptions::default() };
+    let mut call = match ch.start("/grpc.testing.TestService/EmptyCall", opts).await {
+        Ok(c) => c,
+        Err(st) => return st.code,
+    };
+    if let Err(st) = call.send(&[]).await {
+        return st.code;
+    }
+    call.close_send();
+    while let Ok(Some(_)) = call.recv().await {}
+    call.finish_status().await.code
+}
+
+fn sock_path(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("pp-split-{}-{name}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join("engine.sock").to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_killed_application_fails_its_calls_and_a_restarted_one_serves() {
+    let sock = sock_path("kill");
+    let (engine, addr) = engine(&sock);
+    let mut a = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    let rt = rt();
+    assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
+
+    // A call the application holds open: a full-duplex call whose client
+    // sends nothing (the handler waits for its first request).
+    let status = rt.block_on(async {
+        let ch = Channel::connect(&addr).await.expect("connect");
+        let mut call = ch
+            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
+            .await
+            .expect("start");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Instant::now();
+        a.kill();
+        let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())
+            .await
+            .expect("the call ends within a bounded time");
+        (st, killed.elapsed())
+    });
+    assert_eq!(status.0.code, Code::Unavailable, "{:?}", status.0);
+    assert!(status.1 < Duration::from_secs(2), "took {:?}", status.1);
+    engine.wait_for("detached");
+
+    // No application: the service is known but has no instance.
+    assert_eq!(rt.block_on(empty_call(&addr)), Code::Unavailable);
+
+    // A restarted application attaches to the same engine.
+    let _a2 = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
+}
+
+#[test]
+fn an_application_reattaches_to_a_restarted_engine() {
+    let sock = sock_path("restart");
+    let (mut e1, addr1) = engine(&sock);
+    let a = app(&sock);
+    e1.wait_for("attached for grpc.testing.TestService");
+    let rt = rt();
+    assert_eq!(rt.block_on(empty_call(&addr1)), Code::Ok);
+    e1.kill();
+    a.wait_for("the engine went away");
+    let (e2, addr2) = engine(&sock);
+    e2.wait_for("attached for grpc.testing.TestService");
+    assert_eq!(rt.block_on(empty_call(&addr2)), Code::Ok);
+}
+
+#[test]
+fn instances_share_a_service_and_survive_each_other() {
+    let sock = sock_path("share");
+    let (engine, addr) = engine(&sock);
+    let mut a1 = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    let _a2 = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    let rt = rt();
+    for _ in 0..20 {
+        assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
+    }
+    a1.kill();
+    engine.wait_for("detached");
+    for _ in 0..20 {
+        assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
+    }
+}

@@ -183,3 +183,198 @@ fn instances_share_a_service_and_survive_each_other() {
         assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
     }
 }
+
+/// A hostile application: attaches properly, then breaks the ring
+/// protocol in the way `act` says.
+mod hostile {
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    use protoplane_shm::attach::{self, Answer, Hello, VERSION};
+    use protoplane_shm::layout::Layout;
+    use protoplane_shm::{Consumer, EventFd, Mapping, Producer, Ring};
+
+    pub(super) struct Hostile {
+        pub(super) _sock: UnixStream,
+        pub(super) map: Arc<Mapping>,
+        pub(super) layout: Layout,
+        pub(super) engine_bell: EventFd,
+    }
+
+    pub(super) fn attach(path: &str) -> Hostile {
+        let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protos/interop/grpc_testing.proto");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protos");
+        let schema = protoplane_rpc::Schema::from_proto_files(&[proto], &[root]).expect("schema");
+        let sock = UnixStream::connect(path).expect("connect");
+        let hello = Hello {
+            version: VERSION,
+            pid: std::process::id(),
+            services: vec![("grpc.testing.TestService".into(), schema.tables().digest())],
+        };
+        attach::send(&sock, &hello.encode(), &[]).expect("hello");
+        let (msg, fds) = attach::recv(&sock).expect("answer");
+        let Ok(Answer::Accept { layout, .. }) = Answer::decode(&msg) else {
+            panic!("refused: {:?}", Answer::decode(&msg))
+        };
+        let mut fds = fds.into_iter();
+        let map = Arc::new(Mapping::map(&fds.next().expect("region")).expect("map"));
+        let engine_bell = EventFd::from_fd(fds.next().expect("bell")).expect("eventfd");
+        Hostile { _sock: sock, map, layout, engine_bell }
+    }
+
+    impl Hostile {
+        pub(super) fn requests(&self) -> Consumer {
+            Consumer::new(
+                Ring::new(self.map.clone(), self.layout.request_ring(), self.layout.ring_slots)
+                    .expect("ring"),
+            )
+        }
+        pub(super) fn responses(&self) -> Producer {
+            Producer::new(
+                Ring::new(self.map.clone(), self.layout.response_ring(), self.layout.ring_slots)
+                    .expect("ring"),
+            )
+        }
+    }
+}
+
+/// Hostile applications attached beside a well-behaved one: garbage in
+/// the response ring, a replayed descriptor, a release of a chunk never
+/// lent, a corrupted request ring, one that stops consuming. Each is cut
+/// off; every call ends (with OK from the good instance or an error), and
+/// the engine keeps serving through the good instance.
+#[test]
+fn hostile_applications_are_cut_off_and_the_engine_keeps_serving() {
+    use protoplane_shm::desc::{self, Descriptor, Span};
+
+    let sock = sock_path("hostile");
+    let e = Proc::start(&[
+        "engine",
+        "--grpc-port",
+        "0",
+        "--attach",
+        &sock,
+        "--stall-timeout-ms",
+        "300",
+        "--ring-slots",
+        "16",
+    ]);
+    let line = e.wait_for("grpc listening on");
+    let addr = line.rsplit(' ').next().unwrap_or_default().to_string();
+    let _good = app(&sock);
+    e.wait_for("attached for grpc.testing.TestService");
+    let rt = rt();
+
+    let calls = |n: usize| {
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for _ in 0..n {
+                let a = addr.clone();
+                tasks.push(tokio::spawn(async move { empty_call(&a).await }));
+            }
+            let mut codes = Vec::new();
+            for t in tasks {
+                codes.push(t.await.expect("task"));
+            }
+            codes
+        })
+    };
+
+    type Act = fn(&hostile::Hostile);
+    let acts: [(&str, Act, &str); 5] = [
+        (
+            "garbage",
+            |h| {
+                // Slot 0 marked valid, every word all ones.
+                for w in 1..8 {
+                    let a = h.map.atomic_u64(h.layout.response_ring() + 8 * w).expect("word");
+                    a.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+                }
+                let seq = h.map.atomic_u64(h.layout.response_ring()).expect("seq");
+                seq.store(1, std::sync::atomic::Ordering::Release);
+                h.engine_bell.ring();
+            },
+            "protocol violation",
+        ),
+        (
+            "bad release",
+            |h| {
+                let bogus = h.layout.engine_half() as u32 + 4096;
+                let _ = h.responses().push(&Descriptor::releases(&[bogus]));
+                h.engine_bell.ring();
+            },
+            "protocol violation",
+        ),
+        (
+            "replay",
+            |h| {
+                let mut reqs = h.requests();
+                let until = std::time::Instant::now() + Duration::from_secs(10);
+                let call = loop {
+                    if let Some(d) = reqs.pop() {
+                        if d.has(desc::OPEN) {
+                            break d.call;
+                        }
+                    }
+                    assert!(std::time::Instant::now() < until, "no call reached the hostile app");
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                let chunk = h.layout.app_half() as u32;
+                let d = Descriptor {
+                    call,
+                    flags: desc::MESSAGE,
+                    block: Span { offset: chunk, len: 16 },
+                    chunk,
+                    ..Descriptor::default()
+                };
+                let out = h.responses();
+                let _ = out.push(&d);
+                let _ = out.push(&d);
+                h.engine_bell.ring();
+            },
+            "handed over twice",
+        ),
+        (
+            "corrupt request ring",
+            |h| {
+                for i in 0..h.layout.ring_slots as usize {
+                    let seq = h.map.atomic_u64(h.layout.request_ring() + 64 * i).expect("seq");
+                    seq.store(0xdead_beef, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+            "corrupted its request ring",
+        ),
+        ("stalled", |_| {}, "stopped taking requests"),
+    ];
+    for (name, act, reason) in acts {
+        let h = hostile::attach(&sock);
+        e.wait_for("attached for grpc.testing.TestService");
+        // Calls in flight while the hostile instance misbehaves: each ends.
+        let acting = std::thread::spawn({
+            let h = hostile::Hostile {
+                _sock: h._sock.try_clone().expect("clone"),
+                map: h.map.clone(),
+                layout: h.layout.clone(),
+                engine_bell: EventFd::from_fd(h.engine_bell.fd().try_clone().expect("dup"))
+                    .expect("bell"),
+            };
+            move || act(&h)
+        });
+        let codes = calls(16);
+        assert!(
+            codes
+                .iter()
+                .all(|c| matches!(c, Code::Ok | Code::Unavailable | Code::ResourceExhausted)),
+            "{name}: {codes:?}"
+        );
+        acting.join().expect("act");
+        let detached = e.wait_for("detached");
+        assert!(detached.contains(reason), "{name}: {detached}");
+        // Cut off: every call now reaches the good instance.
+        let after = calls(16);
+        assert!(after.iter().all(|c| *c == Code::Ok), "{name} after: {after:?}");
+        drop(h);
+    }
+}
+
+use protoplane_shm::EventFd;

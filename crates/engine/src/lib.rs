@@ -318,8 +318,10 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Durati
             bell.unpark();
             continue;
         }
-        // The watchdog needs a look now and then while calls are waiting.
-        let tick = if produced > watched { stall / 4 } else { Duration::from_secs(3600) };
+        // The watchdog needs a look now and then: requests posted while
+        // this loop is parked do not wake it (that would cost every call a
+        // wake-up), so it looks four times per stall timeout.
+        let tick = stall / 4;
         tokio::select! {
             _ = bell.wait() => {}
             _ = att.wake.notified() => {}

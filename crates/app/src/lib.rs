@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
 use protoplane_rpc::call::{Out, UnaryOut};
 use protoplane_rpc::lean::frame;
@@ -33,6 +33,7 @@ use protoplane_rpc::{Code, Message, Metadata, Request, Responder, Service, Statu
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout, APP_PARKED, ENGINE_PARKED};
+use protoplane_shm::lease::{self, Held, Holder};
 use protoplane_shm::{AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
 use tokio::sync::{mpsc, Notify};
 
@@ -402,17 +403,12 @@ impl Session {
         }
         let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
         let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
-        let whole = Bytes::from_owner(Lease { session: self.clone(), chunk });
         if spans.iter().any(|s| !s.within(chunk.offset, chunk.len)) {
+            self.give_back(chunk);
             return Err(bad("a range outside its chunk".into()));
         }
-        let piece = |s: Span| {
-            if s.len == 0 {
-                return Bytes::new();
-            }
-            let from = (s.offset - chunk.offset) as usize;
-            whole.slice(from..from + s.len as usize)
-        };
+        let held = Held::new(self.clone(), chunk);
+        let piece = |s: Span| held.piece(s);
         let input = self
             .services
             .get(d.service as usize)
@@ -622,7 +618,7 @@ impl Session {
         wire: &[u8],
         side: &[u8],
     ) -> Result<(), ()> {
-        let need = align8(block.len()) + align8(wire.len()) + side.len();
+        let need = lease::message_len(block, wire, side);
         loop {
             let notified = self.room.notified();
             enum Room {
@@ -668,20 +664,7 @@ impl Session {
                 }
             };
             if let Some(c) = chunk {
-                let mut at = c.offset;
-                let mut place = |bytes: &[u8]| {
-                    let span = Span {
-                        offset: if bytes.is_empty() { 0 } else { at },
-                        len: bytes.len() as u32,
-                    };
-                    self.map.write(at as usize, bytes);
-                    at += align8(bytes.len()) as u32;
-                    span
-                };
-                d.block = place(block);
-                d.wire = place(wire);
-                d.side = place(side);
-                d.chunk = c.offset;
+                lease::place(&self.map, c, &mut d, block, wire, side);
             }
             d.release = self.state().releases.pop().unwrap_or(0);
             loop {
@@ -699,6 +682,12 @@ impl Session {
                 }
             }
         }
+    }
+}
+
+impl Holder for Session {
+    fn mapping(&self) -> &Mapping {
+        &self.map
     }
 
     /// A request chunk's lease ended: hand it back.
@@ -739,32 +728,6 @@ fn parse_open(side: &Bytes) -> Result<Metadata, String> {
     if side.is_empty() {
         return Ok(Metadata::new());
     }
-    let mut buf = BytesMut::from(&side[..]);
-    let (h, payload) = frame::next_frame(&mut buf, side.len())
-        .map_err(|e| e.to_string())?
-        .ok_or("truncated OPEN sections")?;
-    let s = frame::parse(&h, payload).map_err(|e| e.to_string())?;
+    let (_, s) = frame::parse_whole(side).map_err(|e| e.to_string())?;
     Ok(s.open.map(|(_, md)| md).unwrap_or_default())
-}
-
-fn align8(n: usize) -> usize {
-    (n + 7) & !7
-}
-
-/// A held chunk of the engine's half: dropped, it is handed back.
-struct Lease {
-    session: Arc<Session>,
-    chunk: Chunk,
-}
-
-impl AsRef<[u8]> for Lease {
-    fn as_ref(&self) -> &[u8] {
-        self.session.map.bytes(self.chunk.offset as usize, self.chunk.len as usize).unwrap_or(&[])
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.session.give_back(self.chunk);
-    }
 }

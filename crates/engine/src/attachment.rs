@@ -16,11 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{Code, Metadata, Status};
 use protoplane_shm::desc::{self, Descriptor, Span};
-use protoplane_shm::layout::{self, Chunk, Chunks, Custody, Layout};
+use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout};
+use protoplane_shm::lease::{self, Held, Holder};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
 use tokio::sync::{mpsc, Notify};
 
@@ -215,7 +216,7 @@ impl Attachment {
         wire: &[u8],
         side: &[u8],
     ) -> Result<(), PostError> {
-        let need = align8(block.len()) + align8(wire.len()) + side.len();
+        let need = lease::message_len(block, wire, side);
         let mut chunk = None;
         {
             let mut st = self.state();
@@ -231,18 +232,7 @@ impl Attachment {
             d.release = st.releases.pop().unwrap_or(0);
         }
         if let Some(c) = chunk {
-            let mut at = c.offset;
-            let mut place = |bytes: &[u8]| {
-                let span =
-                    Span { offset: if bytes.is_empty() { 0 } else { at }, len: bytes.len() as u32 };
-                self.map.write(at as usize, bytes);
-                at += align8(bytes.len()) as u32;
-                span
-            };
-            d.block = place(block);
-            d.wire = place(wire);
-            d.side = place(side);
-            d.chunk = c.offset;
+            lease::place(&self.map, c, &mut d, block, wire, side);
             self.stats.request_bytes_copied.fetch_add(need as u64, Ordering::Relaxed);
         }
         match self.requests.push(&d) {
@@ -364,14 +354,8 @@ impl Attachment {
         }
         drop(st);
         // The chunk, held until every piece of it is dropped.
-        let lease = chunk.map(|c| Lease::bytes(self.clone(), c));
-        let piece = |s: Span, c: &Option<(Bytes, Chunk)>| match c {
-            Some((b, ch)) if s.len > 0 => {
-                let from = (s.offset - ch.offset) as usize;
-                b.slice(from..from + s.len as usize)
-            }
-            _ => Bytes::new(),
-        };
+        let held = chunk.map(|c| Held::new(self.clone(), c));
+        let piece = |s: Span| held.as_ref().map_or_else(Bytes::new, |h| h.piece(s));
         let Some(tx) = tx else {
             // A call that already ended (cancelled, or its deadline passed
             // before the application answered): drop it, chunk and all.
@@ -379,7 +363,7 @@ impl Attachment {
             return Ok(());
         };
         let (headers, status) = if d.side.len > 0 {
-            parse_side(&piece(d.side, &lease), d.has(desc::STATUS))?
+            parse_side(&piece(d.side), d.has(desc::STATUS))?
         } else {
             (None, None)
         };
@@ -388,7 +372,7 @@ impl Attachment {
         }
         if d.has(desc::MESSAGE) {
             let encoded = d.has(desc::ENCODED);
-            let bytes = piece(if encoded { d.wire } else { d.block }, &lease);
+            let bytes = piece(if encoded { d.wire } else { d.block });
             let _ = tx.send(Inbound::Message { bytes, encoded, compress: d.has(desc::COMPRESS) });
         }
         if ends {
@@ -399,6 +383,12 @@ impl Attachment {
             let _ = tx.send(Inbound::Status(st));
         }
         Ok(())
+    }
+}
+
+impl Holder for Attachment {
+    fn mapping(&self) -> &Mapping {
+        &self.map
     }
 
     /// Hands a chunk of the application's half back (its lease is gone).
@@ -411,7 +401,9 @@ impl Attachment {
             self.wake.notify_one();
         }
     }
+}
 
+impl Attachment {
     /// Cuts the application off: every open call fails with UNAVAILABLE.
     pub fn detach(&self, why: &str) {
         let calls = {
@@ -448,37 +440,6 @@ impl Attachment {
     }
 }
 
-/// A held chunk of the application's half: dropped, it is handed back.
-struct Lease {
-    att: Arc<Attachment>,
-    chunk: Chunk,
-}
-
-impl Lease {
-    /// The chunk's bytes, in place, as `Bytes` (slices share the lease).
-    fn bytes(att: Arc<Attachment>, chunk: Chunk) -> (Bytes, Chunk) {
-        (Bytes::from_owner(Lease { att, chunk }), chunk)
-    }
-}
-
-impl AsRef<[u8]> for Lease {
-    fn as_ref(&self) -> &[u8] {
-        // The chunk lies in the mapping (it came from the layout); read in
-        // place under `Mapping::bytes`'s contract.
-        self.att.map.bytes(self.chunk.offset as usize, self.chunk.len as usize).unwrap_or(&[])
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.att.give_back(self.chunk);
-    }
-}
-
-fn align8(n: usize) -> usize {
-    (n + 7) & !7
-}
-
 pub(crate) fn unavailable(why: &str) -> Status {
     Status::new(Code::Unavailable, format!("application detached: {why}"))
 }
@@ -488,14 +449,7 @@ fn parse_side(
     side: &Bytes,
     with_status: bool,
 ) -> Result<(Option<Metadata>, Option<Status>), String> {
-    let mut buf = BytesMut::from(&side[..]);
-    let (h, payload) = frame::next_frame(&mut buf, side.len())
-        .map_err(|e| format!("side sections: {e}"))?
-        .ok_or("side sections: truncated")?;
-    if !buf.is_empty() {
-        return Err("side sections: bytes after the frame".into());
-    }
-    let s = frame::parse(&h, payload).map_err(|e| format!("side sections: {e}"))?;
+    let (_, s) = frame::parse_whole(side).map_err(|e| format!("side sections: {e}"))?;
     if s.status.is_some() && !with_status {
         return Err("side sections: a status without the STATUS flag".into());
     }
@@ -513,18 +467,4 @@ pub(crate) fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
 /// The time left until `deadline`, as a descriptor carries it.
 pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
     deadline.map_or(0, |d| (d.saturating_duration_since(Instant::now()).as_nanos() as u64).max(1))
-}
-
-/// Offset of the parked flags in the control page (re-exported for the
-/// engine's setup).
-pub(crate) const ENGINE_PARKED: usize = layout::ENGINE_PARKED;
-pub(crate) const APP_PARKED: usize = layout::APP_PARKED;
-
-impl From<PushError> for PostError {
-    fn from(e: PushError) -> PostError {
-        match e {
-            PushError::Full => PostError::Busy("request ring"),
-            PushError::Corrupt => PostError::Gone(unavailable("corrupted request ring")),
-        }
-    }
 }

@@ -39,7 +39,8 @@ pub use config::Config;
 pub use proxy::{Limits, SplitService};
 pub use registry::Registry;
 
-use attachment::{Receiver, APP_PARKED, ENGINE_PARKED};
+use attachment::Receiver;
+use protoplane_shm::layout::{APP_PARKED, ENGINE_PARKED};
 
 /// A running engine: where it listens and who is attached.
 #[derive(Debug)]

@@ -87,28 +87,10 @@ impl Registry {
             .cloned()
     }
 
-    /// Every attached application (each once).
-    pub fn all(&self) -> Vec<Arc<Attachment>> {
-        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<Arc<Attachment>> = Vec::new();
-        for a in map.values().flatten() {
-            if !out.iter().any(|b| Arc::ptr_eq(a, b)) {
-                out.push(a.clone());
-            }
-        }
-        out
-    }
-
     /// Whether an application has served `service` since the engine
     /// started (its absence now is then a passing outage, UNAVAILABLE;
     /// otherwise the service is not offered at all, UNIMPLEMENTED).
     pub fn ever_served(&self, service: &str) -> bool {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).contains(service)
-    }
-
-    /// Instances attached for `service`.
-    pub fn instances(&self, service: &str) -> usize {
-        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(service).map_or(0, Vec::len)
     }
 }

@@ -41,10 +41,6 @@ pub const COMPRESS: u16 = 0x80;
 /// The message is already encoded: the wire range holds it, no block.
 pub const ENCODED: u16 = 0x100;
 
-/// Every flag this version knows.
-pub const KNOWN: u16 =
-    OPEN | HEADERS | MESSAGE | STATUS | END | CANCEL | RELEASE | COMPRESS | ENCODED;
-
 /// Words of a descriptor.
 pub const WORDS: usize = 7;
 

@@ -14,6 +14,7 @@
 //! * [`ring`]: the rings — fixed slots, counting positions, a per-slot
 //!   valid flag, spin-then-park waiting;
 //! * [`desc`]: the call descriptor a slot carries;
+//! * [`lease`]: the other side's chunks held and read in place;
 //! * [`attach`]: the versioned handshake that passes the region and checks
 //!   both sides built the same schema tables.
 //!
@@ -26,10 +27,12 @@
 pub mod attach;
 pub mod desc;
 pub mod layout;
+pub mod lease;
 pub mod ring;
 pub mod sys;
 
 pub use desc::{Descriptor, Span};
 pub use layout::{Chunk, Chunks, Custody, Layout, LayoutError};
+pub use lease::{Held, Holder};
 pub use ring::{AsyncDoorbell, Consumer, Doorbell, Producer, PushError, Ring};
 pub use sys::{EventFd, Mapping};

@@ -197,6 +197,18 @@ fn parse_metadata(mut b: Bytes) -> Result<Metadata, LeanError> {
     Ok(md)
 }
 
+/// Parses `bytes` as exactly one frame (header and sections), as the split
+/// engine and application carry metadata and statuses beside a message.
+pub fn parse_whole(bytes: &[u8]) -> Result<(FrameHeader, Sections), LeanError> {
+    let mut buf = BytesMut::from(bytes);
+    let (h, payload) =
+        next_frame(&mut buf, bytes.len())?.ok_or(LeanError::Malformed("truncated frame"))?;
+    if !buf.is_empty() {
+        return Err(LeanError::Malformed("bytes after the frame"));
+    }
+    Ok((h, parse(&h, payload)?))
+}
+
 /// Parses the sections the header's flags announce.
 pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
     let mut r = Reader { p: payload };

@@ -41,6 +41,12 @@ enum Command {
     /// One benchmark worker process (driven by `protoplane bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
+    /// The application of `protoplane bench split` (echo after a busy loop).
+    #[command(name = "bench-echo", hide = true)]
+    BenchEcho(bench::echo::EchoArgs),
+    /// The ring handoff measurement of `protoplane bench split`.
+    #[command(name = "bench-ring", hide = true)]
+    BenchRing(bench::ring::RingArgs),
     /// Serve the social-network service over gRPC/HTTP2 (or, with
     /// --attach, as an application process of a running engine).
     Serve(sn::ServeArgs),
@@ -144,6 +150,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Bench(bench::BenchCommand::Rpc(args)) => {
             let report = bench::rpc::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
+        }
+        Command::Bench(bench::BenchCommand::Split(args)) => {
+            let report = bench::split::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
+        Command::BenchEcho(args) => bench::echo::run(&args).map_err(Failure::Usage),
+        Command::BenchRing(args) => {
+            let line = bench::ring::run(&args).map_err(Failure::Usage)?;
+            write_stdout(line.as_bytes())
         }
         Command::BenchWorker(args) => {
             let rows = bench::worker::run(&args).map_err(Failure::Input)?;

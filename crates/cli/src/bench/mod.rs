@@ -2,8 +2,12 @@
 //! bench-worker` (protoplane's worker); `protoplane bench rpc`. See `bench/README.md` at the
 //! repository root for the method and the worker protocol.
 
+pub(crate) mod echo;
 pub(crate) mod jobs;
+pub(crate) mod ring;
 pub(crate) mod rpc;
+pub(crate) mod split;
+pub(crate) mod svg;
 pub(crate) mod wire;
 pub(crate) mod worker;
 
@@ -14,4 +18,7 @@ pub(crate) enum BenchCommand {
     Wire(wire::WireArgs),
     /// protoplane's RPC server (gRPC/HTTP2 and lean) against tonic + prost.
     Rpc(rpc::RpcArgs),
+    /// Split mode (engine + application) against monolithic: the ring
+    /// handoff, zero business logic, and the knee experiment.
+    Split(split::SplitArgs),
 }

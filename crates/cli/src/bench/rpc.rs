@@ -64,7 +64,7 @@ struct Sample {
     errors: u64,
 }
 
-fn pinned(cpu: usize, prog: &Path) -> Command {
+pub(crate) fn pinned(cpu: usize, prog: &Path) -> Command {
     let mut c = Command::new("taskset");
     c.arg("-c").arg(cpu.to_string()).arg(prog);
     c
@@ -106,7 +106,7 @@ fn start(mut cmd: Command) -> Result<Server, String> {
     Ok(Server { child, grpc, lean })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,
@@ -120,55 +120,14 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
     let work = repo.join("target/bench/rpc");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let proto = repo.join("protos/socialnetwork/social_network.proto");
-    if !proto.is_file() {
-        return Err("run from the repository root (protos/socialnetwork not found)".into());
-    }
-    // Requests, written as delimited files for the load generator.
-    let schema = crate::sn::schema()?;
-    let shared = repo.parent().map(|p| p.join("shared/datasets/socialnetwork/messages"));
-    let dataset = shared.filter(|d| d.is_dir());
-    let reqs = crate::demo::requests(schema.tables(), dataset.as_deref(), args.per_type)?;
-    let mut load_args: Vec<String> = vec![
-        "--proto".into(),
-        proto.display().to_string(),
-        "-I".into(),
-        repo.join("protos/socialnetwork").display().to_string(),
-    ];
-    for (path, _, messages) in &reqs {
-        let name = path.rsplit('/').next().unwrap_or("m");
-        let file = work.join(format!("{name}.ldelim"));
-        let mut bytes = Vec::new();
-        let framing = crate::stream::Framing::new(true);
-        for m in messages {
-            framing.put(&mut bytes, m);
-        }
-        std::fs::write(&file, bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-        load_args.extend([
-            "--method".into(),
-            path.clone(),
-            "--data".into(),
-            file.display().to_string(),
-        ]);
-    }
-    let mut notes = Vec::new();
-    notes.push(match &dataset {
-        Some(d) => format!("requests: recorded, {}", d.display()),
-        None => format!("requests: {} generated per method (no dataset found)", args.per_type),
-    });
+    let (load_args, note) = social_requests(&repo, &work, args.per_type)?;
+    let mut notes = vec![note];
     let tonic = if args.impls.iter().any(|i| i == "tonic") {
-        let script = repo.join("bench/peers-rpc/build.sh");
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("{}: {e}", script.display()))?;
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if out.status.success() && Path::new(&path).is_file() {
-            Some(PathBuf::from(path))
-        } else {
+        let t = tonic_server(&repo);
+        if t.is_none() {
             notes.push("tonic server did not build: left out".into());
-            None
         }
+        t
     } else {
         None
     };
@@ -256,6 +215,60 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
         std::fs::write(p, csv).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(report(args, &impls, &samples, &notes))
+}
+
+/// The social-network requests as delimited files under `work`, and the
+/// `protoplane load` arguments that send them round-robin over the five
+/// methods: the recorded ones (`../shared/datasets/socialnetwork`) when
+/// present, else `per_type` generated ones per method. Also says which.
+pub(crate) fn social_requests(
+    repo: &Path,
+    work: &Path,
+    per_type: usize,
+) -> Result<(Vec<String>, String), String> {
+    let proto = repo.join("protos/socialnetwork/social_network.proto");
+    if !proto.is_file() {
+        return Err("run from the repository root (protos/socialnetwork not found)".into());
+    }
+    let schema = crate::sn::schema()?;
+    let shared = repo.parent().map(|p| p.join("shared/datasets/socialnetwork/messages"));
+    let dataset = shared.filter(|d| d.is_dir());
+    let reqs = crate::demo::requests(schema.tables(), dataset.as_deref(), per_type)?;
+    let mut load_args: Vec<String> = vec![
+        "--proto".into(),
+        proto.display().to_string(),
+        "-I".into(),
+        repo.join("protos/socialnetwork").display().to_string(),
+    ];
+    for (path, _, messages) in &reqs {
+        let name = path.rsplit('/').next().unwrap_or("m");
+        let file = work.join(format!("{name}.ldelim"));
+        let mut bytes = Vec::new();
+        let framing = crate::stream::Framing::new(true);
+        for m in messages {
+            framing.put(&mut bytes, m);
+        }
+        std::fs::write(&file, bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+        load_args.extend([
+            "--method".into(),
+            path.clone(),
+            "--data".into(),
+            file.display().to_string(),
+        ]);
+    }
+    let note = match &dataset {
+        Some(d) => format!("requests: recorded, {}", d.display()),
+        None => format!("requests: {per_type} generated per method (no dataset found)"),
+    };
+    Ok((load_args, note))
+}
+
+/// The tonic + prost peer server (`bench/peers-rpc`), built if needed.
+pub(crate) fn tonic_server(repo: &Path) -> Option<PathBuf> {
+    let script = repo.join("bench/peers-rpc/build.sh");
+    let out = Command::new(&script).stderr(Stdio::inherit()).output().ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && Path::new(&path).is_file()).then(|| PathBuf::from(path))
 }
 
 fn report(args: &RpcArgs, impls: &[String], samples: &[Sample], notes: &[String]) -> String {

@@ -1,0 +1,954 @@
+//! `protoplane bench split`: what splitting the RPC tax off the
+//! application costs and what it buys.
+//!
+//! Three experiments, each measurement in fresh processes, the modes
+//! interleaved with their order rotating every round, medians over rounds:
+//!
+//! * **handoff**: the shepherding ring one way (`protoplane bench-ring`):
+//!   median and p99 latency from ping-pong, descriptors per second.
+//! * **zero**: zero business logic, the social-network service
+//!   (`protoplane serve`) monolithic, split (`protoplane engine` + `serve
+//!   --attach`) and, over gRPC, tonic + prost (`bench/peers-rpc`): QPS,
+//!   p50/p99, CPU per call of each process, over gRPC/HTTP2 and the lean
+//!   transport, at 1 and 64 calls in flight.
+//! * **knee** (Split gRPC, Fig. 2): `protoplane bench-echo` answers each
+//!   call with a copy of its request after a busy loop of `busy_us`;
+//!   HyperProtoBench bench3 M3 (845 B), bench4 M43 (36 KB) and bench5 M34
+//!   (476 KB) as request and response, monolithic vs split, over gRPC at
+//!   `--in-flight` calls. Writes the plot (SVG) beside the CSV.
+//!
+//! Placement: the application (or the monolithic server, or tonic) runs on
+//! `--app-cpu`; the engine on `--engine-cpu`; the load generator on
+//! `--load-cpu`. On a two-core machine the engine and the load generator
+//! share a core (the defaults), which handicaps split: the core that the
+//! engine takes the RPC tax to is also generating the load. CPU per call
+//! (user + system from `/proc/PID/stat`, over the load run, divided by the
+//! calls) does not depend on placement, so the cost comparison rests on it;
+//! `*_util` is that CPU per call times QPS, the share of a core the process
+//! kept busy.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::rpc::{median, pinned};
+use super::svg;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SplitArgs {
+    /// A short run (one round, few points, short loads): checks that
+    /// everything runs; its figures are not measurements.
+    #[arg(long)]
+    quick: bool,
+    /// Write every measurement as a CSV row here.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the knee plot here [default: target/bench/split/knee.svg].
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Write the report (Markdown) here too.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Rounds [default: 3; --quick: 1].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Seconds of load per measurement [default: 2; --quick: 0.4].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Business-logic times to sweep, µs, comma-separated
+    /// [default: 0,10,25,50,100,250,500,1000; --quick: 0,100,500].
+    #[arg(long, value_delimiter = ',')]
+    busy_us: Vec<u64>,
+    /// Calls in flight in the knee experiment.
+    #[arg(long, default_value_t = 16)]
+    in_flight: usize,
+    /// Experiments to run: handoff, zero, knee.
+    #[arg(long, value_delimiter = ',', default_value = "handoff,zero,knee")]
+    experiments: Vec<String>,
+    /// Core of the engine.
+    #[arg(long, default_value_t = 0)]
+    engine_cpu: usize,
+    /// Core of the application (and of the monolithic server).
+    #[arg(long, default_value_t = 1)]
+    app_cpu: usize,
+    /// Core of the load generator.
+    #[arg(long, default_value_t = 0)]
+    load_cpu: usize,
+    /// The engine's spin before it parks, µs.
+    #[arg(long, default_value_t = 20)]
+    spin_us: u64,
+    /// Leave tonic out of the zero-logic experiment (it is built with
+    /// cargo on first use).
+    #[arg(long)]
+    no_tonic: bool,
+}
+
+const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors\n";
+
+/// One measurement (one CSV row).
+#[derive(Clone, Debug)]
+struct Row {
+    experiment: &'static str,
+    /// monolithic, split or tonic.
+    mode: &'static str,
+    /// grpc, lean or ring.
+    transport: &'static str,
+    message: String,
+    bytes: usize,
+    busy_us: u64,
+    in_flight: usize,
+    round: usize,
+    qps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// 0 when there is no engine (monolithic, tonic).
+    engine_cpu: f64,
+    /// The application's CPU per call, or the whole server's when
+    /// monolithic.
+    app_cpu: f64,
+    errors: u64,
+}
+
+impl Row {
+    fn csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{}\n",
+            self.experiment,
+            self.mode,
+            self.transport,
+            self.message,
+            self.bytes,
+            self.busy_us,
+            self.in_flight,
+            self.round,
+            self.qps,
+            self.p50_us,
+            self.p99_us,
+            self.engine_cpu,
+            self.app_cpu,
+            self.engine_cpu * self.qps / 1e6,
+            self.app_cpu * self.qps / 1e6,
+            self.errors
+        )
+    }
+}
+
+/// A child process, killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Servers started for one measurement.
+struct Servers {
+    /// Engine first (when split), so it outlives nothing it serves.
+    _procs: Vec<Proc>,
+    grpc: String,
+    lean: Option<String>,
+    engine: Option<u32>,
+    app: u32,
+}
+
+/// Reads `child`'s stdout until `done` says a line is the last one needed,
+/// collecting `prefix → rest` for every line starting with one of the
+/// prefixes.
+fn read_until(
+    child: &mut Child,
+    prefixes: &[&str],
+    last: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(out).lines();
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        for p in prefixes {
+            if let Some(rest) = line.strip_prefix(p) {
+                found.push((p.to_string(), rest.trim().to_string()));
+            }
+        }
+        if line.starts_with(last) {
+            return Ok(found);
+        }
+    }
+    Err(format!("the server did not print {last:?}"))
+}
+
+fn spawn(mut cmd: Command, stderr: Stdio) -> Result<Proc, String> {
+    cmd.stdout(Stdio::piped()).stderr(stderr).stdin(Stdio::null());
+    cmd.spawn().map(Proc).map_err(|e| format!("start {cmd:?}: {e}"))
+}
+
+/// A monolithic server (protoplane or tonic): prints `lean listening on`
+/// (protoplane) and then `listening on`.
+fn monolithic(cmd: Command) -> Result<Servers, String> {
+    let mut p = spawn(cmd, Stdio::null())?;
+    let found = read_until(&mut p.0, &["lean listening on ", "listening on "], "listening on ")?;
+    let get = |k: &str| found.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
+    let grpc = get("listening on ").ok_or("no gRPC address")?;
+    let lean = get("lean listening on ");
+    let app = p.0.id();
+    Ok(Servers { _procs: vec![p], grpc, lean, engine: None, app })
+}
+
+/// An engine and one application attached to it: returns once the engine
+/// says the application attached.
+fn split(engine: Command, app: Command) -> Result<Servers, String> {
+    let mut e = spawn(engine, Stdio::piped())?;
+    let err = e.0.stderr.take().ok_or("no engine stderr")?;
+    // The engine's log, drained for as long as it runs (a full pipe would
+    // stall it); "attached for" lines are passed on.
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("attached for") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let found = read_until(
+        &mut e.0,
+        &["grpc listening on ", "lean listening on ", "attach at "],
+        "attach at ",
+    )?;
+    let get = |k: &str| found.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
+    let grpc = get("grpc listening on ").ok_or("engine: no gRPC address")?;
+    let lean = get("lean listening on ");
+    let a = spawn(app, Stdio::null())?;
+    rx.recv_timeout(Duration::from_secs(60))
+        .map_err(|_| "the application did not attach within 60 s".to_string())?;
+    let (engine, app) = (Some(e.0.id()), a.0.id());
+    Ok(Servers { _procs: vec![e, a], grpc, lean, engine, app })
+}
+
+/// Outcome of one load run.
+struct Measured {
+    qps: f64,
+    p50: f64,
+    p99: f64,
+    errors: u64,
+    engine_cpu: f64,
+    app_cpu: f64,
+}
+
+/// Runs `protoplane load` against `servers` and reads the CPU each server
+/// process used meanwhile.
+fn load(
+    exe: &Path,
+    cpu: usize,
+    servers: &Servers,
+    transport: &str,
+    load_args: &[String],
+    in_flight: usize,
+    seconds: f64,
+    json: &Path,
+) -> Result<Measured, String> {
+    let target = match transport {
+        "lean" => servers.lean.clone().ok_or("no lean address")?,
+        _ => servers.grpc.clone(),
+    };
+    let _ = std::fs::remove_file(json);
+    let mut cmd = pinned(cpu, exe);
+    cmd.arg("load")
+        .args(["--target", &target, "--transport", transport])
+        .args(load_args)
+        .args(["--concurrency", &in_flight.to_string()])
+        .args(["--duration", &seconds.to_string(), "--quiet", "--json"])
+        .arg(json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let cpu_of = |pid: Option<u32>| pid.and_then(crate::host::pid_cpu_seconds);
+    let (e0, a0) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
+    let status = cmd.status().map_err(|e| format!("load: {e}"))?;
+    let (e1, a1) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
+    if !status.success() {
+        return Err(format!("load failed ({status})"));
+    }
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let ok = v["ok"].as_u64().unwrap_or(0);
+    let errors: u64 =
+        v["errors"].as_object().map(|m| m.values().filter_map(|x| x.as_u64()).sum()).unwrap_or(0);
+    let calls = (ok + errors).max(1) as f64;
+    let per_call =
+        |a: Option<f64>, b: Option<f64>| a.zip(b).map_or(0.0, |(a, b)| (b - a) * 1e6 / calls);
+    Ok(Measured {
+        qps: v["qps"].as_f64().unwrap_or(0.0),
+        p50: v["latency_us"]["p50"].as_f64().unwrap_or(f64::NAN),
+        p99: v["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN),
+        errors,
+        engine_cpu: per_call(e0, e1),
+        app_cpu: per_call(a0, a1),
+    })
+}
+
+/// A knee message: HyperProtoBench `bench`/`message`, with the files the
+/// run needs.
+struct KneeMessage {
+    bench: &'static str,
+    message: &'static str,
+    bytes: usize,
+    /// `--proto … -I …` for the engine, the application and the load.
+    schema_args: Vec<String>,
+    /// `--method … --data …` for the load.
+    call_args: Vec<String>,
+}
+
+const KNEE: [(&str, &str); 3] = [("bench3", "M3"), ("bench4", "M43"), ("bench5", "M34")];
+
+/// Writes, for each knee message, a service answering it with itself
+/// (`protoplane.splitbench.Echo/<message>`, importing the benchmark's own
+/// `.proto`) and the request as a delimited file.
+fn knee_messages(hpb: &Path, work: &Path) -> Result<Vec<KneeMessage>, String> {
+    let manifest = std::fs::read_to_string(hpb.join("manifest.tsv"))
+        .map_err(|e| format!("{}: {e}", hpb.join("manifest.tsv").display()))?;
+    let mut out = Vec::new();
+    for (bench, message) in KNEE {
+        let row = manifest
+            .lines()
+            .map(|l| l.split('\t').collect::<Vec<_>>())
+            .find(|c| c.len() >= 12 && c[0] == bench && c[1] == message)
+            .ok_or_else(|| format!("manifest.tsv lists no {bench} {message}"))?;
+        let bin = std::fs::read(hpb.join(row[11])).map_err(|e| format!("{}: {e}", row[11]))?;
+        let dir = work.join(bench);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let proto = dir.join("echo.proto");
+        let text = format!(
+            "// Generated by `protoplane bench split`.\nsyntax = \"proto2\";\npackage protoplane.splitbench;\nimport \"benchmark.proto\";\nservice Echo {{\n  rpc {message}(hyperprotobench.{message}) returns (hyperprotobench.{message});\n}}\n"
+        );
+        std::fs::write(&proto, text).map_err(|e| e.to_string())?;
+        let data = dir.join(format!("{message}.ldelim"));
+        let mut framed = Vec::new();
+        crate::stream::Framing::new(true).put(&mut framed, &bin);
+        std::fs::write(&data, framed).map_err(|e| e.to_string())?;
+        out.push(KneeMessage {
+            bench,
+            message,
+            bytes: bin.len(),
+            schema_args: vec![
+                "--proto".into(),
+                proto.display().to_string(),
+                "-I".into(),
+                dir.display().to_string(),
+                "-I".into(),
+                hpb.join(bench).display().to_string(),
+            ],
+            call_args: vec![
+                "--method".into(),
+                format!("protoplane.splitbench.Echo/{message}"),
+                "--data".into(),
+                data.display().to_string(),
+            ],
+        });
+    }
+    Ok(out)
+}
+
+struct Plan<'a> {
+    args: &'a SplitArgs,
+    exe: PathBuf,
+    work: PathBuf,
+    rounds: usize,
+    seconds: f64,
+}
+
+impl Plan<'_> {
+    fn engine(&self, extra: &[String]) -> Command {
+        let mut c = pinned(self.args.engine_cpu, &self.exe);
+        let sock = self.work.join("engine.sock");
+        let _ = std::fs::remove_file(&sock);
+        c.args(["engine", "--grpc-port", "0", "--lean-port", "0", "--threads", "1"])
+            .arg("--attach")
+            .arg(&sock)
+            .args(["--cores", &self.args.engine_cpu.to_string()])
+            .args(["--spin-us", &self.args.spin_us.to_string()])
+            .args(extra);
+        c
+    }
+
+    fn app(&self, args: &[String]) -> Command {
+        let mut c = pinned(self.args.app_cpu, &self.exe);
+        c.args(args);
+        c
+    }
+
+    fn sock(&self) -> String {
+        self.work.join("engine.sock").display().to_string()
+    }
+}
+
+/// `protoplane bench split`.
+pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
+    let repo = std::env::current_dir().map_err(|e| e.to_string())?;
+    let work = repo.join("target/bench/split");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let plan = Plan {
+        args,
+        exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        work: work.clone(),
+        rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        seconds: args.seconds.unwrap_or(if args.quick { 0.4 } else { 2.0 }),
+    };
+    let wants = |e: &str| args.experiments.iter().any(|x| x == e);
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    if args.engine_cpu == args.app_cpu {
+        notes.push(format!(
+            "engine and application share core {}: split has no core of its own here",
+            args.app_cpu
+        ));
+    }
+    let means = if wants("handoff") { handoff(&plan, &mut rows, &mut notes)? } else { Vec::new() };
+    if wants("zero") {
+        zero(&plan, &repo, &mut rows, &mut notes)?;
+    }
+    let mut knee_done = false;
+    if wants("knee") {
+        let hpb = repo.parent().map(|p| p.join("shared/datasets/hyperprotobench"));
+        match hpb.filter(|d| d.join("manifest.tsv").is_file()) {
+            Some(hpb) => {
+                let msgs = knee_messages(&hpb, &work)?;
+                knee(&plan, &msgs, &mut rows, &mut notes)?;
+                knee_done = true;
+            }
+            None => notes.push(
+                "knee: skipped, it needs HyperProtoBench (../shared/datasets/hyperprotobench)"
+                    .into(),
+            ),
+        }
+    }
+    eprintln!();
+    let csv: String =
+        std::iter::once(CSV_HEADER.to_string()).chain(rows.iter().map(Row::csv)).collect();
+    let csv_path = args.csv.clone().unwrap_or_else(|| work.join("split.csv"));
+    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    notes.push(format!("every measurement: {}", csv_path.display()));
+    if knee_done {
+        let svg_path = args.svg.clone().unwrap_or_else(|| work.join("knee.svg"));
+        std::fs::write(&svg_path, plot(&plan, &rows))
+            .map_err(|e| format!("{}: {e}", svg_path.display()))?;
+        notes.push(format!("knee plot: {}", svg_path.display()));
+    }
+    let md = report(&plan, &rows, &means, &notes);
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, &md).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(md)
+}
+
+fn progress(what: &str) {
+    eprint!("\r{what:<78}");
+}
+
+/// Runs the ring handoff; returns the mean one-way time of each round (ns).
+fn handoff(
+    plan: &Plan<'_>,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<f64>, String> {
+    let mut means = Vec::new();
+    if plan.args.engine_cpu == plan.args.app_cpu {
+        notes.push("handoff: skipped, it needs two cores (both sides spin)".into());
+        return Ok(means);
+    }
+    let (trips, descs) = if plan.args.quick { (20_000, 500_000) } else { (200_000, 5_000_000) };
+    for round in 0..plan.rounds {
+        progress(&format!("handoff: round {}", round + 1));
+        let out = Command::new(&plan.exe)
+            .arg("bench-ring")
+            .args(["--engine-cpu", &plan.args.engine_cpu.to_string()])
+            .args(["--app-cpu", &plan.args.app_cpu.to_string()])
+            .args(["--round-trips", &trips.to_string(), "--descriptors", &descs.to_string()])
+            .output()
+            .map_err(|e| format!("bench-ring: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<f64> = text.trim().split(',').filter_map(|x| x.parse().ok()).collect();
+        if !out.status.success() || v.len() != 4 {
+            return Err(format!("bench-ring failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        means.push(v[3]);
+        rows.push(Row {
+            experiment: "handoff",
+            mode: "split",
+            transport: "ring",
+            message: "descriptor".into(),
+            bytes: 64,
+            busy_us: 0,
+            in_flight: 1,
+            round: round + 1,
+            qps: v[2],
+            p50_us: v[0] / 1e3,
+            p99_us: v[1] / 1e3,
+            engine_cpu: 0.0,
+            app_cpu: 0.0,
+            errors: 0,
+        });
+    }
+    Ok(means)
+}
+
+fn zero(
+    plan: &Plan<'_>,
+    repo: &Path,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let (load_args, note) = super::rpc::social_requests(repo, &plan.work, 200)?;
+    notes.push(format!("zero: social-network {note}"));
+    let tonic = if plan.args.no_tonic {
+        None
+    } else {
+        let t = super::rpc::tonic_server(repo);
+        if t.is_none() {
+            notes.push("zero: the tonic server did not build; left out".into());
+        }
+        t
+    };
+    let points: Vec<(&'static str, usize)> =
+        vec![("grpc", 1), ("grpc", 64), ("lean", 1), ("lean", 64)];
+    let json = plan.work.join("load.json");
+    for round in 0..plan.rounds {
+        for &(transport, in_flight) in &points {
+            let mut modes = vec!["monolithic", "split"];
+            if transport == "grpc" && tonic.is_some() {
+                modes.push("tonic");
+            }
+            for k in 0..modes.len() {
+                let mode = modes[(k + round) % modes.len()];
+                progress(&format!(
+                    "zero: round {} {mode} {transport} {in_flight} in flight",
+                    round + 1
+                ));
+                let servers = match (mode, &tonic) {
+                    ("tonic", Some(t)) => {
+                        let mut c = pinned(plan.args.app_cpu, t);
+                        c.args(["--port", "0", "--threads", "1"]);
+                        monolithic(c)?
+                    }
+                    ("split", _) => split(
+                        plan.engine(&[]),
+                        plan.app(&["serve".into(), "--attach".into(), plan.sock()]),
+                    )?,
+                    _ => monolithic(plan.app(&[
+                        "serve".into(),
+                        "--port".into(),
+                        "0".into(),
+                        "--lean-port".into(),
+                        "0".into(),
+                        "--threads".into(),
+                        "1".into(),
+                    ]))?,
+                };
+                let m = load(
+                    &plan.exe,
+                    plan.args.load_cpu,
+                    &servers,
+                    transport,
+                    &load_args,
+                    in_flight,
+                    plan.seconds,
+                    &json,
+                );
+                drop(servers);
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        notes.push(format!("zero: {mode} {transport} {in_flight}: {e}"));
+                        continue;
+                    }
+                };
+                rows.push(Row {
+                    experiment: "zero",
+                    mode,
+                    transport,
+                    message: "socialnetwork".into(),
+                    bytes: 0,
+                    busy_us: 0,
+                    in_flight,
+                    round: round + 1,
+                    qps: m.qps,
+                    p50_us: m.p50,
+                    p99_us: m.p99,
+                    engine_cpu: m.engine_cpu,
+                    app_cpu: m.app_cpu,
+                    errors: m.errors,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn busy_list(args: &SplitArgs) -> Vec<u64> {
+    if !args.busy_us.is_empty() {
+        return args.busy_us.clone();
+    }
+    if args.quick {
+        vec![0, 100, 500]
+    } else {
+        vec![0, 10, 25, 50, 100, 250, 500, 1000]
+    }
+}
+
+fn knee(
+    plan: &Plan<'_>,
+    msgs: &[KneeMessage],
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let json = plan.work.join("load.json");
+    let busy = busy_list(plan.args);
+    let modes = ["monolithic", "split"];
+    for round in 0..plan.rounds {
+        for m in msgs {
+            for &b in &busy {
+                for k in 0..modes.len() {
+                    let mode = modes[(k + round + b as usize) % modes.len()];
+                    progress(&format!(
+                        "knee: round {} {} {} busy {b} µs {mode}",
+                        round + 1,
+                        m.bench,
+                        m.message
+                    ));
+                    let mut echo = vec!["bench-echo".to_string()];
+                    echo.extend(m.schema_args.iter().cloned());
+                    echo.extend(["--busy-us".into(), b.to_string()]);
+                    let servers = if mode == "split" {
+                        echo.extend(["--attach".into(), plan.sock()]);
+                        split(plan.engine(&m.schema_args), plan.app(&echo))?
+                    } else {
+                        monolithic(plan.app(&echo))?
+                    };
+                    let mut load_args = m.schema_args.clone();
+                    load_args.extend(m.call_args.iter().cloned());
+                    let r = load(
+                        &plan.exe,
+                        plan.args.load_cpu,
+                        &servers,
+                        "grpc",
+                        &load_args,
+                        plan.args.in_flight,
+                        plan.seconds,
+                        &json,
+                    );
+                    drop(servers);
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(e) => {
+                            notes.push(format!("knee: {} {mode} busy {b}: {e}", m.message));
+                            continue;
+                        }
+                    };
+                    rows.push(Row {
+                        experiment: "knee",
+                        mode,
+                        transport: "grpc",
+                        message: format!("{}/{}", m.bench, m.message),
+                        bytes: m.bytes,
+                        busy_us: b,
+                        in_flight: plan.args.in_flight,
+                        round: round + 1,
+                        qps: r.qps,
+                        p50_us: r.p50,
+                        p99_us: r.p99,
+                        engine_cpu: r.engine_cpu,
+                        app_cpu: r.app_cpu,
+                        errors: r.errors,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Median over rounds of `f` for the rows `pick` selects.
+fn med(rows: &[Row], pick: impl Fn(&Row) -> bool, f: impl Fn(&Row) -> f64) -> f64 {
+    median(rows.iter().filter(|r| pick(r)).map(f).collect())
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "**not met**"
+    }
+}
+
+fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]) -> String {
+    let a = plan.args;
+    let mut md = format!(
+        "Engine on core {}, application (and monolithic server, tonic) on core {}, load on core {}; \
+         engine spins {} µs before parking; {} s per measurement, fresh processes, modes \
+         interleaved, median of {} round(s).{}\n",
+        a.engine_cpu,
+        a.app_cpu,
+        a.load_cpu,
+        a.spin_us,
+        plan.seconds,
+        plan.rounds,
+        if a.quick { " **--quick: a smoke run, not a measurement.**" } else { "" }
+    );
+    let handoff: Vec<&Row> = rows.iter().filter(|r| r.experiment == "handoff").collect();
+    if !handoff.is_empty() {
+        let p50 = median(handoff.iter().map(|r| r.p50_us * 1e3).collect());
+        let p99 = median(handoff.iter().map(|r| r.p99_us * 1e3).collect());
+        let rate = median(handoff.iter().map(|r| r.qps).collect());
+        let mean = median(handoff_means.to_vec());
+        md += "\n### Ring handoff, one way\n\n| p50 ns | p99 ns | mean ns (no clock reads) | descriptors/s |\n|---:|---:|---:|---:|\n";
+        md += &format!("| {p50:.0} | {p99:.0} | {mean:.0} | {:.1} M |\n", rate / 1e6);
+        md += &format!("\nTarget p50 ≤ 150 ns: {} ({p50:.0} ns).\n", verdict(p50 <= 150.0));
+    }
+    let zero: Vec<&Row> = rows.iter().filter(|r| r.experiment == "zero").collect();
+    if !zero.is_empty() {
+        md += "\n### Zero business logic (social-network service)\n\n";
+        md += "| mode | transport | in flight | QPS | p50 µs | p99 µs | engine CPU µs/call | app CPU µs/call | total CPU µs/call | vs monolithic (CPU/call) | errors |\n";
+        md += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut points: Vec<(&str, usize)> =
+            zero.iter().map(|r| (r.transport, r.in_flight)).collect();
+        points.dedup();
+        points.sort();
+        points.dedup();
+        for &(t, n) in &points {
+            let at = |mode: &'static str| {
+                move |r: &Row| {
+                    r.experiment == "zero" && r.mode == mode && r.transport == t && r.in_flight == n
+                }
+            };
+            let mono_cpu = med(rows, at("monolithic"), |r| r.engine_cpu + r.app_cpu);
+            for mode in ["monolithic", "split", "tonic"] {
+                if !rows.iter().any(at(mode)) {
+                    continue;
+                }
+                let total = med(rows, at(mode), |r| r.engine_cpu + r.app_cpu);
+                let errors: u64 = rows.iter().filter(|r| at(mode)(r)).map(|r| r.errors).sum();
+                md += &format!(
+                    "| {mode} | {t} | {n} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {total:.2} | {:.2}× | {errors} |\n",
+                    med(rows, at(mode), |r| r.qps),
+                    med(rows, at(mode), |r| r.p50_us),
+                    med(rows, at(mode), |r| r.p99_us),
+                    med(rows, at(mode), |r| r.engine_cpu),
+                    med(rows, at(mode), |r| r.app_cpu),
+                    total / mono_cpu,
+                );
+            }
+        }
+        let cell = |mode: &str, t: &str, n: usize, f: &dyn Fn(&Row) -> f64| {
+            med(
+                rows,
+                |r| {
+                    r.experiment == "zero" && r.mode == mode && r.transport == t && r.in_flight == n
+                },
+                f,
+            )
+        };
+        let total = |r: &Row| r.engine_cpu + r.app_cpu;
+        md += "\nTargets:\n";
+        for t in ["grpc", "lean"] {
+            let ratio = cell("split", t, 64, &total) / cell("monolithic", t, 64, &total);
+            if ratio.is_finite() {
+                md += &format!(
+                    "- split costs ≤ 10% at zero business logic ({t}, 64 in flight, engine + application CPU per call vs the monolithic server's): {} ({:+.0}%)\n",
+                    verdict(ratio <= 1.10),
+                    (ratio - 1.0) * 100.0
+                );
+            }
+        }
+        let lean = cell("split", "lean", 64, &total);
+        if lean.is_finite() {
+            md += &format!(
+                "- engine + application CPU per small call ≤ 1 µs on lean (64 in flight): {} ({lean:.2} µs)\n",
+                verdict(lean <= 1.0)
+            );
+        }
+        let p50 = |r: &Row| r.p50_us;
+        let ratio = cell("split", "grpc", 1, &p50) / cell("tonic", "grpc", 1, &p50);
+        if ratio.is_finite() {
+            md += &format!(
+                "- p50 at 1 in flight over gRPC ≤ 0.6× tonic's: {} ({ratio:.2}×: {:.0} µs vs {:.0} µs)\n",
+                verdict(ratio <= 0.6),
+                cell("split", "grpc", 1, &p50),
+                cell("tonic", "grpc", 1, &p50)
+            );
+        }
+    }
+    let knee: Vec<&Row> = rows.iter().filter(|r| r.experiment == "knee").collect();
+    if !knee.is_empty() {
+        md += &format!(
+            "\n### The knee: business logic vs throughput ({} in flight, gRPC)\n\n",
+            a.in_flight
+        );
+        md += "| message | busy µs | monolithic QPS | split QPS | split/mono | mono p50 µs | split p50 µs | mono p99 µs | split p99 µs | mono server CPU µs/call | split engine CPU µs/call | split app CPU µs/call | app core busy mono / split | app-core capacity split/mono | errors |\n";
+        md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut msgs: Vec<String> = Vec::new();
+        for r in &knee {
+            if !msgs.contains(&r.message) {
+                msgs.push(r.message.clone());
+            }
+        }
+        let mut summary = String::new();
+        for msg in &msgs {
+            let mut saturated = Vec::new();
+            for b in busy_list(a) {
+                let at = |mode: &'static str| {
+                    let msg = msg.clone();
+                    move |r: &Row| {
+                        r.experiment == "knee"
+                            && r.mode == mode
+                            && r.message == msg
+                            && r.busy_us == b
+                    }
+                };
+                if !rows.iter().any(at("split")) && !rows.iter().any(at("monolithic")) {
+                    continue;
+                }
+                let (mq, sq) =
+                    (med(rows, at("monolithic"), |r| r.qps), med(rows, at("split"), |r| r.qps));
+                let util = med(rows, at("split"), |r| r.app_cpu * r.qps / 1e6);
+                let errors: u64 = rows
+                    .iter()
+                    .filter(|r| r.experiment == "knee" && &r.message == msg && r.busy_us == b)
+                    .map(|r| r.errors)
+                    .sum();
+                let (mp99, sp99) = (
+                    med(rows, at("monolithic"), |r| r.p99_us),
+                    med(rows, at("split"), |r| r.p99_us),
+                );
+                let mono_util = med(rows, at("monolithic"), |r| r.app_cpu * r.qps / 1e6);
+                // What one application core sustains when it is the
+                // bottleneck: 1 / its CPU per call (the monolithic server's
+                // whole cost, the split application's share).
+                let capacity = med(rows, at("monolithic"), |r| r.app_cpu)
+                    / med(rows, at("split"), |r| r.app_cpu);
+                if util >= 0.9 {
+                    saturated.push((b, sq / mq, sp99 / mp99));
+                }
+                md += &format!(
+                    "| {msg} | {b} | {mq:.0} | {sq:.0} | {:.2}× | {:.0} | {:.0} | {mp99:.0} | {sp99:.0} | {:.1} | {:.1} | {:.1} | {:.0}% / {:.0}% | {capacity:.2}× | {errors} |\n",
+                    sq / mq,
+                    med(rows, at("monolithic"), |r| r.p50_us),
+                    med(rows, at("split"), |r| r.p50_us),
+                    med(rows, at("monolithic"), |r| r.app_cpu),
+                    med(rows, at("split"), |r| r.engine_cpu),
+                    med(rows, at("split"), |r| r.app_cpu),
+                    mono_util * 100.0,
+                    util * 100.0,
+                );
+            }
+            summary += &match (saturated.iter().map(|s| s.1).reduce(f64::min), saturated.iter().map(|s| s.1).reduce(f64::max)) {
+                (Some(lo), Some(hi)) => format!(
+                    "- {msg}: with the application core ≥ 90% busy (busy {} µs), split/monolithic throughput {lo:.2}× … {hi:.2}× ({}); p99 split/monolithic {}\n",
+                    saturated.iter().map(|s| s.0.to_string()).collect::<Vec<_>>().join(", "),
+                    verdict(lo >= 1.5),
+                    saturated.iter().map(|s| format!("{:.2}×", s.2)).collect::<Vec<_>>().join(", "),
+                ),
+                _ => format!("- {msg}: the application core never reached 90% busy in split mode\n"),
+            };
+        }
+        md +=
+            "\n\"App core busy\" is CPU per call × QPS of the monolithic server and of the split \
+               application. \"App-core capacity\" is the monolithic server's CPU per call over the \
+               split application's: the throughput ratio when one application core is the \
+               bottleneck, whatever else limits a run on this machine (here the engine shares its \
+               core with the load generator).\n";
+        md += "\nTarget: once the application core saturates, split ≥ 1.5× monolithic throughput \
+               (measured QPS, at the points where the split application's core was ≥ 90% busy):\n";
+        md += &summary;
+    }
+    for n in notes {
+        md += &format!("\n- {n}");
+    }
+    md.push('\n');
+    md
+}
+
+/// The knee plot: a column per message; rows QPS, p99, CPU per call.
+fn plot(plan: &Plan<'_>, rows: &[Row]) -> String {
+    let busy = busy_list(plan.args);
+    let xs: Vec<String> = busy.iter().map(u64::to_string).collect();
+    let mut msgs: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.experiment == "knee") {
+        if !msgs.contains(&r.message) {
+            msgs.push(r.message.clone());
+        }
+    }
+    let series = |msg: &str, mode: &'static str, f: &dyn Fn(&Row) -> f64| -> Vec<f64> {
+        busy.iter()
+            .map(|&b| {
+                med(
+                    rows,
+                    |r| {
+                        r.experiment == "knee"
+                            && r.mode == mode
+                            && r.message == msg
+                            && r.busy_us == b
+                    },
+                    f,
+                )
+            })
+            .collect()
+    };
+    let mut panels = Vec::new();
+    type Metric = (&'static str, &'static str, fn(&Row) -> f64);
+    let metrics: [Metric; 2] = [("QPS", "calls/s", |r| r.qps), ("p99 latency", "µs", |r| r.p99_us)];
+    for (name, unit, f) in metrics {
+        for msg in &msgs {
+            panels.push(svg::Panel {
+                title: format!("{msg}: {name}"),
+                y_label: unit.into(),
+                series: vec![
+                    svg::Series {
+                        name: "monolithic".into(),
+                        color: "#d62728",
+                        ys: series(msg, "monolithic", &f),
+                    },
+                    svg::Series {
+                        name: "split".into(),
+                        color: "#1f77b4",
+                        ys: series(msg, "split", &f),
+                    },
+                ],
+            });
+        }
+    }
+    for msg in &msgs {
+        panels.push(svg::Panel {
+            title: format!("{msg}: CPU per call"),
+            y_label: "µs".into(),
+            series: vec![
+                svg::Series {
+                    name: "mono server".into(),
+                    color: "#d62728",
+                    ys: series(msg, "monolithic", &|r| r.app_cpu),
+                },
+                svg::Series {
+                    name: "split engine".into(),
+                    color: "#2ca02c",
+                    ys: series(msg, "split", &|r| r.engine_cpu),
+                },
+                svg::Series {
+                    name: "split app".into(),
+                    color: "#1f77b4",
+                    ys: series(msg, "split", &|r| r.app_cpu),
+                },
+            ],
+        });
+    }
+    svg::grid(
+        &format!(
+            "protoplane split vs monolithic: business logic per call ({} in flight, gRPC; median of {} rounds)",
+            plan.args.in_flight, plan.rounds
+        ),
+        "business logic, µs per call",
+        &xs,
+        &panels,
+        msgs.len().max(1),
+    )
+}

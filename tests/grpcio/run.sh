@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gRPC interop tests between protoplane and grpcio (the Python gRPC library).
 #
-#   tests/grpcio/run.sh [--protoplane PATH] [--only server|client]
+#   tests/grpcio/run.sh [--protoplane PATH] [--only server|client|split]
 #                       [--server-cmd CMD] [--client-cmd CMD] [--case-timeout S]
 #
 #   (a) protoplane as the server: `protoplane interop-server --port 0` is
@@ -11,6 +11,12 @@
 #       is started and `protoplane interop-client --server_host 127.0.0.1
 #       --server_port P --test_case C` runs once per case (CLIENT_CASES below),
 #       each under `timeout`.
+#   (c) split mode: `protoplane engine --grpc-port 0 --attach SOCK` with the
+#       interop service in an attached `protoplane interop-server --attach
+#       SOCK` process; once the engine logs `attached for
+#       grpc.testing.TestService`, client_tests.py runs against the engine's
+#       gRPC port (its cases reported as `split NAME`). Skipped with
+#       --server-cmd, which replaces the server only (a).
 #
 # One line per case, `PASS name (1.234s)` or `FAIL name (1.234s)`, then a
 # summary; exit status 1 if anything failed.  Logs of the last run are kept in
@@ -57,7 +63,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "run.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-case "$ONLY" in ""|server|client) ;; *) echo "run.sh: --only takes server or client" >&2; exit 2 ;; esac
+case "$ONLY" in ""|server|client|split) ;; *) echo "run.sh: --only takes server, client or split" >&2; exit 2 ;; esac
 
 PROTO_ROOT="${GRPC_TESTING_PROTO_ROOT:-$ROOT/../shared/protos/grpc-testing}"
 if [[ ! -f "$PROTO_ROOT/grpc/testing/test.proto" ]]; then
@@ -69,8 +75,12 @@ export GRPC_TESTING_PROTO_ROOT="$PROTO_ROOT"   # read by grpcio_stubs.py
 if [[ -n "$SERVER_CMD" ]]; then read -r -a SERVER <<<"$SERVER_CMD"; else SERVER=("$PROTOPLANE" interop-server); fi
 if [[ -n "$CLIENT_CMD" ]]; then read -r -a CLIENT <<<"$CLIENT_CMD"; else CLIENT=("$PROTOPLANE" interop-client); fi
 
-if [[ ( -z "$SERVER_CMD" && "$ONLY" != client ) || ( -z "$CLIENT_CMD" && "$ONLY" != server ) ]] \
-    && [[ ! -x "$PROTOPLANE" ]]; then
+# Whether step $1 (server, client or split) runs.
+want() { [[ -z "$ONLY" || "$ONLY" == "$1" ]]; }
+needs_protoplane=0
+if [[ -z "$SERVER_CMD" ]] && { want server || want split; }; then needs_protoplane=1; fi
+if [[ -z "$CLIENT_CMD" ]] && want client; then needs_protoplane=1; fi
+if [[ $needs_protoplane -eq 1 && ! -x "$PROTOPLANE" ]]; then
     echo "FAIL: no protoplane binary at $PROTOPLANE (build it with: cargo build --release)"
     exit 1
 fi
@@ -86,6 +96,7 @@ mkdir -p "$LOGS"
 passed=0
 failed=0
 PIDS=()
+SOCK_DIR=""
 
 cleanup() {
     local pid
@@ -95,6 +106,7 @@ cleanup() {
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null
     done
+    [[ -n "$SOCK_DIR" ]] && rm -rf "$SOCK_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -104,12 +116,13 @@ now_ns() { date +%s%N; }
 elapsed() { local ms=$((($(now_ns) - $1) / 1000000)); printf '%d.%03d' $((ms / 1000)) $((ms % 1000)); }
 indent() { sed 's/^/    /'; }
 
-# start_server NAME CMD... : run CMD --port 0 in the background and wait for its
-# `listening on [HOST:]PORT` line; sets SERVER_PID and SERVER_PORT.
+# start_server NAME CMD... : run CMD (which must be told to pick a free port)
+# in the background and wait for its `[grpc ]listening on [HOST:]PORT` line;
+# sets SERVER_PID and SERVER_PORT.
 start_server() {
     local name="$1"; shift
     local out="$LOGS/$name.stdout" err="$LOGS/$name.stderr" deadline line
-    "$@" --port 0 >"$out" 2>"$err" </dev/null &
+    "$@" >"$out" 2>"$err" </dev/null &
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
     SERVER_PORT=""
@@ -137,46 +150,65 @@ start_server() {
     return 1
 }
 
-stop_server() {
-    local pid keep=()
-    kill "$SERVER_PID" 2>/dev/null
-    wait "$SERVER_PID" 2>/dev/null
-    for pid in "${PIDS[@]}"; do [[ $pid == "$SERVER_PID" ]] || keep+=("$pid"); done
+# stop PID... : stop background processes started here.
+stop() {
+    local pid keep=() p
+    for pid in "$@"; do kill "$pid" 2>/dev/null; done
+    for pid in "$@"; do wait "$pid" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
     PIDS=("${keep[@]}")
 }
 
+# alive NAME PID : counts a failure (with the end of NAME's stderr) if PID died.
+alive() {
+    kill -0 "$2" 2>/dev/null && return 0
+    echo "FAIL $1: died during the run; stderr:"
+    tail -n 20 "$LOGS/$1.stderr" | indent
+    failed=$((failed + 1))
+    return 1
+}
+
+# client_suite LOG PREFIX HOST:PORT : runs client_tests.py, printing its
+# case lines with PREFIX before each name, and adds its counts to
+# passed/failed.
+client_suite() {
+    local log="$LOGS/$1" prefix="$2" target="$3" rc n_pass n_fail
+    # client_tests.py prints its own PASS/FAIL line per case.
+    timeout "$SUITE_TIMEOUT" "$PY" "$HERE/client_tests.py" --target "$target" \
+        | while IFS= read -r line; do
+            if [[ $line =~ ^(PASS|FAIL)\ (.*)$ ]]; then
+                line="${BASH_REMATCH[1]} $prefix${BASH_REMATCH[2]}"
+            fi
+            printf '%s\n' "$line"
+        done | tee "$log"
+    rc=${PIPESTATUS[0]}
+    n_pass=$(grep -c '^PASS ' "$log")
+    n_fail=$(grep -c '^FAIL ' "$log")
+    passed=$((passed + n_pass))
+    failed=$((failed + n_fail))
+    if [[ $rc -ne 0 ]] && ! grep -q '^client_tests: ' "$log"; then
+        # Crashed or timed out before its summary line.
+        echo "FAIL ${prefix}client_tests.py (exit status $rc)"
+        failed=$((failed + 1))
+    fi
+}
+
 # --- (a) protoplane server, grpcio client -------------------------------------
-if [[ "$ONLY" != client ]]; then
+if want server; then
     echo "==> (a) grpcio client suite against: ${SERVER[*]}"
-    if start_server interop-server "${SERVER[@]}"; then
-        # client_tests.py prints its own PASS/FAIL line per case.
-        timeout "$SUITE_TIMEOUT" "$PY" "$HERE/client_tests.py" --target "127.0.0.1:$SERVER_PORT" \
-            | tee "$LOGS/client_tests.log"
-        rc=${PIPESTATUS[0]}
-        n_pass=$(grep -c '^PASS ' "$LOGS/client_tests.log")
-        n_fail=$(grep -c '^FAIL ' "$LOGS/client_tests.log")
-        passed=$((passed + n_pass))
-        failed=$((failed + n_fail))
-        if [[ $rc -ne 0 && $n_fail -eq 0 ]]; then
-            # Crashed or timed out without reporting a failing case.
-            echo "FAIL client_tests.py (exit status $rc)"
-            failed=$((failed + 1))
-        fi
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            echo "FAIL interop-server: died during the suite; stderr:"
-            tail -n 20 "$LOGS/interop-server.stderr" | indent
-            failed=$((failed + 1))
-        fi
-        stop_server
+    if start_server interop-server "${SERVER[@]}" --port 0; then
+        client_suite client_tests.log "" "127.0.0.1:$SERVER_PORT"
+        alive interop-server "$SERVER_PID"
+        stop "$SERVER_PID"
     else
         failed=$((failed + 1))
     fi
 fi
 
 # --- (b) grpcio server, protoplane client -------------------------------------
-if [[ "$ONLY" != server ]]; then
+if want client; then
     echo "==> (b) ${CLIENT[*]} against the grpcio interop server"
-    if start_server grpcio-server "$PY" "$HERE/interop_server.py"; then
+    if start_server grpcio-server "$PY" "$HERE/interop_server.py" --port 0; then
         for tc in "${CLIENT_CASES[@]}"; do
             log="$LOGS/client-$tc.log"
             start=$(now_ns)
@@ -194,16 +226,61 @@ if [[ "$ONLY" != server ]]; then
                 failed=$((failed + 1))
             fi
         done
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            echo "FAIL grpcio-server: died during the cases; stderr:"
-            tail -n 20 "$LOGS/grpcio-server.stderr" | indent
-            failed=$((failed + 1))
-        fi
-        stop_server
+        alive grpcio-server "$SERVER_PID"
+        stop "$SERVER_PID"
     else
         failed=$((failed + 1))
     fi
 fi
 
-echo "grpcio interop: $passed passed, $failed failed (logs: ${LOGS#"$ROOT"/})"
+# --- (c) split mode: protoplane engine + attached interop-server, grpcio client
+if want split && [[ -n "$SERVER_CMD" ]]; then
+    echo "==> (c) split mode: skipped (--server-cmd replaces the server of (a) only)"
+elif want split; then
+    echo "==> (c) grpcio client suite against protoplane engine + attached interop-server"
+    SOCK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pp-grpcio.XXXXXX")"
+    SOCK="$SOCK_DIR/engine.sock"
+    # 32 MiB each way, as the monolithic server and the suite's channels
+    # allow: huge_unary sends and receives 16 MiB (the engine's default is 4).
+    if start_server split-engine "$PROTOPLANE" engine --grpc-port 0 --attach "$SOCK" \
+        --max-message $((32 << 20)); then
+        ENGINE_PID=$SERVER_PID
+        ENGINE_PORT=$SERVER_PORT
+        "$PROTOPLANE" interop-server --attach "$SOCK" >"$LOGS/split-app.stdout" 2>"$LOGS/split-app.stderr" </dev/null &
+        APP_PID=$!
+        PIDS+=("$APP_PID")
+        # The engine answers UNAVAILABLE until an application serves the
+        # service, so the suite starts only once the engine says it attached.
+        attached=0
+        deadline=$((SECONDS + STARTUP_TIMEOUT))
+        while [[ $SECONDS -lt $deadline ]]; do
+            if grep -q 'attached for grpc.testing.TestService' "$LOGS/split-engine.stderr"; then attached=1; break; fi
+            kill -0 "$APP_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [[ $attached -eq 1 ]]; then
+            client_suite split-client_tests.log "split " "127.0.0.1:$ENGINE_PORT"
+            alive split-engine "$ENGINE_PID"
+            alive split-app "$APP_PID"
+        else
+            if kill -0 "$APP_PID" 2>/dev/null; then
+                why="did not attach within ${STARTUP_TIMEOUT}s"
+            else
+                wait "$APP_PID"
+                why="exited with status $? before attaching"
+            fi
+            echo "FAIL split: interop-server --attach $why; engine stderr:"
+            tail -n 20 "$LOGS/split-engine.stderr" | indent
+            echo "    interop-server --attach stderr:"
+            tail -n 20 "$LOGS/split-app.stderr" | indent
+            failed=$((failed + 1))
+        fi
+        stop "$APP_PID" "$ENGINE_PID"
+    else
+        failed=$((failed + 1))
+    fi
+fi
+
+summary="$passed passed, $failed failed"
+echo "grpcio interop: $summary (logs: ${LOGS#"$ROOT"/})"
 [[ $failed -eq 0 ]]

@@ -414,7 +414,11 @@ impl Session {
             .get(d.service as usize)
             .and_then(|s| s.schema().method(d.method).map(|m| m.input))
             .unwrap_or(u32::MAX);
-        Ok(Some((Message::from_parts(piece(d.block), piece(d.wire), input), piece(d.side))))
+        let mut m = Message::from_parts(piece(d.block), piece(d.wire), input);
+        // The engine decompressed it; a handler may still ask whether the
+        // client compressed it (the interop suite's compressed requests do).
+        m.set_compressed(d.has(desc::COMPRESS));
+        Ok(Some((m, piece(d.side))))
     }
 
     fn fail(self: &Arc<Self>, call: u64, st: Status) {

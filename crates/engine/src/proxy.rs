@@ -114,7 +114,7 @@ impl SplitService {
             self.post(&att, open, &[], &[], &side).await?;
         } else {
             let m = requests.single().await?;
-            let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END, ..open };
+            let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..open };
             self.post(&att, d, m.block(), m.wire(), &side).await?;
         }
         loop {
@@ -143,7 +143,7 @@ impl SplitService {
                     let d = Descriptor { call, method, service, ..Descriptor::default() };
                     match m {
                         Some(m) => {
-                            let d = Descriptor { flags: desc::MESSAGE, ..d };
+                            let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
                             self.post(&att, d, m.block(), m.wire(), &[]).await?;
                         }
                         None => {
@@ -255,5 +255,15 @@ impl Service for SplitService {
         responder: Responder,
     ) -> BoxFuture<'static, Result<Metadata, Status>> {
         Box::pin(self.forward(method, request, responder))
+    }
+}
+
+/// `COMPRESS` on a request: the client sent it compressed (the engine has
+/// decompressed it; the handler may ask, see `Message::was_compressed`).
+fn z(m: &protoplane_rpc::Message) -> u16 {
+    if m.was_compressed() {
+        desc::COMPRESS
+    } else {
+        0
     }
 }

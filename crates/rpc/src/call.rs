@@ -96,7 +96,9 @@ impl Message {
         self.compressed
     }
 
-    pub(crate) fn set_compressed(&mut self, on: bool) {
+    /// Records whether the message arrived compressed (what a process
+    /// relaying an already decompressed message passes on).
+    pub fn set_compressed(&mut self, on: bool) {
         self.compressed = on;
     }
 

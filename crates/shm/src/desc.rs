@@ -36,7 +36,9 @@ pub const END: u16 = 0x10;
 pub const CANCEL: u16 = 0x20;
 /// Only hands chunks back (no call).
 pub const RELEASE: u16 = 0x40;
-/// Compress this response when the client accepts it.
+/// App → engine: compress this response when the client accepts it.
+/// Engine → app: the client sent this request compressed (it arrives
+/// decompressed).
 pub const COMPRESS: u16 = 0x80;
 /// The message is already encoded: the wire range holds it, no block.
 pub const ENCODED: u16 = 0x100;

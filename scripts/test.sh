@@ -8,10 +8,13 @@
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract)
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
-#      grpcurl through reflection, TLS; Python grpcio client and server
-#   5. smoke runs of `protoplane demo`, `protoplane bench rpc` and
+#      grpcurl through reflection, TLS; Python grpcio client and server; both
+#      clients also against `protoplane engine` (split mode)
+#   5. the socialnetwork example's binaries, monolithic and attached to
+#      `protoplane engine`
+#   6. smoke runs of `protoplane demo`, `protoplane bench rpc` and
 #      `protoplane bench wire` (protoplane only)
-#   6. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
+#   7. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Tests that need ../shared/datasets say so and skip when it is absent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -39,8 +42,11 @@ if .venv/bin/python tests/conformance/crosscheck.py --protoplane target/release/
 step "gRPC interop: grpc-go client and server, grpcurl, TLS"
 if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpc-go)"; fi
 
-step "gRPC interop: Python grpcio client and server"
+step "gRPC interop: Python grpcio client and server (also split mode)"
 if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
+
+step "the socialnetwork example, monolithic and split"
+if examples/socialnetwork/tests/split.sh; then ok; else bad "socialnetwork example"; fi
 
 step "RPC smoke: the demo and bench rpc (protoplane only, no timing claims)"
 if target/release/protoplane demo --seconds 0.3 >target/demo.txt 2>&1 \

@@ -12,8 +12,9 @@
 #      clients also against `protoplane engine` (split mode)
 #   5. the socialnetwork example's binaries, monolithic and attached to
 #      `protoplane engine`
-#   6. smoke runs of `protoplane demo`, `protoplane bench rpc` and
-#      `protoplane bench wire` (protoplane only)
+#   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
+#      `protoplane bench split --quick` and `protoplane bench wire`
+#      (protoplane only)
 #   7. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Tests that need ../shared/datasets say so and skip when it is absent.
 set -euo pipefail
@@ -49,8 +50,9 @@ step "the socialnetwork example, monolithic and split"
 if examples/socialnetwork/tests/split.sh; then ok; else bad "socialnetwork example"; fi
 
 step "RPC smoke: the demo and bench rpc (protoplane only, no timing claims)"
-if target/release/protoplane demo --seconds 0.3 >target/demo.txt 2>&1 \
-    && grep -q '^lean / TCP' target/demo.txt && grep -q 'answered token "t42-ada"' target/demo.txt; then
+if target/release/protoplane demo --split --seconds 0.3 >target/demo.txt 2>&1 \
+    && grep -q '^lean / TCP' target/demo.txt && grep -q 'answered token "t42-ada"' target/demo.txt \
+    && grep -q 'answered token "t42-ada" through the engine' target/demo.txt; then
     ok
 else
     bad "demo"; tail -20 target/demo.txt
@@ -61,6 +63,17 @@ if target/release/protoplane bench rpc --rounds 1 --seconds 0.5 --concurrency 1,
     ok
 else
     bad "bench rpc smoke"; cat target/bench-rpc-smoke.md
+fi
+
+step "bench split smoke (--quick: every experiment runs, no timing claims)"
+if target/release/protoplane bench split --quick --no-tonic --csv target/bench/split-smoke.csv \
+    >target/bench-split-smoke.md 2>/dev/null \
+    && ! grep -qE 'load failed|did not' target/bench-split-smoke.md \
+    && [[ $(wc -l <target/bench/split-smoke.csv) -gt 8 ]] \
+    && awk -F, 'NR > 1 && $16 != 0 { bad = 1 } END { exit bad }' target/bench/split-smoke.csv; then
+    ok
+else
+    bad "bench split smoke"; cat target/bench-split-smoke.md
 fi
 
 step "benchmark smoke (protoplane worker only, no timing claims)"

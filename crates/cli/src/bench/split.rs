@@ -136,7 +136,7 @@ impl Row {
 }
 
 /// A child process, killed when dropped.
-struct Proc(Child);
+pub(crate) struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -146,13 +146,15 @@ impl Drop for Proc {
 }
 
 /// Servers started for one measurement.
-struct Servers {
+pub(crate) struct Servers {
     /// Engine first (when split), so it outlives nothing it serves.
     _procs: Vec<Proc>,
-    grpc: String,
-    lean: Option<String>,
-    engine: Option<u32>,
-    app: u32,
+    pub(crate) grpc: String,
+    pub(crate) lean: Option<String>,
+    /// The engine's pid, when split.
+    pub(crate) engine: Option<u32>,
+    /// The application's pid (the whole server's when monolithic).
+    pub(crate) app: u32,
 }
 
 /// Reads `child`'s stdout until `done` says a line is the last one needed,
@@ -200,7 +202,7 @@ fn monolithic(cmd: Command) -> Result<Servers, String> {
 
 /// An engine and one application attached to it: returns once the engine
 /// says the application attached.
-fn split(engine: Command, app: Command) -> Result<Servers, String> {
+pub(crate) fn split(engine: Command, app: Command) -> Result<Servers, String> {
     let mut e = spawn(engine, Stdio::piped())?;
     let err = e.0.stderr.take().ok_or("no engine stderr")?;
     // The engine's log, drained for as long as it runs (a full pipe would

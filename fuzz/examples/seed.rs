@@ -20,6 +20,10 @@
 //!   stream; see `fuzz_targets/grpc.rs`) and header values.
 //! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
 //!   dataset's descriptor set and of every dataset `.proto`.
+//! * `CORPUS/ring`: op sequences (see `protoplane_fuzz::ring`): well-formed
+//!   traffic (unary and streaming calls, cancels, a full ring, chunk
+//!   releases), each checked here to run without a detach, and the hostile
+//!   applications of the split-mode tests, each checked to be detached.
 //!
 //! A directory that is not there is skipped; each part prints what it wrote.
 
@@ -250,7 +254,141 @@ fn main() {
         lean.put("all", &all);
     }
 
-    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean] {
+    let ring = ring_seeds(corpus);
+
+    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean, &ring] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
+}
+
+/// Seeds of the `ring` target. Calls 0, 1, 2 are the prologue's (unary,
+/// client streaming, unary), in the engine's and the application's lists.
+fn ring_seeds(corpus: &Path) -> Dir {
+    use protoplane_fuzz::ring::{
+        encode, layout, run, Op, COMPRESS, ENCODED, HEADERS, MESSAGE, RELEASE, STATUS, TWICE,
+    };
+    use protoplane_shm::desc::{self, Descriptor};
+
+    let respond =
+        |call, parts, code, len| Op::Respond { call, parts, code, len, tweak: 0, value: 0 };
+    let hostile =
+        |call, parts, tweak, value| Op::Respond { call, parts, code: 0, len: 16, tweak, value };
+    let all = HEADERS | MESSAGE | STATUS;
+    let l = layout();
+    let unary = vec![
+        respond(0, all | RELEASE, 0, 100),
+        Op::Drain,
+        Op::Drop { held: 0 },
+        Op::Drain,
+        Op::Poll,
+        Op::Release { n: 9 },
+        Op::Drain,
+        Op::Watch,
+    ];
+    let streaming = vec![
+        Op::Send { call: 1, len: 16 },
+        Op::End { call: 1 },
+        Op::Poll,
+        respond(1, HEADERS, 0, 0),
+        respond(1, MESSAGE, 0, 40),
+        respond(1, MESSAGE | ENCODED | COMPRESS, 0, 20),
+        Op::Drain,
+        Op::Drop { held: 0 },
+        Op::Drop { held: 0 },
+        respond(1, STATUS, 0, 0),
+        Op::Drain,
+        Op::Poll,
+        Op::Release { n: 9 },
+        Op::Drain,
+    ];
+    let cancel = vec![
+        Op::Close { call: 2, cancel: true },
+        Op::Flush,
+        Op::Poll,
+        // Late answer to the cancelled call: dropped, its chunk handed back.
+        respond(2, MESSAGE | STATUS, 1, 10),
+        Op::Drain,
+        Op::Poll,
+        Op::Close { call: 0, cancel: false },
+        respond(1, STATUS, 0, 0),
+        Op::Drain,
+    ];
+    let errors = vec![
+        respond(0, STATUS, 5, 0),
+        respond(1, HEADERS | STATUS, 14, 0),
+        respond(2, MESSAGE | STATUS, 13, 4000),
+        Op::Drain,
+        Op::Drop { held: 0 },
+        Op::Drain,
+        Op::Poll,
+    ];
+    // More calls than the engine's half holds: the proxy is refused for
+    // room (and cancels); then every call is answered, with no more chunks
+    // of the application's half than it has, and the ring fills again.
+    let mut busy: Vec<Op> =
+        (0..10).map(|i| Op::Open { streaming: false, timeout: i % 2 == 0, len: 3000 }).collect();
+    busy.extend([Op::Poll, Op::Release { n: 9 }, Op::Drain, Op::Poll]);
+    busy.extend((0..5).map(|c| respond(c, MESSAGE | STATUS, 0, 8)));
+    busy.extend([Op::Drain, Op::Watch]);
+    busy.extend((0..5).map(|_| Op::Drop { held: 0 }));
+    busy.extend([Op::Drain, Op::Poll]);
+    busy.extend((0..9).map(|_| Op::Open { streaming: true, timeout: false, len: 0 }));
+    busy.extend([Op::Poll, Op::Watch, Op::Release { n: 9 }, Op::Drain, Op::Poll]);
+    busy.extend((5..10).map(|c| respond(c, HEADERS | STATUS, 0, 0)));
+    busy.extend([Op::Drain, Op::Poll]);
+
+    let garbage = vec![Op::Raw { mode: 1, seq: 0, words: [u64::MAX; desc::WORDS] }, Op::Drain];
+    let bogus = l.engine_half() as u32 + 1;
+    let bad_release = vec![
+        Op::Raw { mode: 0, seq: 0, words: Descriptor::releases(&[bogus]).to_words() },
+        Op::Drain,
+    ];
+    let replay = vec![hostile(0, MESSAGE | TWICE, 0, 0), Op::Drain];
+    let outside = vec![hostile(0, MESSAGE, 4, 5000), Op::Drain];
+    let side = vec![hostile(0, HEADERS | STATUS, 11, 0x0100_0000), Op::Drain];
+    let corrupt_requests: Vec<Op> = (0..l.ring_slots as u8)
+        .map(|slot| Op::Seq { ring: 0, slot, value: 0xdead_beef })
+        .chain([Op::Open { streaming: false, timeout: false, len: 8 }])
+        .collect();
+    let scribbled = vec![
+        Op::Scribble { area: 2, offset: 0, bytes: vec![1, 0, 0, 0, 0, 0, 0, 0] },
+        Op::Scribble { area: 2, offset: 8, bytes: vec![0xff; 56] },
+        Op::Drain,
+    ];
+
+    let mut dir = Dir::new(corpus, "ring");
+    dir.put("prologue", &[]);
+    let well_formed = [
+        ("unary", unary),
+        ("streaming", streaming),
+        ("cancel", cancel),
+        ("errors", errors),
+        ("busy", busy),
+    ];
+    let mut everything = Vec::new();
+    for (name, ops) in well_formed {
+        let input = encode(&ops);
+        let out = run(&input);
+        assert!(out.detached.is_none(), "ring seed {name} detached: {:?}", out.detached);
+        assert!(out.statuses > 0, "ring seed {name}: no call ended with a status");
+        dir.put(name, &input);
+        everything.extend(input);
+    }
+    let _ = run(&everything);
+    dir.put("all", &everything);
+    for (name, ops) in [
+        ("garbage", garbage),
+        ("bad-release", bad_release),
+        ("replay", replay),
+        ("outside", outside),
+        ("side", side),
+        ("corrupt-requests", corrupt_requests),
+        ("scribbled", scribbled),
+    ] {
+        let input = encode(&ops);
+        let out = run(&input);
+        assert!(out.detached.is_some(), "hostile ring seed {name} was not detached");
+        dir.put(name, &input);
+    }
+    dir
 }

@@ -5,8 +5,13 @@
 //!
 //! The schemas are embedded: `social_network.proto` (the project's own
 //! schema) and the hostile-input test schema of `crates/wire/tests`.
+//!
+//! [`ring`] is the `ring` target's interpreter, shared the same way: the
+//! seeds are op sequences it encodes and runs.
 
 use std::sync::OnceLock;
+
+pub mod ring;
 
 use protoplane_schema::{ProtoSource, TableSet};
 

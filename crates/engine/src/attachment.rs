@@ -6,10 +6,11 @@
 //! [`Attachment::receive`], which checks every descriptor against the
 //! layout and the engine's private bookkeeping before anything is used:
 //! flags an application may send, a chunk of the application's half not
-//! already held (a replayed descriptor is caught here), every range inside
-//! that chunk, side sections that parse, and releases of chunks the engine
-//! really lent. A violation detaches the application: its calls fail with
-//! UNAVAILABLE and every other application keeps being served.
+//! already held nor waiting for its release to be posted (a replayed
+//! descriptor is caught here), every range inside that chunk, side
+//! sections that parse, and releases of chunks the engine really lent. A
+//! violation detaches the application: its calls fail with UNAVAILABLE
+//! and every other application keeps being served.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,11 +59,38 @@ struct State {
     chunks: Chunks,
     custody: Custody,
     calls: HashMap<u64, mpsc::UnboundedSender<Inbound>>,
-    /// Chunks of the application's half to hand back.
-    releases: Vec<u32>,
+    /// Chunks of the application's half to hand back. They stay in
+    /// custody until their release is posted: the application may not hand
+    /// a chunk over again before it has it back, or it could make the
+    /// engine owe the same release any number of times.
+    releases: Vec<Chunk>,
     /// Calls to cancel (posted by the drain loop when the ring has room).
     cancels: Vec<(u64, u32, u8)>,
     closed: Option<String>,
+}
+
+impl State {
+    /// Takes up to `n` owed releases to post, out of custody first (the
+    /// application may reuse a chunk as soon as it sees its release).
+    fn releases_to_post(&mut self, n: usize) -> Vec<Chunk> {
+        let at = self.releases.len() - n.min(self.releases.len());
+        let out: Vec<Chunk> = self.releases.drain(at..).collect();
+        for &c in &out {
+            self.custody.give_back(c);
+        }
+        out
+    }
+
+    /// Owes again releases that could not be posted, unless the
+    /// application is gone or has handed the chunk over again meanwhile
+    /// (its new lease will release it).
+    fn owe_again(&mut self, chunks: &[Chunk]) {
+        for &c in chunks {
+            if self.closed.is_none() && self.custody.take(c.offset).is_ok() {
+                self.releases.push(c);
+            }
+        }
+    }
 }
 
 /// An attached application.
@@ -218,6 +246,7 @@ impl Attachment {
     ) -> Result<(), PostError> {
         let need = lease::message_len(block, wire, side);
         let mut chunk = None;
+        let released;
         {
             let mut st = self.state();
             if let Some(why) = &st.closed {
@@ -229,7 +258,8 @@ impl Attachment {
                 }
                 chunk = Some(st.chunks.alloc(need).ok_or(PostError::Busy("region"))?);
             }
-            d.release = st.releases.pop().unwrap_or(0);
+            released = st.releases_to_post(1);
+            d.release = released.first().map_or(0, |c| c.offset);
         }
         if let Some(c) = chunk {
             lease::place(&self.map, c, &mut d, block, wire, side);
@@ -245,9 +275,7 @@ impl Attachment {
                 if let Some(c) = chunk {
                     let _ = st.chunks.free(c.offset);
                 }
-                if d.release != 0 {
-                    st.releases.push(d.release);
-                }
+                st.owe_again(&released);
                 drop(st);
                 match e {
                     PushError::Full => Err(PostError::Busy("request ring")),
@@ -271,10 +299,9 @@ impl Attachment {
                     return;
                 }
                 let cancel = st.cancels.pop();
-                let n = st.releases.len().min(desc::RELEASES_PER_DESCRIPTOR);
-                let at = st.releases.len() - n;
-                let releases: Vec<u32> = st.releases.drain(at..).collect();
-                (cancel, releases)
+                // A cancel carries one release, a release-only descriptor ten.
+                let n = if cancel.is_some() { 1 } else { desc::RELEASES_PER_DESCRIPTOR };
+                (cancel, st.releases_to_post(n))
             };
             if cancel.is_none() && releases.is_empty() {
                 return;
@@ -285,21 +312,21 @@ impl Attachment {
                     method,
                     service,
                     flags: desc::CANCEL | desc::END,
-                    release: releases.first().copied().unwrap_or(0),
+                    release: releases.first().map_or(0, |c| c.offset),
                     ..Descriptor::default()
                 },
-                None => Descriptor::releases(&releases),
+                None => {
+                    let offsets: Vec<u32> = releases.iter().map(|c| c.offset).collect();
+                    Descriptor::releases(&offsets)
+                }
             };
-            let carried = if cancel.is_some() { releases.len().min(1) } else { releases.len() };
             match self.requests.push(&d) {
                 Ok(()) => {
                     self.app_bell.notify();
-                    let mut st = self.state();
-                    st.releases.extend_from_slice(&releases[carried..]);
                 }
                 Err(e) => {
                     let mut st = self.state();
-                    st.releases.extend_from_slice(&releases);
+                    st.owe_again(&releases);
                     if let Some(c) = cancel {
                         st.cancels.push(c);
                     }
@@ -386,6 +413,22 @@ impl Attachment {
     }
 }
 
+/// Takes up to `max` of the application's descriptors from its response
+/// ring, detaching it at the first protocol violation; returns how many it
+/// took. One step of the drain loop (the `ring` fuzz target runs it too).
+pub(crate) fn take(att: &Arc<Attachment>, responses: &mut Consumer, max: usize) -> usize {
+    let mut n = 0;
+    while n < max {
+        let Some(d) = responses.pop() else { break };
+        n += 1;
+        if let Err(why) = att.receive(d) {
+            att.detach(&format!("protocol violation: {why}"));
+            break;
+        }
+    }
+    n
+}
+
 impl Holder for Attachment {
     fn mapping(&self) -> &Mapping {
         &self.map
@@ -394,12 +437,14 @@ impl Holder for Attachment {
     /// Hands a chunk of the application's half back (its lease is gone).
     fn give_back(&self, c: Chunk) {
         let mut st = self.state();
-        st.custody.give_back(c);
-        if st.closed.is_none() {
-            st.releases.push(c.offset);
-            drop(st);
-            self.wake.notify_one();
+        if st.closed.is_some() {
+            st.custody.give_back(c);
+            return;
         }
+        // Still in custody until the release is posted (see `releases`).
+        st.releases.push(c);
+        drop(st);
+        self.wake.notify_one();
     }
 }
 
@@ -412,6 +457,10 @@ impl Attachment {
                 return;
             }
             st.closed = Some(why.to_string());
+            // Releases are never posted now: nothing is held for them.
+            for c in std::mem::take(&mut st.releases) {
+                st.custody.give_back(c);
+            }
             std::mem::take(&mut st.calls)
         };
         self.closed.store(true, Ordering::Release);
@@ -433,7 +482,15 @@ impl Attachment {
         (self.requests.produced(), self.requests.consumed_from(from))
     }
 
-    /// Region chunks lent to the application and held from it.
+    /// What the drain loop owes the application: cancels, and the chunks
+    /// whose release is still to be posted.
+    pub(crate) fn owed(&self) -> (usize, Vec<u32>) {
+        let st = self.state();
+        (st.cancels.len(), st.releases.iter().map(|c| c.offset).collect())
+    }
+
+    /// Region chunks lent to the application and held from it (read in
+    /// place, or waiting for their release to be posted).
     pub fn chunk_use(&self) -> (u32, u32) {
         let st = self.state();
         (st.chunks.in_use(), st.custody.held())
@@ -467,4 +524,73 @@ pub(crate) fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
 /// The time left until `deadline`, as a descriptor carries it.
 pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
     deadline.map_or(0, |d| (d.saturating_duration_since(Instant::now()).as_nanos() as u64).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protoplane_shm::layout::Class;
+
+    /// An attachment on a small region, and the application's ends of it:
+    /// its mapping, its consumer of the request ring, its producer of the
+    /// response ring.
+    fn attached() -> (Arc<Attachment>, Receiver, Arc<Mapping>, Consumer, Producer) {
+        let layout = Layout { ring_slots: 8, classes: vec![Class { size: 4096, count: 2 }] };
+        let (region, att, rx) =
+            crate::region(1, 0, vec!["a.S".into()], layout.clone()).expect("region");
+        let map = Arc::new(Mapping::map(&region.fd).expect("map"));
+        let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
+        let (requests, responses) = (ring(layout.request_ring()), ring(layout.response_ring()));
+        (att, rx, map, Consumer::new(requests), Producer::new(responses))
+    }
+
+    /// A response for a call that already ended, in the application's
+    /// first chunk.
+    fn stale(att: &Attachment) -> Descriptor {
+        let chunk = att.layout.app_half() as u32;
+        Descriptor {
+            call: 99,
+            flags: desc::MESSAGE,
+            block: Span { offset: chunk, len: 16 },
+            chunk,
+            ..Descriptor::default()
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_not_handed_over_again_before_its_release() {
+        // Found by the `ring` fuzz target: the engine gave a chunk back to
+        // its custody when the lease ended, before the release was posted,
+        // so an application could hand it over again and again, each time
+        // owing one more release (duplicates, and without bound while the
+        // request ring stays full).
+        let (att, mut rx, _map, _requests, responses) = attached();
+        for call in 0..8 {
+            att.post(Descriptor { call, flags: desc::END, ..Descriptor::default() }, &[], &[], &[])
+                .expect("room");
+        }
+        let d = stale(&att);
+        responses.push(&d).expect("room");
+        responses.push(&d).expect("room");
+        assert_eq!(take(&att, &mut rx.responses, 256), 2);
+        let why = att.closed_reason().expect("detached");
+        assert!(why.contains("handed over twice"), "{why}");
+        assert_eq!(att.chunk_use().1, 0, "nothing held after the detach");
+    }
+
+    #[test]
+    fn a_released_chunk_can_be_handed_over_again() {
+        let (att, mut rx, _map, mut requests, responses) = attached();
+        let d = stale(&att);
+        for _ in 0..3 {
+            responses.push(&d).expect("room");
+            assert_eq!(take(&att, &mut rx.responses, 256), 1);
+            assert_eq!(att.chunk_use().1, 1, "held until its release is posted");
+            att.flush();
+            let release = requests.pop().expect("the release");
+            assert_eq!(release.released().collect::<Vec<_>>(), [d.chunk]);
+            assert_eq!(att.chunk_use().1, 0);
+        }
+        assert!(att.closed_reason().is_none());
+    }
 }

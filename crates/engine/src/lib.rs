@@ -21,6 +21,8 @@
 
 pub mod attachment;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod proxy;
 pub mod registry;
 
@@ -241,26 +243,43 @@ fn handshake(
             ));
         }
     }
-    let layout = ctx.layout.clone();
+    let id = ctx.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
+    let answer = Answer::Accept { version: VERSION, id, layout: ctx.layout.clone() };
+    // Rings are initialized (inside `Attachment::new`) before the answer
+    // leaves, so the application never sees an uninitialized slot.
+    let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone())?;
+    attach::send(sock, &answer.encode(), &[&region.fd, region.engine_fd.fd(), region.app_fd.fd()])
+        .map_err(|e| format!("sending the answer: {e}"))?;
+    Ok((att, rx))
+}
+
+/// What the application receives with the answer: the region and both
+/// doorbells.
+struct Region {
+    fd: std::os::fd::OwnedFd,
+    engine_fd: EventFd,
+    app_fd: EventFd,
+}
+
+/// A new region of `layout` and the engine's side of it (rings
+/// initialized).
+fn region(
+    id: u32,
+    pid: u32,
+    services: Vec<String>,
+    layout: Layout,
+) -> Result<(Region, Arc<Attachment>, Receiver), String> {
     let fd = sys::memfd("protoplane-region", layout.total() as usize).map_err(|e| e.to_string())?;
     let map = Arc::new(Mapping::map(&fd).map_err(|e| e.to_string())?);
     let engine_fd = EventFd::new().map_err(|e| e.to_string())?;
     let app_fd = EventFd::new().map_err(|e| e.to_string())?;
-    let id = ctx.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
-    let answer = Answer::Accept { version: VERSION, id, layout: layout.clone() };
-    // Rings are initialized (inside `Attachment::new`) before the answer
-    // leaves, so the application never sees an uninitialized slot.
-    let (att, rx) = {
-        let app_bell = Doorbell::new(map.clone(), APP_PARKED, dup(&app_fd)?).ok_or("doorbell")?;
-        let engine_bell =
-            Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
-        Attachment::new(id, hello.pid, services, map, layout, app_bell, engine_bell)
-            .ok_or("the layout does not fit its region")?
-    };
-    attach::send(sock, &answer.encode(), &[&fd, engine_fd.fd(), app_fd.fd()])
-        .map_err(|e| format!("sending the answer: {e}"))?;
-    Ok((att, rx))
+    let app_bell = Doorbell::new(map.clone(), APP_PARKED, dup(&app_fd)?).ok_or("doorbell")?;
+    let engine_bell =
+        Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
+    let (att, rx) = Attachment::new(id, pid, services, map, layout, app_bell, engine_bell)
+        .ok_or("the layout does not fit its region")?;
+    Ok((Region { fd, engine_fd, app_fd }, att, rx))
 }
 
 fn dup(fd: &EventFd) -> Result<EventFd, String> {
@@ -283,15 +302,7 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Durati
     let mut last_progress = Instant::now();
     const BATCH: usize = 256;
     while !att.is_closed() {
-        let mut n = 0;
-        while n < BATCH {
-            let Some(d) = responses.pop() else { break };
-            n += 1;
-            if let Err(why) = att.receive(d) {
-                att.detach(&format!("protocol violation: {why}"));
-                break;
-            }
-        }
+        let n = attachment::take(&att, &mut responses, BATCH);
         att.flush();
         let now = Instant::now();
         let (produced, taken) = att.progress(watched);

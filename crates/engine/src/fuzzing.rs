@@ -1,0 +1,169 @@
+//! The engine's side of one attachment without a socket, a runtime or an
+//! application process, for the `ring` fuzz target
+//! (`fuzz/fuzz_targets/ring.rs`). Not part of the engine's API.
+//!
+//! The target plays the application by writing the region itself (any
+//! bytes anywhere, as a hostile process can), and drives the engine's side
+//! through the functions the engine uses: the region is set up as in the
+//! handshake, calls are opened, posted and closed as the proxy does, and
+//! [`Engine::take`] is the drain loop's step. Only what the target needs to
+//! watch is exposed; the checks stay those of [`Attachment`].
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protoplane_rpc::{Metadata, Status};
+use protoplane_shm::{Consumer, Descriptor, Layout};
+use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver};
+
+use crate::attachment::{self, Attachment, Inbound, PostError};
+
+/// The engine's end of one attachment.
+#[derive(Debug)]
+pub struct Engine {
+    att: Arc<Attachment>,
+    responses: Consumer,
+}
+
+/// A call opened with the application: what the proxy waits on.
+#[derive(Debug)]
+pub struct Call {
+    /// The call id descriptors carry.
+    pub id: u64,
+    rx: UnboundedReceiver<Inbound>,
+}
+
+/// What the proxy of a call sees next.
+#[derive(Debug)]
+pub enum Event {
+    /// Initial metadata.
+    Headers(Metadata),
+    /// A response, read in place in the region while `bytes` lives.
+    Message {
+        /// The block (or, `encoded`, the message's encoding).
+        bytes: Bytes,
+        /// Already encoded.
+        encoded: bool,
+        /// To be compressed.
+        compress: bool,
+    },
+    /// The call's end.
+    Status(Status),
+    /// Nothing yet: the call is open and waits.
+    Pending,
+    /// The engine dropped the call's queue.
+    Closed,
+}
+
+/// Why a post was refused.
+#[derive(Debug)]
+pub enum Refused {
+    /// No room now (ring or chunks).
+    Busy,
+    /// The application is gone.
+    Gone(Status),
+    /// Larger than any chunk.
+    TooLarge,
+}
+
+impl Call {
+    /// The next thing the engine delivered for the call, without waiting.
+    pub fn try_next(&mut self) -> Event {
+        match self.rx.try_recv() {
+            Ok(Inbound::Headers(md)) => Event::Headers(md),
+            Ok(Inbound::Message { bytes, encoded, compress }) => {
+                Event::Message { bytes, encoded, compress }
+            }
+            Ok(Inbound::Status(st)) => Event::Status(st),
+            Err(TryRecvError::Empty) => Event::Pending,
+            Err(TryRecvError::Disconnected) => Event::Closed,
+        }
+    }
+}
+
+impl Engine {
+    /// A fresh region of `layout` with the engine's side set up as after a
+    /// handshake (attachment id 1, one service `fuzz.S`), and the region's
+    /// file for the application's own mapping.
+    pub fn new(layout: Layout) -> Result<(Engine, OwnedFd), String> {
+        layout.validate(None).map_err(|e| e.to_string())?;
+        let (region, att, rx) = crate::region(1, 0, vec!["fuzz.S".into()], layout)?;
+        Ok((Engine { att, responses: rx.responses }, region.fd))
+    }
+
+    /// The attachment (its counters, `detach`, `chunk_use`, ...).
+    pub fn attachment(&self) -> &Arc<Attachment> {
+        &self.att
+    }
+
+    /// Opens a call, as the proxy does before posting its OPEN.
+    pub fn open_call(&self) -> Result<Call, Status> {
+        let (id, rx) = self.att.open_call()?;
+        Ok(Call { id, rx })
+    }
+
+    /// The side sections of an OPEN (timeout and metadata), as the proxy
+    /// writes them.
+    pub fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
+        attachment::open_side(timeout, md)
+    }
+
+    /// Copies a message into a chunk of the engine's half and posts it on
+    /// the request ring.
+    pub fn post(
+        &self,
+        d: Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), Refused> {
+        self.att.post(d, block, wire, side).map_err(|e| match e {
+            PostError::Busy(_) => Refused::Busy,
+            PostError::Gone(st) => Refused::Gone(st),
+            PostError::TooLarge(_) => Refused::TooLarge,
+        })
+    }
+
+    /// Ends a call on the engine's side, as the proxy's guard does
+    /// (`cancel`: method and service, when the call did not end with its
+    /// status), then drops its queue.
+    pub fn close_call(&self, call: Call, cancel: Option<(u32, u8)>) {
+        self.att.close_call(call.id, cancel);
+    }
+
+    /// The drain loop's step: takes up to `max` descriptors from the
+    /// response ring, detaching at the first violation. Returns how many.
+    pub fn take(&mut self, max: usize) -> usize {
+        attachment::take(&self.att, &mut self.responses, max)
+    }
+
+    /// Posts what the engine owes the application (cancels, releases).
+    pub fn flush(&self) {
+        self.att.flush();
+    }
+
+    /// Whether the engine owes the application something.
+    pub fn owes(&self) -> bool {
+        self.att.owes()
+    }
+
+    /// What the engine owes the application: cancels, and the chunks of
+    /// its half whose release is still to be posted.
+    pub fn owed(&self) -> (usize, Vec<u32>) {
+        self.att.owed()
+    }
+
+    /// The watchdog's look: requests posted, and how many from `from` on
+    /// the application has taken.
+    pub fn progress(&self, from: u64) -> (u64, u64) {
+        self.att.progress(from)
+    }
+
+    /// Descriptors taken from the response ring so far (the position the
+    /// next one is expected at).
+    pub fn taken(&self) -> u64 {
+        self.responses.consumed()
+    }
+}

@@ -437,7 +437,12 @@ impl Session {
             self.fail(d.call, Status::new(Code::Unimplemented, "no such service here"));
             return;
         };
-        let Some(method) = svc.schema().method(d.method).cloned() else {
+        // Only the shape is needed (not the names: no allocation per call).
+        let Some((client_streaming, server_streaming, output)) = svc
+            .schema()
+            .method(d.method)
+            .map(|m| (m.client_streaming, m.server_streaming, m.output))
+        else {
             self.fail(d.call, Status::new(Code::Unimplemented, "no such method here"));
             return;
         };
@@ -454,7 +459,7 @@ impl Session {
         };
         let deadline =
             (d.timeout_ns > 0).then(|| Instant::now() + Duration::from_nanos(d.timeout_ns));
-        let (requests, streaming) = if method.client_streaming {
+        let (requests, streaming) = if client_streaming {
             let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
             if let Some(m) = message {
                 let _ = tx.try_send(m);
@@ -477,15 +482,8 @@ impl Session {
         self.state().calls.insert(d.call, CallCtl { abort, requests });
         let s = self.clone();
         let call = d.call;
-        let driver = s.clone().drive(
-            call,
-            svc,
-            d.method,
-            method.output,
-            method.server_streaming,
-            request,
-            deadline,
-        );
+        let driver =
+            s.clone().drive(call, svc, d.method, output, server_streaming, request, deadline);
         tokio::spawn(async move {
             // Aborted: the engine cancelled the call, or went away; it
             // expects no answer.

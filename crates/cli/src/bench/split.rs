@@ -243,27 +243,25 @@ struct Measured {
 /// Runs `protoplane load` against `servers` and reads the CPU each server
 /// process used meanwhile.
 fn load(
-    exe: &Path,
-    cpu: usize,
+    plan: &Plan<'_>,
     servers: &Servers,
     transport: &str,
     load_args: &[String],
     in_flight: usize,
-    seconds: f64,
-    json: &Path,
 ) -> Result<Measured, String> {
     let target = match transport {
         "lean" => servers.lean.clone().ok_or("no lean address")?,
         _ => servers.grpc.clone(),
     };
-    let _ = std::fs::remove_file(json);
-    let mut cmd = pinned(cpu, exe);
+    let json = plan.work.join("load.json");
+    let _ = std::fs::remove_file(&json);
+    let mut cmd = pinned(plan.args.load_cpu, &plan.exe);
     cmd.arg("load")
         .args(["--target", &target, "--transport", transport])
         .args(load_args)
         .args(["--concurrency", &in_flight.to_string()])
-        .args(["--duration", &seconds.to_string(), "--quiet", "--json"])
-        .arg(json)
+        .args(["--duration", &plan.seconds.to_string(), "--quiet", "--json"])
+        .arg(&json)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let cpu_of = |pid: Option<u32>| pid.and_then(crate::host::pid_cpu_seconds);
@@ -273,7 +271,7 @@ fn load(
     if !status.success() {
         return Err(format!("load failed ({status})"));
     }
-    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let text = std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     let ok = v["ok"].as_u64().unwrap_or(0);
     let errors: u64 =
@@ -515,7 +513,6 @@ fn zero(
     };
     let points: Vec<(&'static str, usize)> =
         vec![("grpc", 1), ("grpc", 64), ("lean", 1), ("lean", 64)];
-    let json = plan.work.join("load.json");
     for round in 0..plan.rounds {
         for &(transport, in_flight) in &points {
             let mut modes = vec!["monolithic", "split"];
@@ -548,16 +545,7 @@ fn zero(
                         "1".into(),
                     ]))?,
                 };
-                let m = load(
-                    &plan.exe,
-                    plan.args.load_cpu,
-                    &servers,
-                    transport,
-                    &load_args,
-                    in_flight,
-                    plan.seconds,
-                    &json,
-                );
+                let m = load(plan, &servers, transport, &load_args, in_flight);
                 drop(servers);
                 let m = match m {
                     Ok(m) => m,
@@ -605,7 +593,6 @@ fn knee(
     rows: &mut Vec<Row>,
     notes: &mut Vec<String>,
 ) -> Result<(), String> {
-    let json = plan.work.join("load.json");
     let busy = busy_list(plan.args);
     let modes = ["monolithic", "split"];
     for round in 0..plan.rounds {
@@ -630,16 +617,7 @@ fn knee(
                     };
                     let mut load_args = m.schema_args.clone();
                     load_args.extend(m.call_args.iter().cloned());
-                    let r = load(
-                        &plan.exe,
-                        plan.args.load_cpu,
-                        &servers,
-                        "grpc",
-                        &load_args,
-                        plan.args.in_flight,
-                        plan.seconds,
-                        &json,
-                    );
+                    let r = load(plan, &servers, "grpc", &load_args, plan.args.in_flight);
                     drop(servers);
                     let r = match r {
                         Ok(r) => r,

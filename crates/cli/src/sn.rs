@@ -109,13 +109,17 @@ pub(crate) struct ServeArgs {
     /// (split mode: no port of its own).
     #[arg(long, value_name = "PATH")]
     attach: Option<std::path::PathBuf>,
+    /// With --attach: spin this many µs after work before parking.
+    #[arg(long, default_value_t = 20, requires = "attach")]
+    spin_us: u64,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
 pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.attach {
         let svc = Arc::new(SocialNetwork::new(schema()?)?);
-        return protoplane_app::attach(path).serve(svc);
+        let spin = std::time::Duration::from_micros(args.spin_us);
+        return protoplane_app::attach(path).spin(spin).serve(svc);
     }
     let router = router()?;
     let rt = crate::host::runtime(args.threads)?;

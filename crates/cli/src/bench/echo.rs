@@ -38,6 +38,9 @@ pub(crate) struct EchoArgs {
     /// Attach to the engine at PATH (split) instead of listening.
     #[arg(long, value_name = "PATH")]
     attach: Option<PathBuf>,
+    /// With --attach: spin this many µs after work before parking.
+    #[arg(long, default_value_t = 20)]
+    spin_us: u64,
     /// gRPC port when monolithic (0: pick one; printed).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -153,7 +156,7 @@ pub(crate) fn run(args: &EchoArgs) -> Result<(), String> {
         return Err("the .proto files declare no service".into());
     }
     if let Some(path) = &args.attach {
-        let mut app = protoplane_app::attach(path);
+        let mut app = protoplane_app::attach(path).spin(Duration::from_micros(args.spin_us));
         let mut services = services;
         let last = services.pop().ok_or("no service")?;
         for s in services {

@@ -76,7 +76,7 @@ pub(crate) struct SplitArgs {
     /// Core of the load generator.
     #[arg(long, default_value_t = 0)]
     load_cpu: usize,
-    /// The engine's spin before it parks, µs.
+    /// How long the engine and the application spin before they park, µs.
     #[arg(long, default_value_t = 20)]
     spin_us: u64,
     /// Leave tonic out of the zero-logic experiment (it is built with
@@ -533,7 +533,13 @@ fn zero(
                     }
                     ("split", _) => split(
                         plan.engine(&[]),
-                        plan.app(&["serve".into(), "--attach".into(), plan.sock()]),
+                        plan.app(&[
+                            "serve".into(),
+                            "--attach".into(),
+                            plan.sock(),
+                            "--spin-us".into(),
+                            plan.args.spin_us.to_string(),
+                        ]),
                     )?,
                     _ => monolithic(plan.app(&[
                         "serve".into(),
@@ -611,6 +617,7 @@ fn knee(
                     echo.extend(["--busy-us".into(), b.to_string()]);
                     let servers = if mode == "split" {
                         echo.extend(["--attach".into(), plan.sock()]);
+                        echo.extend(["--spin-us".into(), plan.args.spin_us.to_string()]);
                         split(plan.engine(&m.schema_args), plan.app(&echo))?
                     } else {
                         monolithic(plan.app(&echo))?
@@ -666,7 +673,7 @@ fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]
     let a = plan.args;
     let mut md = format!(
         "Engine on core {}, application (and monolithic server, tonic) on core {}, load on core {}; \
-         engine spins {} µs before parking; {} s per measurement, fresh processes, modes \
+         engine and application spin {} µs before parking; {} s per measurement, fresh processes, modes \
          interleaved, median of {} round(s).{}\n",
         a.engine_cpu,
         a.app_cpu,

@@ -721,6 +721,13 @@ fn split_out(d: &mut Descriptor, item: Option<Out>) -> (Bytes, Bytes) {
 
 fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
     let mut out = Vec::new();
+    // The common end of a call, a bare status code, needs no side
+    // sections: the descriptor's code field carries it (and the engine
+    // parses nothing).
+    let bare = |st: &Status| st.message.is_empty() && st.metadata.is_empty();
+    if headers.is_none() && status.is_none_or(bare) {
+        return out;
+    }
     let f = frame::Outgoing { headers, status, ..frame::Outgoing::default() };
     let _ = frame::write(&mut out, 0, 0, &f);
     out

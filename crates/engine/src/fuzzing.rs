@@ -16,9 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use protoplane_rpc::{Metadata, Status};
 use protoplane_shm::{Consumer, Descriptor, Layout};
-use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver};
 
-use crate::attachment::{self, Attachment, Inbound, PostError};
+use crate::attachment::{self, Attachment, EventRx, Inbound, PostError};
 
 /// The engine's end of one attachment.
 #[derive(Debug)]
@@ -32,7 +31,7 @@ pub struct Engine {
 pub struct Call {
     /// The call id descriptors carry.
     pub id: u64,
-    rx: UnboundedReceiver<Inbound>,
+    rx: EventRx,
 }
 
 /// What the proxy of a call sees next.
@@ -77,8 +76,8 @@ impl Call {
                 Event::Message { bytes, encoded, compress }
             }
             Ok(Inbound::Status(st)) => Event::Status(st),
-            Err(TryRecvError::Empty) => Event::Pending,
-            Err(TryRecvError::Disconnected) => Event::Closed,
+            Err(false) => Event::Pending,
+            Err(true) => Event::Closed,
         }
     }
 }

@@ -162,6 +162,10 @@ impl Producer {
             self.ring.word(pos, 1 + i).store(w, Ordering::Relaxed);
         }
         self.ring.seq(pos).store(pos + 1, Ordering::Release);
+        // Bring the next slot's line towards this core now, while the
+        // consumer works, rather than when the next push needs it (its
+        // last writer was the consumer, a lap ago).
+        let _ = self.ring.seq(pos + 1).load(Ordering::Relaxed);
         Ok(())
     }
 

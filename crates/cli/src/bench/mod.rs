@@ -22,3 +22,13 @@ pub(crate) enum BenchCommand {
     /// handoff, zero business logic, and the knee experiment.
     Split(split::SplitArgs),
 }
+
+/// The same allocator behaviour for every process a benchmark starts:
+/// glibc keeps freed big blocks instead of returning them to the OS
+/// (unmapping them, or trimming the heap), which otherwise makes every
+/// large message fault fresh pages in and its timings jump.
+pub(crate) fn same_malloc(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "1073741824")
+        .env("MALLOC_TRIM_THRESHOLD_", "1073741824")
+        .env("MALLOC_TOP_PAD_", "67108864")
+}

@@ -25,7 +25,9 @@
 //! (user + system from `/proc/PID/stat`, over the load run, divided by the
 //! calls) does not depend on placement, so the cost comparison rests on it;
 //! `*_util` is that CPU per call times QPS, the share of a core the process
-//! kept busy.
+//! kept busy. Every process runs with the same glibc malloc settings
+//! (`same_malloc`: freed big blocks are kept), so 476 KB messages do not
+//! fault fresh pages in on one side and not the other.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -33,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::rpc::{median, pinned};
+use super::rpc::median;
 use super::svg;
 
 #[derive(clap::Args, Debug)]
@@ -86,6 +88,14 @@ pub(crate) struct SplitArgs {
 }
 
 const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors\n";
+
+/// A command for `prog` pinned to `cpu`, with the allocator settings every
+/// process of the benchmark shares (`super::same_malloc`).
+fn pinned(cpu: usize, prog: &Path) -> Command {
+    let mut c = super::rpc::pinned(cpu, prog);
+    super::same_malloc(&mut c);
+    c
+}
 
 /// One measurement (one CSV row).
 #[derive(Clone, Debug)]

@@ -132,12 +132,7 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
             let _ = std::io::stderr().flush();
             let mut cmd = pin.clone().unwrap_or_default();
             cmd.extend(w.cmd.iter().cloned());
-            let out = Command::new(&cmd[0])
-                .args(&cmd[1..])
-                // Same allocator behaviour for every worker: keep freed big blocks.
-                .env("MALLOC_MMAP_THRESHOLD_", "1073741824")
-                .env("MALLOC_TRIM_THRESHOLD_", "1073741824")
-                .env("MALLOC_TOP_PAD_", "67108864")
+            let out = super::same_malloc(Command::new(&cmd[0]).args(&cmd[1..]))
                 .stderr(Stdio::inherit())
                 .output()
                 .map_err(|e| format!("{}: {e}", cmd.join(" ")))?;

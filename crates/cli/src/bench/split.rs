@@ -157,7 +157,8 @@ impl Drop for Proc {
 
 /// Servers started for one measurement.
 pub(crate) struct Servers {
-    /// Engine first (when split), so it outlives nothing it serves.
+    /// The processes, killed in this order when dropped (split: the
+    /// engine, then the application).
     _procs: Vec<Proc>,
     pub(crate) grpc: String,
     pub(crate) lean: Option<String>,
@@ -167,9 +168,9 @@ pub(crate) struct Servers {
     pub(crate) app: u32,
 }
 
-/// Reads `child`'s stdout until `done` says a line is the last one needed,
-/// collecting `prefix → rest` for every line starting with one of the
-/// prefixes.
+/// Reads `child`'s stdout up to the first line starting with `last`,
+/// collecting `(prefix, rest)` for every line starting with one of
+/// `prefixes` (60 s at most).
 fn read_until(
     child: &mut Child,
     prefixes: &[&str],

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
-use protoplane_rpc::call::{Out, UnaryOut};
+use protoplane_rpc::call::{until_deadline, Out, UnaryOut};
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{Code, Message, Metadata, Request, Responder, Service, Status, Streaming};
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
@@ -504,16 +504,9 @@ impl Session {
         request: Request<Streaming>,
         deadline: Option<Instant>,
     ) {
-        let expired = || Status::new(Code::DeadlineExceeded, "deadline exceeded");
         if !server_streaming {
             let (responder, slot) = Responder::for_unary(output);
-            let handler = svc.call(method, request, responder);
-            let outcome = match deadline {
-                Some(d) => tokio::time::timeout_at(d.into(), handler)
-                    .await
-                    .unwrap_or_else(|_| Err(expired())),
-                None => handler.await,
-            };
+            let outcome = until_deadline(deadline, svc.call(method, request, responder)).await;
             let one = slot.await.ok().unwrap_or(UnaryOut { headers: None, message: None });
             let item = one.message.filter(|_| outcome.is_ok());
             let st = match outcome {
@@ -524,15 +517,7 @@ impl Session {
             return;
         }
         let (responder, mut outs) = Responder::for_stream(output, RESPONSE_QUEUE);
-        let handler = svc.call(method, request, responder);
-        let timed = async {
-            match deadline {
-                Some(d) => tokio::time::timeout_at(d.into(), handler)
-                    .await
-                    .unwrap_or_else(|_| Err(expired())),
-                None => handler.await,
-            }
-        };
+        let timed = until_deadline(deadline, svc.call(method, request, responder));
         tokio::pin!(timed);
         let mut headers: Option<Metadata> = None;
         let mut outcome = None;

@@ -385,7 +385,7 @@ fn split_phases(
     let mut app = std::process::Command::new(&exe);
     app.args(["serve", "--attach"]).arg(&sock);
     let run = (|| {
-        let servers = crate::bench::split::split(engine, app)?;
+        let servers = crate::bench::servers::split(engine, app)?;
         let lean = servers.lean.clone().ok_or("the engine serves no lean port")?;
         let (engine, app) = (servers.engine.ok_or("no engine")?, servers.app);
         rt.block_on(async {

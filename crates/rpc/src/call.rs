@@ -386,6 +386,20 @@ impl Drop for Responder {
     }
 }
 
+/// Runs a handler to its end, or until `deadline` passes
+/// (DEADLINE_EXCEEDED): how every driver of a call bounds its handler.
+pub async fn until_deadline(
+    deadline: Option<Instant>,
+    handler: impl Future<Output = Result<Metadata, Status>>,
+) -> Result<Metadata, Status> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), handler)
+            .await
+            .unwrap_or_else(|_| Err(Status::new(Code::DeadlineExceeded, "deadline exceeded"))),
+        None => handler.await,
+    }
+}
+
 /// A service: the application side of the seam.
 ///
 /// The engine calls [`Service::call`] once per call with the method id (an

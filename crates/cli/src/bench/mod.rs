@@ -6,6 +6,7 @@ pub(crate) mod echo;
 pub(crate) mod jobs;
 pub(crate) mod ring;
 pub(crate) mod rpc;
+pub(crate) mod servers;
 pub(crate) mod split;
 pub(crate) mod svg;
 pub(crate) mod wire;

@@ -18,10 +18,10 @@
 //!   (`../shared/datasets/socialnetwork`) when present, else generated ones;
 //!   the load goes round-robin over all five methods.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+
+use super::servers::monolithic;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct RpcArgs {
@@ -70,42 +70,6 @@ pub(crate) fn pinned(cpu: usize, prog: &Path) -> Command {
     c
 }
 
-/// A started server: the child and the port of each transport.
-struct Server {
-    child: Child,
-    grpc: String,
-    lean: Option<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(mut cmd: Command) -> Result<Server, String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("start server: {e}"))?;
-    let out = child.stdout.take().ok_or("no server stdout")?;
-    let mut lines = BufReader::new(out).lines();
-    let (mut grpc, mut lean) = (None, None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while grpc.is_none() && Instant::now() < deadline {
-        let Some(Ok(line)) = lines.next() else { break };
-        if let Some(a) = line.strip_prefix("lean listening on ") {
-            lean = Some(a.trim().to_string());
-        } else if let Some(a) = line.strip_prefix("listening on ") {
-            grpc = Some(a.trim().to_string());
-        }
-    }
-    let grpc = grpc.ok_or("server did not report its address")?;
-    Ok(Server { child, grpc, lean })
-}
-
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -148,12 +112,12 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                         let Some(t) = &tonic else { continue };
                         let mut c = pinned(args.server_cpu, t);
                         c.args(["--port", "0", "--threads", "1"]);
-                        start(c)?
+                        monolithic(c)?
                     }
                     _ => {
                         let mut c = pinned(args.server_cpu, &exe);
                         c.args(["serve", "--port", "0", "--lean-port", "0", "--threads", "1"]);
-                        start(c)?
+                        monolithic(c)?
                     }
                 };
                 let (target, transport) = match imp.as_str() {
@@ -172,7 +136,7 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                     .arg(&json)
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());
-                let pid = server.child.id();
+                let pid = server.app;
                 let before = crate::host::pid_cpu_seconds(pid);
                 let status = load.status().map_err(|e| format!("load: {e}"))?;
                 let after = crate::host::pid_cpu_seconds(pid);

@@ -307,14 +307,7 @@ async fn drive(
     deadline: Option<Instant>,
     limit: usize,
 ) {
-    let timed = async {
-        match deadline {
-            Some(d) => tokio::time::timeout_at(d.into(), handler)
-                .await
-                .unwrap_or_else(|_| Err(Status::new(Code::DeadlineExceeded, "deadline exceeded"))),
-            None => handler.await,
-        }
-    };
+    let timed = crate::call::until_deadline(deadline, handler);
     let Some(mut orx) = orx else {
         // One response: run the handler to its end, then one frame.
         let outcome = timed.await;

@@ -108,20 +108,101 @@ impl Ref {
 
 /// An owned linearized message (or one under construction).
 ///
-/// `Block` is a growable byte buffer: because every reference is an offset,
-/// growing (and moving) the buffer never invalidates anything. Reuse one
-/// block across decodes (`clear` keeps the capacity) and steady-state
-/// decoding allocates nothing.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// A block lives in private memory (a growable `Vec`) or in memory lent to
+/// it ([`Lent`]: a chunk of a shared region, where a split application
+/// builds its responses and the engine decodes its requests). Either way,
+/// because every reference is an offset, growing (and moving) the bytes
+/// never invalidates anything. Reuse one block across decodes (`clear`
+/// keeps the memory) and steady-state decoding allocates nothing.
+#[derive(Default)]
 pub struct Block {
-    pub(crate) buf: Vec<u8>,
+    pub(crate) mem: Mem,
 }
+
+pub(crate) enum Mem {
+    /// Private memory: the `Vec`'s length is the block's.
+    Heap(Vec<u8>),
+    /// Lent memory: `len` bytes of it in use.
+    Lent(Lent),
+}
+
+impl Default for Mem {
+    fn default() -> Self {
+        Mem::Heap(Vec::new())
+    }
+}
+
+/// Memory lent to a block by its owner (a chunk of a shared region).
+///
+/// The block writes the bytes in place; when they run out it asks the
+/// owner for more ([`LentOwner::grow`], the used bytes move there) or,
+/// failing that, moves to private memory. A finished block becomes shared
+/// bytes through [`LentOwner::share`] — still in place, so the reader (the
+/// engine, the other process) gets the very bytes the builder wrote.
+pub struct Lent {
+    bytes: &'static mut [u8],
+    len: usize,
+    owner: Box<dyn LentOwner>,
+}
+
+/// Whoever lends memory to blocks (see [`Lent`]).
+pub trait LentOwner: Send + Sync + 'static {
+    /// Memory for at least `need` bytes from the same place, or `None`.
+    fn grow(&self, need: usize) -> Option<Lent>;
+    /// The memory (handed back) as shared bytes of its first `len`, which
+    /// keep it lent until the last of them is dropped.
+    fn share(self: Box<Self>, bytes: &'static mut [u8], len: usize) -> bytes::Bytes;
+}
+
+impl Lent {
+    /// Memory `bytes`, taken back by `owner` when dropped (or shared).
+    ///
+    /// `bytes` is `'static` because it lives as long as `owner` does, which
+    /// the block keeps beside it and drops after its last use of `bytes`;
+    /// whoever lends region memory this way vouches for that, and for no
+    /// one else writing the bytes while they are lent.
+    pub fn new(bytes: &'static mut [u8], owner: Box<dyn LentOwner>) -> Lent {
+        Lent { bytes, len: 0, owner }
+    }
+
+    /// Where the memory starts (to recognise it in the region).
+    pub fn addr(&self) -> usize {
+        self.bytes.as_ptr() as usize
+    }
+
+    /// Bytes of memory.
+    pub fn capacity(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl std::fmt::Debug for Lent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent").field("len", &self.len).field("capacity", &self.capacity()).finish()
+    }
+}
+
+impl Clone for Block {
+    /// A copy in private memory.
+    fn clone(&self) -> Self {
+        Block::from_bytes(self.as_bytes().to_vec())
+    }
+}
+
+impl PartialEq for Block {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Block {}
 
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
-            .field("len", &self.buf.len())
+            .field("len", &self.len())
             .field("type", &self.type_index())
+            .field("lent", &self.is_lent())
             .finish()
     }
 }
@@ -129,72 +210,138 @@ impl std::fmt::Debug for Block {
 impl Block {
     /// An empty block.
     pub fn new() -> Block {
-        Block { buf: Vec::new() }
+        Block { mem: Mem::Heap(Vec::new()) }
     }
 
     /// An empty block with room for `cap` bytes.
     pub fn with_capacity(cap: usize) -> Block {
-        Block { buf: Vec::with_capacity(cap) }
+        Block { mem: Mem::Heap(Vec::with_capacity(cap)) }
+    }
+
+    /// An empty block in lent memory.
+    pub fn in_lent(lent: Lent) -> Block {
+        Block { mem: Mem::Lent(Lent { len: 0, ..lent }) }
+    }
+
+    /// A block for a builder: in memory from the current thread's
+    /// [`BlockSource`] if one is installed (see [`with_source`]), else
+    /// private.
+    pub fn for_builder() -> Block {
+        SOURCE
+            .with(|s| s.borrow().as_ref().and_then(|src| src.lend()))
+            .map(Block::in_lent)
+            .unwrap_or_default()
     }
 
     /// Wraps bytes received from elsewhere (another process, a file). They
     /// are not trusted: every read through a view is bounds-checked.
     pub fn from_bytes(bytes: Vec<u8>) -> Block {
-        Block { buf: bytes }
+        Block { mem: Mem::Heap(bytes) }
     }
 
     /// The raw bytes: what gets copied into shared memory or onto a device.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.buf
+        self.mem.bytes()
     }
 
-    /// Consumes the block, returning its bytes.
+    /// Consumes the block, returning its bytes (a copy if they were lent).
     pub fn into_bytes(self) -> Vec<u8> {
-        self.buf
+        match self.mem {
+            Mem::Heap(v) => v,
+            Mem::Lent(l) => l.bytes[..l.len].to_vec(),
+        }
+    }
+
+    /// Consumes the block, returning its bytes as shared bytes: lent ones
+    /// stay where they are (no copy), private ones are handed over.
+    pub fn into_shared(self) -> bytes::Bytes {
+        match self.mem {
+            Mem::Heap(v) => bytes::Bytes::from(v),
+            Mem::Lent(Lent { bytes, len, owner }) => owner.share(bytes, len),
+        }
+    }
+
+    /// Whether the block is in lent memory.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.mem, Mem::Lent(_))
     }
 
     /// Bytes in use.
     #[inline]
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.mem.len()
     }
 
     /// No header yet.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len() == 0
     }
 
-    /// Forgets the content, keeps the allocation.
+    /// Forgets the content, keeps the memory.
     #[inline]
     pub fn clear(&mut self) {
-        self.buf.clear();
+        self.mem.clear()
     }
 
     /// Type index recorded in the header (`None` before anything was decoded).
     pub fn type_index(&self) -> Option<u32> {
-        read_u32(&self.buf, 4)
+        read_u32(self.as_bytes(), 4)
     }
 
     /// Offset of the root object.
     pub fn root(&self) -> Option<u32> {
-        read_u32(&self.buf, 0)
+        read_u32(self.as_bytes(), 0)
     }
 
     /// Header flags ([`BLOCK_VIEW`]).
     pub fn flags(&self) -> u32 {
-        read_u32(&self.buf, 8).unwrap_or(0)
+        read_u32(self.as_bytes(), 8).unwrap_or(0)
     }
 
+    /// The memory, for code generic over it (the decoder runs once per
+    /// kind, so private memory pays nothing for lent memory existing).
+    pub(crate) fn mem(&mut self) -> Store<'_> {
+        match &mut self.mem {
+            Mem::Heap(v) => Store::Heap(v),
+            m => Store::Any(m),
+        }
+    }
+}
+
+/// A block's memory as the decoder takes it (see [`Block::mem`]).
+pub(crate) enum Store<'a> {
+    Heap(&'a mut Vec<u8>),
+    Any(&'a mut Mem),
+}
+
+/// The primitives of a block's memory; everything else (objects, copies,
+/// arrays, slots) is built on them, once for private memory (a `Vec`,
+/// whose appends are what they always were) and once for [`Mem`], which
+/// may be lent.
+pub(crate) trait BlockMem {
+    fn len(&self) -> usize;
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+    fn clear(&mut self);
+    /// Sets the length in use (longer: the new bytes are zero).
+    fn resize_zeroed(&mut self, new_len: usize);
+    /// Appends `bytes` at `at >= len` (the bytes between are zero).
+    fn put_at_end(&mut self, at: usize, bytes: &[u8]);
+    /// Room for `len` bytes in use without moving.
+    fn reserve_total(&mut self, len: usize);
+    /// Address of the first byte (for placement decisions only).
+    fn base_addr(&self) -> usize;
+
     /// Starts a block holding one zeroed root object of `size` bytes.
-    pub(crate) fn start(&mut self, type_index: u32, size: u32, flags: u32) -> usize {
-        self.buf.clear();
+    fn start(&mut self, type_index: u32, size: u32, flags: u32) -> usize {
+        self.clear();
         let mut header = [0u8; HEADER_LEN];
         header[0..4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
         header[4..8].copy_from_slice(&type_index.to_le_bytes());
         header[8..12].copy_from_slice(&flags.to_le_bytes());
-        self.buf.extend_from_slice(&header);
+        self.put_at_end(0, &header);
         // HEADER_LEN is 8-aligned: the root object follows the header.
         let root = self.alloc_zeroed(size as usize);
         debug_assert_eq!(root, HEADER_LEN);
@@ -203,16 +350,9 @@ impl Block {
 
     /// Appends `size` zero bytes at the next 8-aligned offset.
     #[inline(always)]
-    pub(crate) fn alloc_zeroed(&mut self, size: usize) -> usize {
-        let at = (self.buf.len() + 7) & !7;
-        let grow = at + size - self.buf.len();
-        if grow <= ZEROS.len() {
-            // Objects and new arrays are small: an inlined append of static
-            // zeros is cheaper than the out-of-line `Vec::resize`.
-            self.buf.extend_from_slice(&ZEROS[..grow]);
-        } else {
-            self.buf.resize(at + size, 0);
-        }
+    fn alloc_zeroed(&mut self, size: usize) -> usize {
+        let at = (self.len() + 7) & !7;
+        self.resize_zeroed(at + size);
         at
     }
 
@@ -227,61 +367,60 @@ impl Block {
     /// buffers lie, so two decodes of the same input may differ in layout
     /// (never in content): compare blocks by what they encode, not by bytes.
     #[inline(always)]
-    pub(crate) fn alloc_copy(&mut self, bytes: &[u8]) -> usize {
-        let mut at = (self.buf.len() + 7) & !7;
+    fn alloc_copy(&mut self, bytes: &[u8]) -> usize {
+        let mut at = (self.len() + 7) & !7;
         if bytes.len() >= ALIGNED_COPY_MIN {
-            // Reserve first: the address must be the one the copy goes to.
-            self.buf.reserve((at + 64 + bytes.len()).saturating_sub(self.buf.len()));
-            let dst = self.buf.as_ptr() as usize + at;
+            // Make room first: the address must be the one the copy goes to.
+            self.reserve_total(at + 64 + bytes.len());
+            let dst = self.base_addr() + at;
             let ahead = dst.wrapping_sub(bytes.as_ptr() as usize) % 4096;
             if ahead < 64 {
                 at += (64 - ahead + 7) & !7;
             }
         }
-        self.buf.resize(at, 0);
-        self.buf.extend_from_slice(bytes);
+        self.put_at_end(at, bytes);
         at
     }
 
     #[inline(always)]
-    pub(crate) fn u32_at(&self, at: usize) -> u32 {
-        u32::from_le_bytes(self.buf[at..at + 4].try_into().unwrap_or([0; 4]))
+    fn u32_at(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.bytes()[at..at + 4].try_into().unwrap_or([0; 4]))
     }
 
     #[inline(always)]
-    pub(crate) fn u64_at(&self, at: usize) -> u64 {
-        u64::from_le_bytes(self.buf[at..at + 8].try_into().unwrap_or([0; 8]))
+    fn u64_at(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.bytes()[at..at + 8].try_into().unwrap_or([0; 8]))
     }
 
     #[inline(always)]
-    pub(crate) fn put_u32(&mut self, at: usize, v: u32) {
-        self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    fn put_u32(&mut self, at: usize, v: u32) {
+        self.bytes_mut()[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 
     #[inline(always)]
-    pub(crate) fn put_u64(&mut self, at: usize, v: u64) {
-        self.buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    fn put_u64(&mut self, at: usize, v: u64) {
+        self.bytes_mut()[at..at + 8].copy_from_slice(&v.to_le_bytes());
     }
 
     /// Writes a scalar of `size` bytes (1, 4 or 8).
     #[inline(always)]
-    pub(crate) fn put_scalar(&mut self, at: usize, size: u32, v: u64) {
+    fn put_scalar(&mut self, at: usize, size: u32, v: u64) {
         match size {
             8 => self.put_u64(at, v),
             4 => self.put_u32(at, v as u32),
-            _ => self.buf[at] = v as u8,
+            _ => self.bytes_mut()[at] = v as u8,
         }
     }
 
     #[inline(always)]
-    pub(crate) fn set_hasbit(&mut self, obj: usize, bit: u32) {
+    fn set_hasbit(&mut self, obj: usize, bit: u32) {
         let at = obj + 4 * (bit as usize / 32);
         let w = self.u32_at(at) | 1 << (bit % 32);
         self.put_u32(at, w);
     }
 
     #[inline(always)]
-    pub(crate) fn hasbit(&self, obj: usize, bit: u32) -> bool {
+    fn hasbit(&self, obj: usize, bit: u32) -> bool {
         self.u32_at(obj + 4 * (bit as usize / 32)) & (1 << (bit % 32)) != 0
     }
 
@@ -291,7 +430,7 @@ impl Block {
     /// docs for the capacity rule. `Err(())` if the array would exceed
     /// [`MAX_LEN`] elements.
     #[inline]
-    pub(crate) fn grow_array(&mut self, slot: usize, elem: usize, extra: u32) -> Result<usize, ()> {
+    fn grow_array(&mut self, slot: usize, elem: usize, extra: u32) -> Result<usize, ()> {
         let raw = self.u64_at(slot);
         let r = Ref::unpack(raw);
         if extra == 1 && r.len != 0 && r.len < capacity(r.len) {
@@ -306,14 +445,14 @@ impl Block {
         let write_at;
         if new_cap == old_cap && r.len != 0 {
             write_at = start + r.len as usize * elem;
-        } else if r.len != 0 && start + old_cap as usize * elem == self.buf.len() {
+        } else if r.len != 0 && start + old_cap as usize * elem == self.len() {
             // Last thing in the block: extend in place.
-            self.buf.resize(start + new_cap as usize * elem, 0);
+            self.resize_zeroed(start + new_cap as usize * elem);
             write_at = start + r.len as usize * elem;
         } else {
             let at = self.alloc_zeroed(new_cap as usize * elem);
             if r.len != 0 {
-                self.buf.copy_within(start..start + r.len as usize * elem, at);
+                self.bytes_mut().copy_within(start..start + r.len as usize * elem, at);
             }
             write_at = at + r.len as usize * elem;
             let moved = Ref { offset: at as u32, len: r.len, wire: false, device: false };
@@ -326,10 +465,189 @@ impl Block {
 
     /// Drops the last `n` elements of an array (used when a packed closed
     /// enum run turned out to contain unknown values).
-    pub(crate) fn shrink_array(&mut self, slot: usize, n: u32) {
+    fn shrink_array(&mut self, slot: usize, n: u32) {
         let r = Ref::unpack(self.u64_at(slot));
         self.put_u64(slot, Ref { len: r.len - n.min(r.len), ..r }.pack());
     }
+}
+
+impl BlockMem for Vec<u8> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    #[inline(always)]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+
+    #[inline(always)]
+    fn clear(&mut self) {
+        Vec::clear(self)
+    }
+
+    #[inline(always)]
+    fn resize_zeroed(&mut self, new_len: usize) {
+        let grow = new_len.saturating_sub(Vec::len(self));
+        if grow > 0 && grow <= ZEROS.len() {
+            // Objects and new arrays are small: an inlined append of static
+            // zeros is cheaper than the out-of-line `Vec::resize`.
+            self.extend_from_slice(&ZEROS[..grow]);
+        } else {
+            self.resize(new_len, 0);
+        }
+    }
+
+    #[inline(always)]
+    fn put_at_end(&mut self, at: usize, bytes: &[u8]) {
+        self.resize(at, 0);
+        self.extend_from_slice(bytes);
+    }
+
+    fn reserve_total(&mut self, len: usize) {
+        self.reserve(len.saturating_sub(Vec::len(self)));
+    }
+
+    fn base_addr(&self) -> usize {
+        self.as_ptr() as usize
+    }
+}
+
+impl Mem {
+    /// Lent memory with room for `len` bytes in use: grows it through its
+    /// owner, or moves the block to private memory. The cold path of every
+    /// append to a lent block.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, len: usize) {
+        let Mem::Lent(l) = self else { return };
+        if len <= l.bytes.len() {
+            return;
+        }
+        let want = len.max(2 * l.bytes.len());
+        match l.owner.grow(want) {
+            Some(mut bigger) if bigger.bytes.len() >= len => {
+                bigger.bytes[..l.len].copy_from_slice(&l.bytes[..l.len]);
+                bigger.len = l.len;
+                *l = bigger;
+            }
+            _ => {
+                let mut v = Vec::with_capacity(want);
+                v.extend_from_slice(&l.bytes[..l.len]);
+                *self = Mem::Heap(v);
+            }
+        }
+    }
+}
+
+impl BlockMem for Mem {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        match self {
+            Mem::Heap(v) => v.len(),
+            Mem::Lent(l) => l.len,
+        }
+    }
+
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Lent(l) => &l.bytes[..l.len],
+        }
+    }
+
+    #[inline(always)]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Lent(l) => &mut l.bytes[..l.len],
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Mem::Heap(v) => v.clear(),
+            Mem::Lent(l) => l.len = 0,
+        }
+    }
+
+    #[inline(always)]
+    fn resize_zeroed(&mut self, new_len: usize) {
+        if let Mem::Lent(l) = self {
+            if new_len > l.bytes.len() {
+                self.make_room(new_len);
+            }
+        }
+        match self {
+            Mem::Heap(v) => v.resize_zeroed(new_len),
+            Mem::Lent(l) => {
+                if new_len > l.len {
+                    // Lent memory holds what was there before.
+                    l.bytes[l.len..new_len].fill(0);
+                }
+                l.len = new_len;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn put_at_end(&mut self, at: usize, bytes: &[u8]) {
+        if let Mem::Heap(v) = self {
+            v.put_at_end(at, bytes);
+        } else {
+            self.resize_zeroed(at + bytes.len());
+            self.bytes_mut()[at..].copy_from_slice(bytes);
+        }
+    }
+
+    fn reserve_total(&mut self, len: usize) {
+        if let Mem::Heap(v) = self {
+            v.reserve_total(len);
+        } else {
+            self.make_room(len);
+        }
+    }
+
+    fn base_addr(&self) -> usize {
+        match self {
+            Mem::Heap(v) => v.as_ptr() as usize,
+            Mem::Lent(l) => l.addr(),
+        }
+    }
+}
+
+/// Where a thread's builders get lent memory (see [`with_source`]).
+pub trait BlockSource: Send + Sync {
+    /// Memory for one new block, or `None` (the block is private then).
+    fn lend(&self) -> Option<Lent>;
+}
+
+thread_local! {
+    static SOURCE: std::cell::RefCell<Option<std::sync::Arc<dyn BlockSource>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `source` lending the memory of every block a builder
+/// starts on this thread meanwhile ([`Block::for_builder`]): how a split
+/// application's handlers lay their responses out in the shared region
+/// without changing a line. Nests; the previous source is back afterwards.
+pub fn with_source<R>(source: std::sync::Arc<dyn BlockSource>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<std::sync::Arc<dyn BlockSource>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            SOURCE.with(|s| *s.borrow_mut() = prev);
+        }
+    }
+    let _restore = Restore(SOURCE.with(|s| s.borrow_mut().replace(source)));
+    f()
 }
 
 #[inline(always)]
@@ -386,39 +704,140 @@ mod tests {
         assert_eq!(Ref::unpack(d.pack()), d);
     }
 
+    /// Lends leaked heap memory (a test stand-in for a region chunk) and
+    /// counts what it lent; refuses more than `max` bytes.
+    struct Leaky {
+        max: usize,
+        lent: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Leaky {
+        fn lent(max: usize, size: usize) -> (Lent, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+            let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let owner = Leaky { max, lent: count.clone() };
+            (owner.grow(size).expect("within max"), count)
+        }
+    }
+
+    impl LentOwner for Leaky {
+        fn grow(&self, need: usize) -> Option<Lent> {
+            (need <= self.max).then(|| {
+                self.lent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let bytes = Box::leak(vec![0xAAu8; need].into_boxed_slice());
+                Lent::new(bytes, Box::new(Leaky { max: self.max, lent: self.lent.clone() }))
+            })
+        }
+
+        fn share(self: Box<Self>, bytes: &'static mut [u8], len: usize) -> bytes::Bytes {
+            let bytes: &'static [u8] = bytes;
+            bytes::Bytes::from_static(&bytes[..len])
+        }
+    }
+
+    /// The same writes into a block in private memory and into one in lent
+    /// memory (a chunk of `first` bytes that may grow up to `max`).
+    fn both(first: usize, max: usize, write: impl Fn(&mut Block)) -> (Block, Block, usize) {
+        let mut heap = Block::new();
+        write(&mut heap);
+        let (lent, count) = Leaky::lent(max, first);
+        let mut b = Block::in_lent(lent);
+        write(&mut b);
+        (heap, b, count.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn some_writes(b: &mut Block) {
+        let obj = b.mem.start(3, 24, 0);
+        b.mem.put_u64(obj + 8, 0x1122_3344_5566_7788);
+        b.mem.set_hasbit(obj, 5);
+        for i in 0..40u32 {
+            let at = b.mem.grow_array(obj + 16, 4, 1).unwrap_or(0);
+            b.mem.put_u32(at, i);
+            if i % 8 == 0 {
+                b.mem.alloc_copy(&[i as u8; 9]);
+            }
+        }
+        b.mem.alloc_copy(&[7u8; 3000]);
+    }
+
+    #[test]
+    fn lent_memory_holds_the_same_block_in_place() {
+        let (heap, lent, grows) = both(64 << 10, 64 << 10, some_writes);
+        assert!(lent.is_lent());
+        assert_eq!(grows, 1, "no growth needed");
+        assert_eq!(heap.len(), lent.len());
+        // Same content; the 3000-byte copy's 4K-aliasing padding may differ.
+        assert_eq!(heap.as_bytes()[..3000], lent.as_bytes()[..3000]);
+        let addr = lent.as_bytes().as_ptr();
+        let shared = lent.into_shared();
+        assert_eq!(shared.as_ptr(), addr, "shared in place, not copied");
+    }
+
+    #[test]
+    fn lent_memory_grows_through_its_owner_then_moves_to_the_heap() {
+        // Starts in 256 bytes, the owner lends up to 1 KiB more at a time:
+        // the first growths go to the owner, the 3000-byte copy to the heap.
+        let (heap, b, grows) = both(256, 1024, some_writes);
+        assert!(grows > 1, "grew through the owner");
+        assert!(!b.is_lent(), "moved to private memory past the owner's limit");
+        assert_eq!(heap.as_bytes()[..256], b.as_bytes()[..256]);
+        assert_eq!(heap.len(), b.len());
+        // Reused after a clear: the stale bytes of lent memory are zeroed.
+        let (lent, _) = Leaky::lent(4096, 4096);
+        let mut b = Block::in_lent(lent);
+        some_writes(&mut b);
+        b.mem.start(1, 64, 0);
+        assert!(b.as_bytes()[HEADER_LEN..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn builders_take_memory_from_the_thread_source() {
+        struct Src(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl BlockSource for Src {
+            fn lend(&self) -> Option<Lent> {
+                Leaky { max: 1 << 20, lent: self.0.clone() }.grow(4096)
+            }
+        }
+        let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        assert!(!Block::for_builder().is_lent());
+        let b = with_source(std::sync::Arc::new(Src(n.clone())), Block::for_builder);
+        assert!(b.is_lent());
+        assert!(!Block::for_builder().is_lent(), "the source is gone again");
+        assert_eq!(n.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
     #[test]
     fn arrays_grow_in_place_or_move() {
         let mut b = Block::new();
-        let obj = b.start(0, 16, 0);
+        let obj = b.mem.start(0, 16, 0);
         let slot = obj;
         let vals = |b: &Block| -> Vec<u32> {
-            let r = Ref::unpack(b.u64_at(slot));
-            (0..r.len as usize).map(|i| b.u32_at(r.offset as usize + 4 * i)).collect()
+            let r = Ref::unpack(b.mem.u64_at(slot));
+            (0..r.len as usize).map(|i| b.mem.u32_at(r.offset as usize + 4 * i)).collect()
         };
         // First element: a fresh array with room for MIN_CAPACITY.
-        let at = b.grow_array(slot, 4, 1).unwrap_or(0);
-        b.put_u32(at, 10);
+        let at = b.mem.grow_array(slot, 4, 1).unwrap_or(0);
+        b.mem.put_u32(at, 10);
         // Room left: the next ones go right after, even with something
         // allocated behind the array.
-        b.alloc_copy(b"xyz");
+        b.mem.alloc_copy(b"xyz");
         for i in 1..MIN_CAPACITY {
-            let next = b.grow_array(slot, 4, 1).unwrap_or(0);
+            let next = b.mem.grow_array(slot, 4, 1).unwrap_or(0);
             assert_eq!(next, at + 4 * i as usize);
-            b.put_u32(next, 10 + i);
+            b.mem.put_u32(next, 10 + i);
         }
         // Full and not last: the next growth moves it to the end, doubled.
         let end = b.len();
-        let moved = b.grow_array(slot, 4, 1).unwrap_or(0);
-        b.put_u32(moved, 14);
-        let r = Ref::unpack(b.u64_at(slot));
+        let moved = b.mem.grow_array(slot, 4, 1).unwrap_or(0);
+        b.mem.put_u32(moved, 14);
+        let r = Ref::unpack(b.mem.u64_at(slot));
         assert!(r.offset as usize >= end);
         assert_eq!(vals(&b), [10, 11, 12, 13, 14]);
         // Now last in the block: grows in place once past capacity 8.
         for i in 5..9 {
-            let at = b.grow_array(slot, 4, 1).unwrap_or(0);
-            b.put_u32(at, 10 + i);
+            let at = b.mem.grow_array(slot, 4, 1).unwrap_or(0);
+            b.mem.put_u32(at, 10 + i);
         }
-        assert_eq!(Ref::unpack(b.u64_at(slot)).offset, r.offset);
+        assert_eq!(Ref::unpack(b.mem.u64_at(slot)).offset, r.offset);
         assert_eq!(vals(&b), (10..19).collect::<Vec<u32>>());
     }
 }

@@ -10,7 +10,7 @@ use std::fmt;
 
 use protoplane_schema::{Card, Field, FieldFlags, FieldOp, Kind, TableSet};
 
-use crate::block::{Block, Ref, MAX_LEN};
+use crate::block::{Block, BlockMem, Ref, MAX_LEN};
 use crate::view::Value;
 
 /// Why a builder call was refused.
@@ -75,14 +75,14 @@ pub struct Builder<'t> {
 impl<'t> Builder<'t> {
     /// Starts a block for a message of `type_index`.
     pub fn new(ts: &'t TableSet, type_index: u32) -> Result<Self, BuildError> {
-        Self::reuse(ts, type_index, Block::new())
+        Self::reuse(ts, type_index, Block::for_builder())
     }
 
     /// Starts a block in a recycled allocation (see [`crate::Region`]).
     pub fn reuse(ts: &'t TableSet, type_index: u32, mut block: Block) -> Result<Self, BuildError> {
         let msg =
             ts.messages().get(type_index as usize).ok_or(BuildError::UnknownType(type_index))?;
-        let root = block.start(type_index, msg.size, 0);
+        let root = block.mem.start(type_index, msg.size, 0);
         Ok(Builder { ts, block, root: MessageBuilder { obj: root, msg: type_index } })
     }
 
@@ -119,9 +119,9 @@ impl<'t> Builder<'t> {
         if f.flags.has(FieldFlags::ONEOF) {
             let m = self.ts.message(at.msg);
             let case = self.ts.oneofs(m)[f.presence as usize].case_offset;
-            self.block.put_u32(at.obj + case as usize, f.number);
+            self.block.mem.put_u32(at.obj + case as usize, f.number);
         } else {
-            self.block.set_hasbit(at.obj, f.presence);
+            self.block.mem.set_hasbit(at.obj, f.presence);
         }
     }
 
@@ -133,7 +133,7 @@ impl<'t> Builder<'t> {
         if data.is_empty() {
             return Ok(Ref::default());
         }
-        let off = self.block.alloc_copy(data);
+        let off = self.block.mem.alloc_copy(data);
         self.check(number)?;
         Ok(Ref { offset: off as u32, len: data.len() as u32, wire: false, device: false })
     }
@@ -152,14 +152,14 @@ impl<'t> Builder<'t> {
         if f.kind.is_scalar() {
             let bits = scalar_bits(f, &value).ok_or(BuildError::TypeMismatch(number))?;
             if f.flags.has(FieldFlags::ONEOF) {
-                self.block.put_u64(at.obj + f.offset as usize, bits);
+                self.block.mem.put_u64(at.obj + f.offset as usize, bits);
             } else {
-                self.block.put_scalar(at.obj + f.offset as usize, f.kind.slot_size(), bits);
+                self.block.mem.put_scalar(at.obj + f.offset as usize, f.kind.slot_size(), bits);
             }
         } else {
             let data = bytes_of(f, &value).ok_or(BuildError::TypeMismatch(number))?;
             let r = self.store_bytes(number, data)?;
-            self.block.put_u64(at.obj + f.offset as usize, r.pack());
+            self.block.mem.put_u64(at.obj + f.offset as usize, r.pack());
         }
         self.mark(at, f);
         Ok(())
@@ -182,14 +182,16 @@ impl<'t> Builder<'t> {
             let size = f.kind.slot_size();
             let w = self
                 .block
+                .mem
                 .grow_array(slot, size as usize, 1)
                 .map_err(|()| BuildError::TooLarge(number))?;
-            self.block.put_scalar(w, size, bits);
+            self.block.mem.put_scalar(w, size, bits);
         } else {
             let data = bytes_of(f, &value).ok_or(BuildError::TypeMismatch(number))?;
             let r = self.store_bytes(number, data)?;
-            let w = self.block.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
-            self.block.put_u64(w, r.pack());
+            let w =
+                self.block.mem.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
+            self.block.mem.put_u64(w, r.pack());
         }
         self.check(number)
     }
@@ -211,23 +213,24 @@ impl<'t> Builder<'t> {
             let existing = if f.flags.has(FieldFlags::ONEOF) {
                 let m = self.ts.message(at.msg);
                 let case = self.ts.oneofs(m)[f.presence as usize].case_offset;
-                self.block.u32_at(at.obj + case as usize) == f.number
+                self.block.mem.u32_at(at.obj + case as usize) == f.number
             } else {
-                self.block.hasbit(at.obj, f.presence)
+                self.block.mem.hasbit(at.obj, f.presence)
             };
-            let r = Ref::unpack(self.block.u64_at(slot));
+            let r = Ref::unpack(self.block.mem.u64_at(slot));
             if existing && r.offset != 0 {
                 return Ok(MessageBuilder { obj: r.offset as usize, msg: f.sub });
             }
         }
-        let obj = self.block.alloc_zeroed(sub.size as usize);
+        let obj = self.block.mem.alloc_zeroed(sub.size as usize);
         self.check(number)?;
         let r = Ref { offset: obj as u32, len: sub.size, wire: false, device: false };
         if f.is_repeated() {
-            let w = self.block.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
-            self.block.put_u64(w, r.pack());
+            let w =
+                self.block.mem.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
+            self.block.mem.put_u64(w, r.pack());
         } else {
-            self.block.put_u64(slot, r.pack());
+            self.block.mem.put_u64(slot, r.pack());
             self.mark(at, f);
         }
         Ok(MessageBuilder { obj, msg: f.sub })
@@ -253,7 +256,7 @@ impl<'t> Builder<'t> {
                 &mut bytes,
             )
             .map_err(|_| BuildError::TooLarge(map.number))?;
-        self.block.shrink_array(at.obj + map.offset as usize, 1);
+        self.block.mem.shrink_array(at.obj + map.offset as usize, 1);
         let mut rec = Vec::with_capacity(bytes.len() + 10);
         crate::varint::push(&mut rec, ((map.number as u64) << 3) | 2);
         crate::varint::push(&mut rec, bytes.len() as u64);
@@ -268,9 +271,10 @@ impl<'t> Builder<'t> {
         let slot = at.obj + m.unknown_offset as usize;
         let w = self
             .block
+            .mem
             .grow_array(slot, 1, u32::try_from(wire.len()).map_err(|_| BuildError::TooLarge(0))?)
             .map_err(|()| BuildError::TooLarge(0))?;
-        self.block.buf[w..w + wire.len()].copy_from_slice(wire);
+        self.block.mem.bytes_mut()[w..w + wire.len()].copy_from_slice(wire);
         self.check(0)
     }
 }
@@ -316,14 +320,14 @@ impl<'t> Builder<'t> {
         match op.card {
             Card::Hasbit | Card::Implicit | Card::Always => {
                 let w = at.obj + 4 * (op.presence as usize / 32);
-                if let Some(b) = self.block.buf.get_mut(w..w + 4) {
+                if let Some(b) = self.block.mem.bytes_mut().get_mut(w..w + 4) {
                     let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) | 1 << (op.presence % 32);
                     b.copy_from_slice(&v.to_le_bytes());
                 }
             }
             Card::Oneof => {
                 let w = at.obj + op.presence as usize;
-                if let Some(b) = self.block.buf.get_mut(w..w + 4) {
+                if let Some(b) = self.block.mem.bytes_mut().get_mut(w..w + 4) {
                     b.copy_from_slice(&(op.tag >> 3).to_le_bytes());
                 }
             }
@@ -338,7 +342,7 @@ impl<'t> Builder<'t> {
     pub fn set_bits(&mut self, at: MessageBuilder, op: &FieldOp, bits: u64) {
         let size = if op.card == Card::Oneof { 8 } else { op.size as usize };
         let Some(slot) = self.slot_of(at, op, size) else { return };
-        if let Some(dst) = self.block.buf.get_mut(slot..slot + size) {
+        if let Some(dst) = self.block.mem.bytes_mut().get_mut(slot..slot + size) {
             dst.copy_from_slice(&bits.to_le_bytes()[..size]);
         }
         self.mark_op(at, op);
@@ -356,7 +360,7 @@ impl<'t> Builder<'t> {
         let number = op.tag >> 3;
         let slot = self.slot_of(at, op, 8).ok_or(BuildError::NoSuchField(number))?;
         let r = self.store_bytes(number, data)?;
-        self.block.put_u64(slot, r.pack());
+        self.block.mem.put_u64(slot, r.pack());
         self.mark_op(at, op);
         Ok(())
     }
@@ -372,8 +376,9 @@ impl<'t> Builder<'t> {
         let number = op.tag >> 3;
         let slot = self.slot_of(at, op, 8).ok_or(BuildError::NoSuchField(number))?;
         let size = op.size as usize;
-        let w = self.block.grow_array(slot, size, 1).map_err(|()| BuildError::TooLarge(number))?;
-        self.block.buf[w..w + size].copy_from_slice(&bits.to_le_bytes()[..size]);
+        let w =
+            self.block.mem.grow_array(slot, size, 1).map_err(|()| BuildError::TooLarge(number))?;
+        self.block.mem.bytes_mut()[w..w + size].copy_from_slice(&bits.to_le_bytes()[..size]);
         self.check(number)
     }
 
@@ -388,8 +393,8 @@ impl<'t> Builder<'t> {
         let number = op.tag >> 3;
         let slot = self.slot_of(at, op, 8).ok_or(BuildError::NoSuchField(number))?;
         let r = self.store_bytes(number, data)?;
-        let w = self.block.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
-        self.block.put_u64(w, r.pack());
+        let w = self.block.mem.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
+        self.block.mem.put_u64(w, r.pack());
         self.check(number)
     }
 
@@ -409,22 +414,23 @@ impl<'t> Builder<'t> {
         let repeated = matches!(op.card, Card::Repeated | Card::Packed);
         if !repeated {
             let existing = match op.card {
-                Card::Oneof => self.block.u32_at(at.obj + op.presence as usize) == op.tag >> 3,
-                _ => self.block.hasbit(at.obj, op.presence),
+                Card::Oneof => self.block.mem.u32_at(at.obj + op.presence as usize) == op.tag >> 3,
+                _ => self.block.mem.hasbit(at.obj, op.presence),
             };
-            let r = Ref::unpack(self.block.u64_at(slot));
+            let r = Ref::unpack(self.block.mem.u64_at(slot));
             if existing && r.offset != 0 {
                 return Ok(MessageBuilder { obj: r.offset as usize, msg: sub });
             }
         }
-        let obj = self.block.alloc_zeroed(size as usize);
+        let obj = self.block.mem.alloc_zeroed(size as usize);
         self.check(number)?;
         let r = Ref { offset: obj as u32, len: size, wire: false, device: false };
         if repeated {
-            let w = self.block.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
-            self.block.put_u64(w, r.pack());
+            let w =
+                self.block.mem.grow_array(slot, 8, 1).map_err(|()| BuildError::TooLarge(number))?;
+            self.block.mem.put_u64(w, r.pack());
         } else {
-            self.block.put_u64(slot, r.pack());
+            self.block.mem.put_u64(slot, r.pack());
             self.mark_op(at, op);
         }
         Ok(MessageBuilder { obj, msg: sub })

@@ -30,7 +30,7 @@ use protoplane_schema::{
     Card, Field, FieldFlags, FieldOp, Kind, Message, MessageFlags, TableSet, ValueOp, WireType,
 };
 
-use crate::block::{Block, Ref, BLOCK_VIEW, MAX_LEN};
+use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
 use crate::encode::{EncodeOptions, Encoder, Source};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::varint::{self, VarintError};
@@ -122,6 +122,23 @@ impl Decoder {
                 offset: 0,
             });
         };
+        // One decoder per kind of memory: private memory (the common case)
+        // runs exactly the code it always did.
+        match out.mem() {
+            Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v),
+            Store::Any(m) => self.run(tables, type_index, msg, input, opts, m),
+        }
+    }
+
+    fn run<M: BlockMem>(
+        &mut self,
+        tables: &TableSet,
+        type_index: u32,
+        msg: &Message,
+        input: &[u8],
+        opts: &DecodeOptions,
+        out: &mut M,
+    ) -> Result<(), DecodeError> {
         self.stack.clear();
         self.groups.clear();
         let root = out.start(type_index, msg.size, if opts.view { BLOCK_VIEW } else { 0 });
@@ -155,12 +172,12 @@ impl Decoder {
 
 /// One decode in progress: the current frame lives in registers, parents on
 /// the stack.
-struct Run<'a> {
+struct Run<'a, M: BlockMem> {
     ts: &'a TableSet,
     input: &'a [u8],
     opts: &'a DecodeOptions,
     max_block: usize,
-    out: &'a mut Block,
+    out: &'a mut M,
     stack: &'a mut Vec<Frame>,
     groups: &'a mut Vec<u32>,
     pos: usize,
@@ -191,7 +208,7 @@ const START_GROUP: u32 = WireType::StartGroup as u32;
 const END_GROUP: u32 = WireType::EndGroup as u32;
 const FIXED32: u32 = WireType::Fixed32 as u32;
 
-impl<'a> Run<'a> {
+impl<'a, M: BlockMem> Run<'a, M> {
     #[cold]
     fn err(&self, kind: DecodeErrorKind, offset: usize) -> DecodeError {
         DecodeError {
@@ -402,7 +419,7 @@ impl<'a> Run<'a> {
     fn entry_to_unknown(&mut self) -> Result<bool, DecodeError> {
         let (entry_mi, entry_obj) = (self.msg_index, self.obj);
         let mut bytes = Vec::new();
-        let src = Source { block: self.out.as_bytes(), wire: self.input };
+        let src = Source { block: self.out.bytes(), wire: self.input };
         Encoder::new()
             .encode_entry_as_unknown(
                 self.ts,
@@ -437,8 +454,8 @@ impl<'a> Run<'a> {
     /// first (protobuf semantics), so only the merged result can miss one.
     #[cold]
     fn check_required(&mut self) -> Result<(), DecodeError> {
-        let src = Source { block: self.out.as_bytes(), wire: self.input };
-        let root_type = self.out.type_index().unwrap_or(0);
+        let src = Source { block: self.out.bytes(), wire: self.input };
+        let root_type = crate::block::read_u32(self.out.bytes(), 4).unwrap_or(0);
         let missing = MessageView::new(self.ts, src, root_type)
             .and_then(|v| v.missing_required(self.opts.max_depth + 1))
             .map_err(|_| self.err(DecodeErrorKind::DepthExceeded, self.pos))?;
@@ -693,7 +710,7 @@ impl<'a> Run<'a> {
                 let n = u32::try_from(len / size).map_err(|_| too_long(self))?;
                 let at = self.out.grow_array(slot, size, n).map_err(|()| too_long(self))?;
                 // Wire and slot are both little endian: one copy.
-                self.out.buf[at..at + len].copy_from_slice(payload);
+                self.out.bytes_mut()[at..at + len].copy_from_slice(payload);
             }
             _ => {
                 if payload[len - 1] >= 0x80 {
@@ -705,7 +722,7 @@ impl<'a> Run<'a> {
                     self.out.grow_array(slot, size as usize, n).map_err(|()| too_long(self))?;
                 let closed = f.flags.has(FieldFlags::CLOSED_ENUM);
                 if !closed {
-                    let dst = &mut self.out.buf[at..at + n as usize * size as usize];
+                    let dst = &mut self.out.bytes_mut()[at..at + n as usize * size as usize];
                     return match unpack_varints(payload, dst, f.kind) {
                         Ok(()) => self.check_block(start),
                         Err(_) => Err(self.err(DecodeErrorKind::VarintTooLong, start)),
@@ -823,7 +840,7 @@ impl<'a> Run<'a> {
             .out
             .grow_array(slot, 1, bytes.len() as u32)
             .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
-        self.out.buf[at..at + bytes.len()].copy_from_slice(bytes);
+        self.out.bytes_mut()[at..at + bytes.len()].copy_from_slice(bytes);
         self.check_block(start)
     }
 }

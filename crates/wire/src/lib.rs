@@ -22,7 +22,8 @@ mod varint;
 mod view;
 
 pub use block::{
-    Block, Ref, Region, BLOCK_VIEW, HEADER_LEN, MAX_LEN, REF_DEVICE, REF_LEN_MASK, REF_WIRE,
+    with_source, Block, BlockSource, Lent, LentOwner, Ref, Region, BLOCK_VIEW, HEADER_LEN, MAX_LEN,
+    REF_DEVICE, REF_LEN_MASK, REF_WIRE,
 };
 pub use builder::{BuildError, Builder, MessageBuilder};
 pub use decode::{decode, DecodeOptions, Decoder};

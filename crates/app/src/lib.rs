@@ -34,7 +34,7 @@ use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout, APP_PARKED, ENGINE_PARKED};
 use protoplane_shm::lease::{self, Held, Holder};
-use protoplane_shm::{AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
+use protoplane_shm::{sys, AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
 use tokio::sync::{mpsc, Notify};
 
 /// Requests queued per client-streaming call before the call fails.
@@ -194,11 +194,16 @@ fn connect(path: &Path, hello: &Hello) -> Result<Connected, Failure> {
         }
     };
     let mut fds = fds.into_iter();
-    let (Some(region), Some(engine), Some(app)) = (fds.next(), fds.next(), fds.next()) else {
+    let (Some(shared), Some(requests), Some(engine), Some(app)) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
         return Err(Failure::Unreachable("the engine's answer lacks its descriptors".into()));
     };
-    let map = Mapping::map(&region).map_err(un)?;
-    layout.validate(Some(map.len())).map_err(|e| Failure::Refused(e.to_string()))?;
+    let lens = (sys::file_len(&shared).map_err(un)?, sys::file_len(&requests).map_err(un)?);
+    layout.validate(Some(lens)).map_err(|e| Failure::Refused(e.to_string()))?;
+    // The engine's half read-only: the engine sealed it, and this process
+    // has no business writing it.
+    let map = Mapping::map_parts(&[(&shared, true), (&requests, false)]).map_err(un)?;
     let engine = EventFd::from_fd(engine).map_err(un)?;
     let app = EventFd::from_fd(app).map_err(un)?;
     Ok((sock, layout, Arc::new(map), engine, app))

@@ -217,7 +217,12 @@ mod hostile {
             panic!("refused: {:?}", Answer::decode(&msg))
         };
         let mut fds = fds.into_iter();
-        let map = Arc::new(Mapping::map(&fds.next().expect("region")).expect("map"));
+        let (shared, requests) = (fds.next().expect("region"), fds.next().expect("requests"));
+        // The engine's half is sealed: even a hostile application can only
+        // read it.
+        assert!(Mapping::map_parts(&[(&shared, true), (&requests, true)]).is_err());
+        let map = Mapping::map_parts(&[(&shared, true), (&requests, false)]).expect("map");
+        let map = Arc::new(map);
         let engine_bell = EventFd::from_fd(fds.next().expect("bell")).expect("eventfd");
         Hostile { _sock: sock, map, layout, engine_bell }
     }

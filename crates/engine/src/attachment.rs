@@ -615,7 +615,8 @@ mod tests {
         let layout = Layout { ring_slots: 8, classes: vec![Class { size: 4096, count: 2 }] };
         let (region, att, rx) =
             crate::region(1, 0, vec!["a.S".into()], layout.clone()).expect("region");
-        let map = Arc::new(Mapping::map(&region.fd).expect("map"));
+        let parts = [(&region.shared, true), (&region.engine_half, false)];
+        let map = Arc::new(Mapping::map_parts(&parts).expect("map"));
         let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
         let (requests, responses) = (ring(layout.request_ring()), ring(layout.response_ring()));
         (att, rx, map, Consumer::new(requests), Producer::new(responses))

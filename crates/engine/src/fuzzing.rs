@@ -9,13 +9,12 @@
 //! [`Engine::take`] is the drain loop's step. Only what the target needs to
 //! watch is exposed; the checks stay those of [`Attachment`].
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use protoplane_rpc::{Metadata, Status};
-use protoplane_shm::{Consumer, Descriptor, Layout};
+use protoplane_shm::{Consumer, Descriptor, Layout, Mapping};
 
 use crate::attachment::{self, Attachment, EventRx, Inbound, PostError};
 
@@ -84,12 +83,15 @@ impl Call {
 
 impl Engine {
     /// A fresh region of `layout` with the engine's side set up as after a
-    /// handshake (attachment id 1, one service `fuzz.S`), and the region's
-    /// file for the application's own mapping.
-    pub fn new(layout: Layout) -> Result<(Engine, OwnedFd), String> {
+    /// handshake (attachment id 1, one service `fuzz.S`), and the
+    /// application's own mapping of it (the engine's half read-only, as
+    /// the seal leaves it to any application).
+    pub fn new(layout: Layout) -> Result<(Engine, Mapping), String> {
         layout.validate(None).map_err(|e| e.to_string())?;
         let (region, att, rx) = crate::region(1, 0, vec!["fuzz.S".into()], layout)?;
-        Ok((Engine { att, responses: rx.responses }, region.fd))
+        let map = Mapping::map_parts(&[(&region.shared, true), (&region.engine_half, false)])
+            .map_err(|e| e.to_string())?;
+        Ok((Engine { att, responses: rx.responses }, map))
     }
 
     /// The attachment (its counters, `detach`, `chunk_use`, ...).

@@ -249,15 +249,16 @@ fn handshake(
     // Rings are initialized (inside `Attachment::new`) before the answer
     // leaves, so the application never sees an uninitialized slot.
     let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone())?;
-    attach::send(sock, &answer.encode(), &[&region.fd, region.engine_fd.fd(), region.app_fd.fd()])
-        .map_err(|e| format!("sending the answer: {e}"))?;
+    let fds = [&region.shared, &region.engine_half, region.engine_fd.fd(), region.app_fd.fd()];
+    attach::send(sock, &answer.encode(), &fds).map_err(|e| format!("sending the answer: {e}"))?;
     Ok((att, rx))
 }
 
-/// What the application receives with the answer: the region and both
-/// doorbells.
+/// What the application receives with the answer: the region's two files
+/// (the engine's half sealed against writes) and both doorbells.
 struct Region {
-    fd: std::os::fd::OwnedFd,
+    shared: std::os::fd::OwnedFd,
+    engine_half: std::os::fd::OwnedFd,
     engine_fd: EventFd,
     app_fd: EventFd,
 }
@@ -270,8 +271,13 @@ fn region(
     services: Vec<String>,
     layout: Layout,
 ) -> Result<(Region, Arc<Attachment>, Receiver), String> {
-    let fd = sys::memfd("protoplane-region", layout.total() as usize).map_err(|e| e.to_string())?;
-    let map = Arc::new(Mapping::map(&fd).map_err(|e| e.to_string())?);
+    let err = |e: std::io::Error| e.to_string();
+    let shared = sys::memfd("protoplane-region", layout.shared_len() as usize).map_err(err)?;
+    let engine_half = sys::memfd("protoplane-requests", layout.half_len() as usize).map_err(err)?;
+    let map = Mapping::map_parts(&[(&shared, true), (&engine_half, true)]).map_err(err)?;
+    // Mapped writable here first; from now on nobody else can.
+    sys::seal_writes(&engine_half).map_err(err)?;
+    let map = Arc::new(map);
     let engine_fd = EventFd::new().map_err(|e| e.to_string())?;
     let app_fd = EventFd::new().map_err(|e| e.to_string())?;
     let app_bell = Doorbell::new(map.clone(), APP_PARKED, dup(&app_fd)?).ok_or("doorbell")?;
@@ -279,7 +285,7 @@ fn region(
         Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
     let (att, rx) = Attachment::new(id, pid, services, map, layout, app_bell, engine_bell)
         .ok_or("the layout does not fit its region")?;
-    Ok((Region { fd, engine_fd, app_fd }, att, rx))
+    Ok((Region { shared, engine_half, engine_fd, app_fd }, att, rx))
 }
 
 fn dup(fd: &EventFd) -> Result<EventFd, String> {

@@ -339,7 +339,7 @@ impl Responder {
     /// Sends a response laid out with the builder (the engine encodes it).
     /// Waits while the client is not reading (flow control).
     pub async fn send(&mut self, block: Block) -> Result<(), Status> {
-        self.send_linear(Bytes::from(block.into_bytes())).await
+        self.send_linear(block.into_shared()).await
     }
 
     /// Sends a response block held as bytes — wherever they live: a block

@@ -4,7 +4,8 @@
 //! app -> engine   HELLO   "PPATTACH" | version u16 | 0 u16 | pid u32
 //!                         | n u16 | n x (name len u16 | name | table-set digest u64)
 //! engine -> app   ACCEPT  "PPATT-OK" | version u16 | 0 u16 | attachment id u32 | layout
-//!                         + descriptors: region memfd, engine doorbell, app doorbell
+//!                         + descriptors: the region's shared memfd, its engine-half
+//!                           memfd (sealed against writes), engine doorbell, app doorbell
 //!              or REFUSE  "PPATT-NO" | reason (UTF-8)
 //! ```
 //!
@@ -24,7 +25,7 @@ use crate::layout::Layout;
 use crate::sys;
 
 /// Protocol version of the handshake, the rings and the descriptors.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 const HELLO: &[u8; 8] = b"PPATTACH";
 const ACCEPT: &[u8; 8] = b"PPATT-OK";

@@ -2,12 +2,17 @@
 //!
 //! ```text
 //! offset 0          4096                       +slots*64                +slots*64 (page-aligned)
-//! +-----------------+--------------------------+------------------------+------------------+-----------------+
-//! | control page    | request ring             | response ring          | engine half      | app half        |
-//! | parked flags,   | engine -> app            | app -> engine          | request chunks   | response chunks |
-//! | published heads | (slots of 64 B)          | (slots of 64 B)        | (engine allocs)  | (app allocs)    |
-//! +-----------------+--------------------------+------------------------+------------------+-----------------+
+//! +-----------------+--------------------------+------------------------+-----------------+------------------+
+//! | control page    | request ring             | response ring          | app half        | engine half      |
+//! | parked flags,   | engine -> app            | app -> engine          | response chunks | request chunks   |
+//! | published heads | (slots of 64 B)          | (slots of 64 B)        | (app allocs)    | (engine allocs)  |
+//! +-----------------+--------------------------+------------------------+-----------------+------------------+
+//! |<------------------------------ shared file: both map it read/write ------------------>|<- engine file -->|
 //! ```
+//!
+//! The engine's half is a file of its own, which the engine seals against
+//! writes before passing it: the application maps it read-only, so it can
+//! never write into the chunks the engine decodes requests into.
 //!
 //! Each half is carved into size classes (a fixed number of chunks of each
 //! size, smallest first). A chunk is named by its offset from the start of
@@ -117,8 +122,9 @@ impl Layout {
     }
 
     /// Checks the rules every layout obeys (the application runs this on
-    /// what the engine sent, with the size of the file it received).
-    pub fn validate(&self, file_len: Option<usize>) -> Result<(), LayoutError> {
+    /// what the engine sent, with the sizes of the two files it received:
+    /// shared, engine's half).
+    pub fn validate(&self, file_lens: Option<(usize, usize)>) -> Result<(), LayoutError> {
         let bad = |why| Err(LayoutError::Invalid(why));
         if !self.ring_slots.is_power_of_two() || !(8..=1 << 20).contains(&self.ring_slots) {
             return bad("ring slots must be a power of two in 8..=2^20");
@@ -136,9 +142,9 @@ impl Layout {
         if self.total() > MAX_REGION {
             return bad("region larger than 4 GiB");
         }
-        if let Some(len) = file_len {
-            if len as u64 != self.total() {
-                return bad("shared file size differs from the layout");
+        if let Some((shared, engine)) = file_lens {
+            if shared as u64 != self.shared_len() || engine as u64 != self.half_len() {
+                return bad("shared file sizes differ from the layout");
             }
         }
         Ok(())
@@ -159,20 +165,26 @@ impl Layout {
         self.classes.iter().map(|c| c.size as u64 * c.count as u64).sum()
     }
 
-    /// Offset of the engine's half (request chunks).
-    pub fn engine_half(&self) -> u64 {
+    /// Offset of the application's half (response chunks).
+    pub fn app_half(&self) -> u64 {
         let end = (CONTROL_LEN + 2 * self.ring_slots as usize * SLOT_LEN) as u64;
         end.div_ceil(CHUNK_ALIGN as u64) * CHUNK_ALIGN as u64
     }
 
-    /// Offset of the application's half (response chunks).
-    pub fn app_half(&self) -> u64 {
-        self.engine_half() + self.half_len()
+    /// Offset of the engine's half (request chunks): where the shared file
+    /// ends and the engine's file starts.
+    pub fn engine_half(&self) -> u64 {
+        self.app_half() + self.half_len()
     }
 
-    /// Bytes of the whole region.
+    /// Bytes of the shared file (control page, rings, application's half).
+    pub fn shared_len(&self) -> u64 {
+        self.engine_half()
+    }
+
+    /// Bytes of the whole region (the shared file and the engine's).
     pub fn total(&self) -> u64 {
-        self.app_half() + self.half_len()
+        self.engine_half() + self.half_len()
     }
 
     /// The largest chunk.
@@ -276,6 +288,23 @@ impl Half {
             }
         }
         None
+    }
+
+    /// The chunk `offset` lies in, if any.
+    pub fn chunk_containing(&self, offset: u32) -> Option<Chunk> {
+        let off = offset as u64;
+        for &(start, size, count, first) in &self.classes {
+            let end = start + size as u64 * count as u64;
+            if off >= start && off < end {
+                let i = ((off - start) / size as u64) as u32;
+                return Some(self.nth_of(start, size, first, i));
+            }
+        }
+        None
+    }
+
+    fn nth_of(&self, start: u64, size: u32, first: u32, i: u32) -> Chunk {
+        Chunk { offset: (start + size as u64 * i as u64) as u32, len: size, index: first + i }
     }
 
     fn nth(&self, class: usize, i: u32) -> Chunk {
@@ -406,18 +435,21 @@ mod tests {
         l.validate(None).expect("valid");
         assert_eq!(l.request_ring(), 4096);
         assert_eq!(l.response_ring(), 4096 + 16 * 64);
-        assert_eq!(l.engine_half(), 8192);
+        assert_eq!(l.app_half(), 8192);
         assert_eq!(l.half_len(), 3 * 4096 + 2 * 16384);
-        assert_eq!(l.app_half(), 8192 + l.half_len());
-        assert_eq!(l.total(), l.app_half() + l.half_len());
+        assert_eq!(l.engine_half(), 8192 + l.half_len());
+        assert_eq!(l.shared_len(), l.engine_half());
+        assert_eq!(l.total(), l.engine_half() + l.half_len());
         let mut bytes = Vec::new();
         l.encode(&mut bytes);
         bytes.push(0xAA);
         let (back, rest) = Layout::decode(&bytes).expect("decode");
         assert_eq!(back, l);
         assert_eq!(rest, [0xAA]);
-        assert!(back.validate(Some(l.total() as usize)).is_ok());
-        assert!(back.validate(Some(l.total() as usize - 1)).is_err());
+        let (shared, half) = (l.shared_len() as usize, l.half_len() as usize);
+        assert!(back.validate(Some((shared, half))).is_ok());
+        assert!(back.validate(Some((shared - 1, half))).is_err());
+        assert!(back.validate(Some((shared, half + 4096))).is_err());
     }
 
     #[test]

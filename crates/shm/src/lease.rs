@@ -1,11 +1,22 @@
-//! A chunk held by this side: its bytes read in place as `Bytes`, handed
-//! back when the last piece is dropped. Both the engine (response chunks)
-//! and the application (request chunks) hold the other side's chunks this
-//! way; what "handed back" means is the holder's ([`Holder`]).
+//! Chunks as bytes, both ways.
+//!
+//! * Held: a chunk of the *other* side, read in place as `Bytes` and
+//!   handed back when the last piece is dropped. Both the engine (response
+//!   chunks) and the application (request chunks) hold the other side's
+//!   chunks this way; what "handed back" means is the holder's
+//!   ([`Holder`]).
+//! * Lent: a chunk of *this* side's half as the memory a block is laid out
+//!   in ([`lend`]): the application's builders write responses there, the
+//!   engine decodes requests there. The finished block becomes `Bytes` over
+//!   the same chunk ([`protoplane_wire::Block::into_shared`]), which go to
+//!   the other side with a descriptor; the chunk returns to this side's
+//!   free list when the last of those bytes is dropped, which the sender
+//!   arranges to be after the other side released it.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use protoplane_wire::{Lent, LentOwner};
 
 use crate::desc::{Descriptor, Span};
 use crate::layout::Chunk;
@@ -63,6 +74,95 @@ impl Held {
         let from = (span.offset - self.chunk.offset) as usize;
         self.bytes.slice(from..from + span.len as usize)
     }
+}
+
+/// This side's own chunks: where [`lend`] gets them and returns them.
+pub trait Pool: Send + Sync + 'static {
+    /// The region.
+    fn map(&self) -> &Arc<Mapping>;
+    /// A free chunk of this side's half holding at least `need` bytes.
+    fn alloc(&self, need: usize) -> Option<Chunk>;
+    /// Puts a chunk back on the free list.
+    fn free(&self, chunk: Chunk);
+}
+
+/// One of this side's chunks, out of the free list until dropped.
+struct Own<P: Pool> {
+    pool: Arc<P>,
+    chunk: Chunk,
+}
+
+impl<P: Pool> Drop for Own<P> {
+    fn drop(&mut self) {
+        self.pool.free(self.chunk);
+    }
+}
+
+/// The owner of a chunk lent to a block.
+struct Lender<P: Pool> {
+    own: Own<P>,
+    grows: bool,
+}
+
+/// A finished block's bytes in this side's chunk.
+struct Shared<P: Pool> {
+    own: Own<P>,
+    len: usize,
+}
+
+impl<P: Pool> AsRef<[u8]> for Shared<P> {
+    fn as_ref(&self) -> &[u8] {
+        // Read in place under `Mapping::bytes`'s contract; the chunk is this
+        // side's, lies in the mapping and holds `len` bytes.
+        self.own.pool.map().bytes(self.own.chunk.offset as usize, self.len).unwrap_or(&[])
+    }
+}
+
+impl<P: Pool> LentOwner for Lender<P> {
+    fn grow(&self, need: usize) -> Option<Lent> {
+        if !self.grows {
+            return None;
+        }
+        lend(&self.own.pool, need, true)
+    }
+
+    fn share(self: Box<Self>, bytes: &'static mut [u8], len: usize) -> Bytes {
+        // The block's last use of its slice: from now on the chunk is read
+        // through the mapping only.
+        let _ = bytes;
+        let len = len.min(self.own.chunk.len as usize);
+        Bytes::from_owner(Shared { own: self.own, len })
+    }
+}
+
+/// Lends a chunk of this side's half holding at least `need` bytes to a
+/// block; `grows`: when the block outgrows it, a bigger chunk (else the
+/// block moves to private memory, and its sender copies it).
+pub fn lend<P: Pool>(pool: &Arc<P>, need: usize, grows: bool) -> Option<Lent> {
+    let chunk = pool.alloc(need)?;
+    let own = Own { pool: pool.clone(), chunk };
+    // SAFETY: the chunk just left this side's free list, so nothing else
+    // in this process uses it until `own` puts it back, and `own` (with
+    // its `Arc` of the mapping) lives in the block's owner beside the
+    // slice, which the block drops before its owner (or hands back in
+    // `share`). The other process does not write it: see `Mapping::lend`.
+    let bytes = unsafe { pool.map().lend(chunk.offset as usize, chunk.len as usize) }?;
+    Some(Lent::new(bytes, Box::new(Lender { own, grows })))
+}
+
+/// Where a message's bytes lie in this side's half, if they lie there: the
+/// chunk (checked against the layout's `half`) and the span.
+pub fn locate(map: &Mapping, half: &crate::layout::Half, bytes: &[u8]) -> Option<(Chunk, Span)> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let off = (bytes.as_ptr() as usize).checked_sub(map.base() as usize)?;
+    if off.checked_add(bytes.len())? > map.len() {
+        return None;
+    }
+    let chunk = half.chunk_containing(off as u32)?;
+    let span = Span { offset: off as u32, len: bytes.len() as u32 };
+    span.within(chunk.offset, chunk.len).then_some((chunk, span))
 }
 
 fn align8(n: usize) -> usize {

@@ -5,8 +5,15 @@
 //!
 //! A [`Mapping`] is memory another process writes concurrently. It hands
 //! out atomics (the ring protocol) and copies in and out of byte ranges;
-//! the one exception is [`Mapping::bytes`], whose contract is spelled out
-//! there.
+//! the two exceptions are [`Mapping::bytes`] (read in place) and
+//! [`Mapping::lend`] (this side's own chunk, written in place by a block),
+//! whose contracts are spelled out there.
+//!
+//! A mapping may be made of several files laid end to end in one address
+//! range, the last one possibly read-only: an application maps the
+//! engine's half of the region that way, from a file the engine sealed
+//! against writes ([`seal_writes`]), so it cannot write what the engine
+//! decodes into even if it tries.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,12 +30,13 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// A new anonymous shared file of `len` bytes (zero-filled; pages are
-/// allocated when first touched).
+/// allocated when first touched). It accepts seals ([`seal_writes`]).
 pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: `cname` is a valid NUL-terminated string for the duration of
     // the call; the flags are plain constants.
-    let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), flags) })?;
     // SAFETY: `fd` was just returned by memfd_create and is owned by nobody
     // else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -50,12 +58,26 @@ pub fn file_len(fd: &OwnedFd) -> io::Result<usize> {
     usize::try_from(st.st_size).map_err(|_| io::ErrorKind::InvalidData.into())
 }
 
-/// A shared mapping of a whole file, read and written by this process and
-/// by the other side of an attachment.
+/// Seals a memfd against writes by anyone who maps it from now on (and
+/// against resizing, and against more seals): mappings made before stay
+/// writable, every later `mmap` with `PROT_WRITE` or `write(2)` fails. The
+/// engine maps its half first, then seals it, then passes it on.
+pub fn seal_writes(fd: &OwnedFd) -> io::Result<()> {
+    let seals =
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own; no memory is involved.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    Ok(())
+}
+
+/// A shared mapping of whole files laid end to end, read and written by
+/// this process and by the other side of an attachment. Bytes from
+/// `read_only` on are mapped read-only here.
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    read_only: usize,
 }
 
 // SAFETY: the mapping is plain memory shared with other processes anyway;
@@ -69,19 +91,39 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps all of `fd` (read/write, shared).
     pub fn map(fd: &OwnedFd) -> io::Result<Mapping> {
-        let len = file_len(fd)?;
+        Mapping::map_parts(&[(fd, true)])
+    }
+
+    /// Maps whole files end to end in one address range, each read/write
+    /// or read-only; only the last may be read-only.
+    pub fn map_parts(parts: &[(&OwnedFd, bool)]) -> io::Result<Mapping> {
+        let page = 4096;
+        let mut lens = Vec::with_capacity(parts.len());
+        for (i, (fd, writable)) in parts.iter().enumerate() {
+            let len = file_len(fd)?;
+            // Every part but the last ends on a page: the next one is mapped
+            // right after it.
+            let last = i + 1 == parts.len();
+            if len == 0 || (len % page != 0 && !last) || (!writable && !last) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "unusable shared file"));
+            }
+            lens.push(len);
+        }
+        let len: usize = lens.iter().sum();
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "empty shared file"));
         }
-        // SAFETY: a fresh mapping chosen by the kernel (no fixed address,
-        // so nothing existing is replaced), of a file we hold open.
+        // Reserve the whole range first, so the parts land next to each
+        // other.
+        // SAFETY: a fresh anonymous reservation chosen by the kernel (no
+        // fixed address: nothing existing is replaced).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
                 0,
             )
         };
@@ -89,7 +131,33 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or(io::ErrorKind::InvalidData)?;
-        Ok(Mapping { ptr, len })
+        // From here on, dropping `map` releases the reservation.
+        let mut map = Mapping { ptr, len, read_only: len };
+        let mut at = 0;
+        for ((fd, writable), part) in parts.iter().zip(lens) {
+            let prot = libc::PROT_READ | if *writable { libc::PROT_WRITE } else { 0 };
+            // SAFETY: replaces `part` bytes of our own reservation (in
+            // bounds: the parts sum to its length), which nothing else uses
+            // yet, with a shared mapping of a file we hold open.
+            let q = unsafe {
+                libc::mmap(
+                    map.ptr.as_ptr().add(at).cast(),
+                    part,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if q == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            if !writable {
+                map.read_only = at;
+            }
+            at += part;
+        }
+        Ok(map)
     }
 
     /// Bytes mapped.
@@ -112,9 +180,15 @@ impl Mapping {
         off.checked_add(len).is_some_and(|end| end <= self.len)
     }
 
-    /// The 64-bit atomic at `off` (8-aligned, in bounds), or `None`.
+    /// Whether `off..off + len` is mapped writable here.
+    pub fn writable(&self, off: usize, len: usize) -> bool {
+        off.checked_add(len).is_some_and(|end| end <= self.read_only)
+    }
+
+    /// The 64-bit atomic at `off` (8-aligned, in the writable part), or
+    /// `None`.
     pub fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
-        if off % 8 != 0 || !self.in_bounds(off, 8) {
+        if off % 8 != 0 || !self.writable(off, 8) {
             return None;
         }
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned);
@@ -126,7 +200,7 @@ impl Mapping {
 
     /// The 32-bit atomic at `off` (4-aligned, in bounds), or `None`.
     pub fn atomic_u32(&self, off: usize) -> Option<&AtomicU32> {
-        if off % 4 != 0 || !self.in_bounds(off, 4) {
+        if off % 4 != 0 || !self.writable(off, 4) {
             return None;
         }
         // SAFETY: as for `atomic_u64`, with 4-byte alignment.
@@ -136,7 +210,7 @@ impl Mapping {
     /// Copies `src` into the mapping at `off`. `false` (and nothing
     /// written) when the range is out of bounds.
     pub fn write(&self, off: usize, src: &[u8]) -> bool {
-        if !self.in_bounds(off, src.len()) {
+        if !self.writable(off, src.len()) {
             return false;
         }
         // SAFETY: the destination range is inside the mapping (checked
@@ -162,6 +236,29 @@ impl Mapping {
             std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
         };
         true
+    }
+
+    /// This side's own range `off..off + len` (a chunk of its half) as
+    /// memory a block is laid out in, written in place; `None` outside the
+    /// writable part.
+    ///
+    /// # Safety
+    ///
+    /// Until the caller drops the slice: nothing else in this process
+    /// reads or writes the range except through it (the chunk came from
+    /// this side's own free list and is not handed over), and the mapping
+    /// stays mapped (the caller keeps an `Arc` of it beside the slice).
+    /// The other process does not write it either: the engine's half is
+    /// sealed read-only for the application (see [`seal_writes`]), and the
+    /// application's half is written by the engine only if the engine is
+    /// broken, which an application trusts it not to be.
+    pub(crate) unsafe fn lend(&self, off: usize, len: usize) -> Option<&'static mut [u8]> {
+        if !self.writable(off, len) {
+            return None;
+        }
+        // SAFETY: in bounds and writable; exclusive and alive for as long
+        // as the caller uses it, by the caller's contract above.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
     }
 
     /// The bytes at `off..off + len`, read in place (the zero-copy path).
@@ -371,6 +468,40 @@ mod tests {
         assert!(a.atomic_u64(8192).is_none());
         assert!(!a.write(8190, b"abc"));
         assert!(a.bytes(usize::MAX, 2).is_none());
+    }
+
+    #[test]
+    fn a_sealed_part_is_read_only_for_whoever_maps_it_later() {
+        let shared = memfd("shared", 8192).expect("memfd");
+        let sealed = memfd("sealed", 4096).expect("memfd");
+        // The owner maps both writable, then seals the second.
+        let owner = Mapping::map_parts(&[(&shared, true), (&sealed, true)]).expect("owner");
+        seal_writes(&sealed).expect("seal");
+        assert!(owner.write(8192 + 10, b"mine"), "mapped before the seal: still writable");
+        // The other side cannot map it writable any more, only read it.
+        assert!(Mapping::map_parts(&[(&shared, true), (&sealed, true)]).is_err());
+        let other = Mapping::map_parts(&[(&shared, true), (&sealed, false)]).expect("other");
+        assert_eq!(other.len(), 12288);
+        assert_eq!(other.bytes(8192 + 10, 4), Some(&b"mine"[..]));
+        assert!(!other.write(8192 + 10, b"evil"), "the sealed part refuses writes");
+        assert!(other.atomic_u64(8192).is_none());
+        assert!(other.write(4096, b"ok") && owner.bytes(4096, 2) == Some(&b"ok"[..]));
+        // Nor make its read-only mapping writable, write through the file,
+        // or unseal it.
+        // SAFETY: asks for more rights on a page of our own mapping; it
+        // must be refused (and would only change protection if not).
+        let r = unsafe {
+            libc::mprotect(
+                other.base().add(8192).cast_mut().cast(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        assert_eq!(r, -1, "mprotect to writable is refused");
+        // SAFETY: a plain write(2) from a live buffer.
+        let n = unsafe { libc::pwrite(sealed.as_raw_fd(), b"x".as_ptr().cast(), 1, 0) };
+        assert_eq!(n, -1);
+        assert!(seal_writes(&sealed).is_err(), "sealed for good");
     }
 
     #[test]

@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,15 @@ use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
 use protoplane_rpc::call::{until_deadline, Out, UnaryOut};
 use protoplane_rpc::lean::frame;
-use protoplane_rpc::{Code, Message, Metadata, Request, Responder, Service, Status, Streaming};
+use protoplane_rpc::{
+    BoxFuture, Code, Message, Metadata, Request, Responder, Service, Status, Streaming,
+};
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout, APP_PARKED, ENGINE_PARKED};
-use protoplane_shm::lease::{self, Held, Holder};
+use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{sys, AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
+use protoplane_wire::{with_source, BlockSource, Lent};
 use tokio::sync::{mpsc, Notify};
 
 /// Requests queued per client-streaming call before the call fails.
@@ -48,6 +52,21 @@ pub struct App {
     services: Vec<Arc<dyn Service>>,
     spin: Duration,
     retry: Duration,
+    stats: Arc<Stats>,
+}
+
+/// What an application counts, across its attachments.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Responses posted to the engine.
+    pub responses: AtomicU64,
+    /// Of those, how many the engine reads where the handler's builder laid
+    /// them out (no byte copied).
+    pub responses_in_place: AtomicU64,
+    /// Bytes copied into the region for responses that were not built
+    /// there (already encoded, too large for a chunk, side sections that
+    /// did not fit beside the block).
+    pub response_bytes_copied: AtomicU64,
 }
 
 impl std::fmt::Debug for App {
@@ -64,6 +83,7 @@ pub fn attach(path: impl AsRef<Path>) -> App {
         services: Vec::new(),
         spin: Duration::from_micros(20),
         retry: Duration::from_millis(100),
+        stats: Arc::default(),
     }
 }
 
@@ -79,6 +99,11 @@ impl App {
     pub fn service(mut self, svc: Arc<dyn Service>) -> App {
         self.services.push(svc);
         self
+    }
+
+    /// The application's counters (shared: read them while it runs).
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 
     /// How long to spin after work before parking.
@@ -139,8 +164,9 @@ impl App {
         let joined = tokio::task::spawn_blocking(move || connect(&path, &hello)).await;
         let (sock, layout, map, engine_fd, app_fd) =
             joined.map_err(|e| Failure::Unreachable(e.to_string()))??;
-        let session = Session::new(self.services.clone(), layout, map, engine_fd, app_fd)
-            .map_err(Failure::Unreachable)?;
+        let session =
+            Session::new(self.services.clone(), layout, map, engine_fd, app_fd, self.stats.clone())
+                .map_err(Failure::Unreachable)?;
         eprintln!(
             "app: attached to {} ({})",
             self.path.display(),
@@ -219,6 +245,9 @@ struct State {
     custody: Custody,
     calls: HashMap<u64, CallCtl>,
     releases: Vec<u32>,
+    /// Chunks of this side's half handed to the engine (by index), with
+    /// the bytes that keep each out of the free list until its release.
+    handed: Vec<Option<Bytes>>,
     ended: bool,
 }
 
@@ -234,6 +263,10 @@ struct Session {
     room: Notify,
     /// The drain loop has something to post.
     wake: Notify,
+    layout: Layout,
+    stats: Arc<Stats>,
+    /// Lends this side's chunks to the handlers' builders.
+    source: Arc<dyn BlockSource>,
 }
 
 impl Session {
@@ -243,6 +276,7 @@ impl Session {
         map: Arc<Mapping>,
         engine_fd: EventFd,
         app_fd: EventFd,
+        stats: Arc<Stats>,
     ) -> Result<Arc<Session>, String> {
         let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)
             .ok_or("request ring outside the region")?;
@@ -254,7 +288,7 @@ impl Session {
             .ok_or("application doorbell")?
             .into_async()
             .map_err(|e| e.to_string())?;
-        Ok(Arc::new(Session {
+        Ok(Arc::new_cyclic(|me| Session {
             services,
             map,
             responses: Producer::new(resp),
@@ -265,10 +299,14 @@ impl Session {
                 custody: Custody::new(layout.engine_chunks()),
                 calls: HashMap::new(),
                 releases: Vec::new(),
+                handed: vec![None; layout.app_chunks().chunks() as usize],
                 ended: false,
             }),
             room: Notify::new(),
             wake: Notify::new(),
+            layout,
+            stats,
+            source: Arc::new(Responses(me.clone())),
         }))
     }
 
@@ -278,14 +316,17 @@ impl Session {
 
     /// Cancels every call (the engine is gone).
     fn end(&self) {
-        let calls = {
+        let (calls, handed) = {
             let mut st = self.state();
             st.ended = true;
-            std::mem::take(&mut st.calls)
+            (std::mem::take(&mut st.calls), std::mem::take(&mut st.handed))
         };
         for (_, c) in calls {
             c.abort.abort();
         }
+        // Dropped outside the lock: the last reference frees its chunk,
+        // which takes the lock.
+        drop(handed);
         self.room.notify_waiters();
     }
 
@@ -354,14 +395,19 @@ impl Session {
     /// Acts on one descriptor from the engine.
     fn take(self: &Arc<Self>, d: Descriptor) {
         {
+            // The engine is done with these chunks: the bytes that held
+            // them go (outside the lock: the last one frees its chunk).
+            let mut back = Vec::new();
             let mut st = self.state();
-            let mut freed = false;
+            let half = self.layout.app_chunks();
             for c in d.released() {
-                freed |= st.chunks.free(c).is_ok();
+                if let Some(b) = half.chunk_at(c).and_then(|c| st.handed.get_mut(c.index as usize))
+                {
+                    back.extend(b.take());
+                }
             }
-            if freed {
-                self.room.notify_waiters();
-            }
+            drop(st);
+            drop(back);
         }
         if d.flags == desc::RELEASE {
             return;
@@ -511,7 +557,8 @@ impl Session {
     ) {
         if !server_streaming {
             let (responder, slot) = Responder::for_unary(output);
-            let outcome = until_deadline(deadline, svc.call(method, request, responder)).await;
+            let handler = self.in_region(svc.call(method, request, responder));
+            let outcome = until_deadline(deadline, handler).await;
             let one = slot.await.ok().unwrap_or(UnaryOut { headers: None, message: None });
             let item = one.message.filter(|_| outcome.is_ok());
             let st = match outcome {
@@ -522,7 +569,7 @@ impl Session {
             return;
         }
         let (responder, mut outs) = Responder::for_stream(output, RESPONSE_QUEUE);
-        let timed = until_deadline(deadline, svc.call(method, request, responder));
+        let timed = until_deadline(deadline, self.in_region(svc.call(method, request, responder)));
         tokio::pin!(timed);
         let mut headers: Option<Metadata> = None;
         let mut outcome = None;
@@ -555,22 +602,31 @@ impl Session {
     }
 
     async fn post_item(
-        &self,
+        self: &Arc<Self>,
         call: u64,
         headers: Option<Metadata>,
         item: Option<Out>,
     ) -> Result<(), ()> {
         let mut d = Descriptor { call, ..Descriptor::default() };
-        let side = headers.as_ref().map(|md| side_frame(Some(md), None)).unwrap_or_default();
-        if headers.is_some() {
-            d.flags |= desc::HEADERS;
-        }
         let (block, wire) = split_out(&mut d, item);
-        self.post(d, &block, &wire, &side).await
+        if let Some(md) = headers {
+            if self.placed(&block, &wire).is_some() {
+                // The message goes in place, alone: headers first.
+                let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
+                self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(&md), None)).await?;
+            } else {
+                d.flags |= desc::HEADERS;
+                return self.post(d, block, wire, side_frame(Some(&md), None)).await;
+            }
+        }
+        if d.flags == 0 {
+            return Ok(());
+        }
+        self.post(d, block, wire, Vec::new()).await
     }
 
     async fn post_status(
-        &self,
+        self: &Arc<Self>,
         call: u64,
         headers: Option<Metadata>,
         st: &Status,
@@ -578,9 +634,11 @@ impl Session {
         self.post_final(call, headers, None, st).await
     }
 
-    /// The call's last descriptor: optional headers and message, and the status.
+    /// The call's last descriptor: optional headers and message, and the
+    /// status. A message laid out in the region goes in place, in a
+    /// descriptor of its own if there are side sections to send too.
     async fn post_final(
-        &self,
+        self: &Arc<Self>,
         call: u64,
         headers: Option<Metadata>,
         item: Option<Out>,
@@ -593,87 +651,221 @@ impl Session {
             code: st.code as u8,
             ..Descriptor::default()
         };
+        let (block, wire) = split_out(&mut d, item);
+        let side = side_frame(headers.as_ref(), Some(st));
+        if !side.is_empty() && d.has(desc::MESSAGE) && self.placed(&block, &wire).is_some() {
+            let message = d.flags & (desc::MESSAGE | desc::ENCODED | desc::COMPRESS);
+            if let Some(md) = &headers {
+                let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
+                self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(md), None)).await?;
+            }
+            let m = Descriptor { call, flags: message, ..Descriptor::default() };
+            self.post(m, block, wire, Vec::new()).await?;
+            let end = Descriptor { flags: desc::STATUS | desc::END, ..d };
+            return self.post(end, Bytes::new(), Bytes::new(), side_frame(None, Some(st))).await;
+        }
         if headers.is_some() {
             d.flags |= desc::HEADERS;
         }
-        let side = side_frame(headers.as_ref(), Some(st));
-        let (block, wire) = split_out(&mut d, item);
-        self.post(d, &block, &wire, &side).await
+        self.post(d, block, wire, side).await
     }
 
-    /// Copies a response into a chunk of the application's half and posts
-    /// it, waiting for room (chunks come back as the engine sends).
+    /// A handler's future, polled with this side's chunks lending the
+    /// memory of the blocks it builds: responses are laid out in place.
+    fn in_region(&self, fut: BoxFuture<'static, Result<Metadata, Status>>) -> InRegion {
+        InRegion { fut, source: self.source.clone() }
+    }
+
+    /// Where a response message lies in a chunk of this side's half that
+    /// is not handed over yet: the chunk, and whether it is the block.
+    fn placed(&self, block: &Bytes, wire: &Bytes) -> Option<(Chunk, Span, bool)> {
+        let (msg, is_block) = if block.is_empty() { (wire, false) } else { (block, true) };
+        let (chunk, span) = lease::locate(&self.map, &self.layout.app_chunks(), msg)?;
+        let free = self.state().handed.get(chunk.index as usize).is_some_and(|h| h.is_none());
+        // Already handed over (the same bytes sent twice): the second time
+        // is a copy.
+        free.then_some((chunk, span, is_block))
+    }
+
+    /// Posts a response: in place if its message lies in one of this
+    /// side's chunks and there are no side sections, else copied into a
+    /// fresh chunk, waiting for room (chunks come back as the engine
+    /// sends). Either way the chunk stays out of the free list until the
+    /// engine releases it.
     async fn post(
-        &self,
+        self: &Arc<Self>,
         mut d: Descriptor,
-        block: &[u8],
-        wire: &[u8],
-        side: &[u8],
+        block: Bytes,
+        wire: Bytes,
+        side: Vec<u8>,
     ) -> Result<(), ()> {
-        let need = lease::message_len(block, wire, side);
-        loop {
-            let notified = self.room.notified();
-            enum Room {
-                Ended,
-                Never,
-                Wait,
-                Got(Option<Chunk>),
-            }
-            let room = {
-                let mut st = self.state();
-                if st.ended {
-                    Room::Ended
-                } else if need == 0 {
-                    Room::Got(None)
-                } else if !st.chunks.fits(need) {
-                    Room::Never
+        let message = d.has(desc::MESSAGE);
+        if message {
+            self.stats.responses.fetch_add(1, Ordering::Relaxed);
+        }
+        let in_place = if side.is_empty() { self.placed(&block, &wire) } else { None };
+        let held = match in_place {
+            Some((chunk, span, is_block)) => {
+                if is_block {
+                    d.block = span;
                 } else {
-                    st.chunks.alloc(need).map_or(Room::Wait, |c| Room::Got(Some(c)))
+                    d.wire = span;
                 }
-            };
-            let chunk = match room {
-                Room::Ended => return Err(()),
-                Room::Got(c) => c,
-                Room::Wait => {
-                    // No chunk free now: wait for the engine to release one.
-                    let _ = tokio::time::timeout(Duration::from_millis(10), notified).await;
-                    continue;
+                d.chunk = chunk.offset;
+                self.stats.responses_in_place.fetch_add(1, Ordering::Relaxed);
+                Some((chunk, if is_block { block } else { wire }))
+            }
+            None => match self.copy(&mut d, &block, &wire, &side).await? {
+                Posted::Copied(chunk, held) => {
+                    let n = (block.len() + wire.len()) as u64;
+                    self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
+                    Some((chunk, held))
                 }
-                Room::Never => {
+                Posted::Nothing => None,
+                Posted::TooLarge(need) => {
                     // Too large for any chunk: the call fails instead.
                     let too = Status::new(
                         Code::ResourceExhausted,
                         format!("response of {need} bytes exceeds the region's largest chunk"),
                     );
-                    let side = side_frame(None, Some(&too));
-                    d = Descriptor {
+                    let d = Descriptor {
                         call: d.call,
                         flags: desc::STATUS | desc::END,
                         code: too.code as u8,
                         ..Descriptor::default()
                     };
-                    return Box::pin(self.post(d, &[], &[], &side)).await;
+                    let side = side_frame(None, Some(&too));
+                    return Box::pin(self.post(d, Bytes::new(), Bytes::new(), side)).await;
                 }
-            };
-            if let Some(c) = chunk {
-                lease::place(&self.map, c, &mut d, block, wire, side);
+            },
+        };
+        {
+            let mut st = self.state();
+            if st.ended {
+                return Err(());
             }
-            d.release = self.state().releases.pop().unwrap_or(0);
-            loop {
-                match self.responses.push(&d) {
-                    Ok(()) => {
-                        self.engine_bell.notify();
-                        return Ok(());
+            if let Some((chunk, bytes)) = held {
+                // Held until the engine releases it (before the descriptor
+                // leaves: the release may come at once).
+                if let Some(slot) = st.handed.get_mut(chunk.index as usize) {
+                    *slot = Some(bytes);
+                }
+            }
+            d.release = st.releases.pop().unwrap_or(0);
+        }
+        loop {
+            match self.responses.push(&d) {
+                Ok(()) => {
+                    self.engine_bell.notify();
+                    return Ok(());
+                }
+                Err(_) => {
+                    if self.state().ended {
+                        return Err(());
                     }
-                    Err(_) => {
-                        if self.state().ended {
-                            return Err(());
-                        }
-                        tokio::time::sleep(Duration::from_micros(100)).await;
-                    }
+                    tokio::time::sleep(Duration::from_micros(100)).await;
                 }
             }
         }
+    }
+
+    /// Copies a response's parts into a fresh chunk of this side's half,
+    /// waiting for one to come back if none is free.
+    async fn copy(
+        self: &Arc<Self>,
+        d: &mut Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<Posted, ()> {
+        let need = lease::message_len(block, wire, side);
+        if need == 0 {
+            return Ok(Posted::Nothing);
+        }
+        loop {
+            let notified = self.room.notified();
+            let got = {
+                let mut st = self.state();
+                if st.ended {
+                    return Err(());
+                }
+                if !st.chunks.fits(need) {
+                    return Ok(Posted::TooLarge(need));
+                }
+                st.chunks.alloc(need)
+            };
+            match got {
+                Some(c) => {
+                    lease::place(&self.map, c, d, block, wire, side);
+                    return Ok(Posted::Copied(c, lease::own(self, c)));
+                }
+                None => {
+                    // No chunk free now: wait for the engine to release one.
+                    let _ = tokio::time::timeout(Duration::from_millis(10), notified).await;
+                }
+            }
+        }
+    }
+}
+
+/// What [`Session::copy`] did.
+enum Posted {
+    /// Copied into a chunk, held by the bytes.
+    Copied(Chunk, Bytes),
+    /// Nothing to copy (a descriptor without bytes).
+    Nothing,
+    /// No chunk is large enough.
+    TooLarge(usize),
+}
+
+impl Pool for Session {
+    fn map(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    fn alloc(&self, need: usize) -> Option<Chunk> {
+        let mut st = self.state();
+        if st.ended {
+            return None;
+        }
+        st.chunks.alloc(need)
+    }
+
+    fn free(&self, chunk: Chunk) {
+        let _ = self.state().chunks.free(chunk.offset);
+        self.room.notify_waiters();
+    }
+}
+
+/// Where a split application's handlers build their responses: chunks of
+/// its half of the region, lent to the builders (see `wire::with_source`).
+/// (Weak: the session holds it.)
+struct Responses(std::sync::Weak<Session>);
+
+impl BlockSource for Responses {
+    fn lend(&self) -> Option<Lent> {
+        // The smallest chunk first; a block that outgrows it moves to a
+        // bigger one (as a `Vec` would reallocate).
+        lease::lend(&self.0.upgrade()?, 1, true)
+    }
+}
+
+/// A handler's future, polled with its application's region lending the
+/// memory of every block it builds.
+struct InRegion {
+    fut: BoxFuture<'static, Result<Metadata, Status>>,
+    source: Arc<dyn BlockSource>,
+}
+
+impl std::future::Future for InRegion {
+    type Output = Result<Metadata, Status>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let source = self.source.clone();
+        with_source(source, || self.fut.as_mut().poll(cx))
     }
 }
 

@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{Code, Metadata, Status};
+use protoplane_schema::TableSet;
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout};
-use protoplane_shm::lease::{self, Held, Holder};
+use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
+use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::Notify;
 
 /// What the application sent for one call, as the call's proxy takes it.
@@ -118,12 +120,20 @@ pub struct Stats {
     pub received: AtomicU64,
     /// Descriptors for calls that had already ended (late, harmless).
     pub stale: AtomicU64,
-    /// Bytes copied into the region for requests.
+    /// Bytes copied into the region for requests: the wire bytes of each
+    /// request received over HTTP/2 (whose receive buffers are h2's own),
+    /// and whole messages that could not be decoded in place.
     pub request_bytes_copied: AtomicU64,
+    /// Requests decoded straight into the region (block beside the wire
+    /// bytes it references, in one chunk).
+    pub requests_in_place: AtomicU64,
 }
 
 struct State {
     chunks: Chunks,
+    /// Chunks of the engine's half handed to the application (by index),
+    /// with the bytes that keep each out of the free list until released.
+    handed: Vec<Option<Bytes>>,
     custody: Custody,
     calls: HashMap<u64, EventTx>,
     /// Chunks of the application's half to hand back. They stay in
@@ -207,6 +217,8 @@ pub(crate) enum PostError {
     Gone(Status),
     /// The message can never fit.
     TooLarge(usize),
+    /// The request does not decode (INVALID_ARGUMENT).
+    Invalid(Status),
 }
 
 impl Attachment {
@@ -227,6 +239,7 @@ impl Attachment {
         resp.init();
         let state = State {
             chunks: Chunks::new(layout.engine_chunks()),
+            handed: vec![None; layout.engine_chunks().chunks() as usize],
             custody: Custody::new(layout.app_chunks()),
             calls: HashMap::new(),
             releases: Vec::new(),
@@ -302,35 +315,152 @@ impl Attachment {
 
     /// Copies one message (block, the wire bytes it references, side
     /// sections) into a fresh chunk of the engine's half and posts its
-    /// descriptor. The copy is the one the engine makes of a request; see
-    /// the crate docs for where it goes away.
+    /// descriptor: the path of what cannot be decoded in place (see
+    /// [`Attachment::post_request`]) and of descriptors without a message.
     pub(crate) fn post(
-        &self,
+        self: &Arc<Self>,
         mut d: Descriptor,
         block: &[u8],
         wire: &[u8],
         side: &[u8],
     ) -> Result<(), PostError> {
         let need = lease::message_len(block, wire, side);
-        let mut chunk = None;
+        let mut held = None;
+        if need > 0 {
+            let chunk = {
+                let mut st = self.state();
+                if let Some(why) = &st.closed {
+                    return Err(PostError::Gone(unavailable(why)));
+                }
+                if !st.chunks.fits(need) {
+                    return Err(PostError::TooLarge(need));
+                }
+                st.chunks.alloc(need).ok_or(PostError::Busy("region"))?
+            };
+            lease::place(&self.map, chunk, &mut d, block, wire, side);
+            self.stats.request_bytes_copied.fetch_add(need as u64, Ordering::Relaxed);
+            held = Some((chunk, lease::own(self, chunk)));
+        }
+        self.push_request(d, held)
+    }
+
+    /// Decodes a request straight into a fresh chunk of the engine's half
+    /// — its wire bytes first, then the block (view mode: its strings and
+    /// bytes reference those wire bytes), then the side sections — and
+    /// posts its descriptor. `wire_in_region`: the wire bytes are already
+    /// where they are wanted (not copied again). A block that outgrows its
+    /// room is decoded again into private memory and copied with
+    /// [`Attachment::post`].
+    pub(crate) fn post_request(
+        self: &Arc<Self>,
+        d: Descriptor,
+        tables: &TableSet,
+        input: u32,
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), PostError> {
+        // Room for the block: view-mode blocks of real messages stay well
+        // under their wire size; the slack covers small ones' fixed parts.
+        let room = wire.len() + side.len() + 1024;
+        let need = lease::message_len(&[], wire, &[]) + room;
+        let lent = {
+            let st = self.state();
+            if let Some(why) = &st.closed {
+                return Err(PostError::Gone(unavailable(why)));
+            }
+            if !st.chunks.fits(need) {
+                drop(st);
+                return self.post_decoded(d, tables, input, wire, side);
+            }
+            drop(st);
+            lease::lend_after(self, wire, room).ok_or(PostError::Busy("region"))?
+        };
+        let (lent, wire_span) = lent;
+        let mut block = Block::in_lent(lent);
+        DECODER
+            .with(|dec| {
+                dec.borrow_mut().decode_into(
+                    tables,
+                    input,
+                    wire,
+                    &DecodeOptions::view(),
+                    &mut block,
+                )
+            })
+            .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))?;
+        if !block.is_lent() {
+            // Outgrew its room: into private memory, then copied.
+            return self.post(d, block.as_bytes(), wire, side);
+        }
+        let bytes = block.into_shared();
+        let half = self.layout.engine_chunks();
+        let Some((chunk, block_span)) = lease::locate(&self.map, &half, &bytes) else {
+            return self.post(d, &bytes, wire, side);
+        };
+        let side_at = (block_span.offset + block_span.len).next_multiple_of(8);
+        if side.len() as u64 + side_at as u64 > chunk.offset as u64 + chunk.len as u64 {
+            return self.post(d, &bytes, wire, side);
+        }
+        let mut d = Descriptor { block: block_span, wire: wire_span, chunk: chunk.offset, ..d };
+        if !side.is_empty() {
+            // After the block, in the engine's own chunk (nothing reads it
+            // there yet).
+            self.map.write(side_at as usize, side);
+            d.side = Span { offset: side_at, len: side.len() as u32 };
+        }
+        self.stats.request_bytes_copied.fetch_add(wire.len() as u64, Ordering::Relaxed);
+        self.stats.requests_in_place.fetch_add(1, Ordering::Relaxed);
+        self.push_request(d, Some((chunk, bytes)))
+    }
+
+    /// [`Attachment::post_request`] for a message too large to decode in
+    /// place: decoded privately, then copied.
+    fn post_decoded(
+        self: &Arc<Self>,
+        d: Descriptor,
+        tables: &TableSet,
+        input: u32,
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<(), PostError> {
+        let mut block = Block::new();
+        DECODER
+            .with(|dec| {
+                dec.borrow_mut().decode_into(
+                    tables,
+                    input,
+                    wire,
+                    &DecodeOptions::view(),
+                    &mut block,
+                )
+            })
+            .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))?;
+        self.post(d, block.as_bytes(), wire, side)
+    }
+
+    /// Posts a request descriptor whose bytes (if any) are in `held`'s
+    /// chunk, which stays out of the free list until the application
+    /// releases it.
+    fn push_request(
+        self: &Arc<Self>,
+        mut d: Descriptor,
+        held: Option<(Chunk, Bytes)>,
+    ) -> Result<(), PostError> {
         let released;
+        let index = held.as_ref().map(|(c, _)| c.index as usize);
         {
             let mut st = self.state();
             if let Some(why) = &st.closed {
                 return Err(PostError::Gone(unavailable(why)));
             }
-            if need > 0 {
-                if !st.chunks.fits(need) {
-                    return Err(PostError::TooLarge(need));
-                }
-                chunk = Some(st.chunks.alloc(need).ok_or(PostError::Busy("region"))?);
+            if let (Some((c, bytes)), Some(i)) = (held, index) {
+                // Before the descriptor leaves: the release may come at once.
+                debug_assert!(st.handed[i].is_none());
+                st.handed[i] = Some(bytes);
+                let _ = c;
             }
             released = st.releases_to_post(1);
             d.release = released.first().map_or(0, |c| c.offset);
-        }
-        if let Some(c) = chunk {
-            lease::place(&self.map, c, &mut d, block, wire, side);
-            self.stats.request_bytes_copied.fetch_add(need as u64, Ordering::Relaxed);
         }
         match self.requests.push(&d) {
             Ok(()) => {
@@ -339,11 +469,11 @@ impl Attachment {
             }
             Err(e) => {
                 let mut st = self.state();
-                if let Some(c) = chunk {
-                    let _ = st.chunks.free(c.offset);
-                }
+                let back = index.and_then(|i| st.handed.get_mut(i).and_then(Option::take));
                 st.owe_again(&released);
                 drop(st);
+                // Outside the lock: dropping the bytes frees the chunk.
+                drop(back);
                 match e {
                     PushError::Full => Err(PostError::Busy("request ring")),
                     PushError::Corrupt => {
@@ -418,8 +548,19 @@ impl Attachment {
     pub(crate) fn receive(self: &Arc<Self>, d: Descriptor) -> Result<(), String> {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state();
+        let mut back = Vec::new();
         for c in d.released() {
-            st.chunks.free(c).map_err(|e| format!("release: {e}"))?;
+            let chunk = self.layout.engine_chunks().chunk_at(c);
+            let Some(b) = chunk.and_then(|c| st.handed.get_mut(c.index as usize)?.take()) else {
+                return Err(format!("release: chunk {c:#x} was not lent"));
+            };
+            back.push(b);
+        }
+        if !back.is_empty() {
+            // Dropping them frees their chunks, which takes the lock.
+            drop(st);
+            drop(back);
+            st = self.state();
         }
         if d.flags == desc::RELEASE {
             return Ok(());
@@ -501,6 +642,29 @@ pub(crate) fn take(att: &Arc<Attachment>, responses: &mut Consumer, max: usize) 
     n
 }
 
+impl Pool for Attachment {
+    fn map(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    fn alloc(&self, need: usize) -> Option<Chunk> {
+        let mut st = self.state();
+        if st.closed.is_some() {
+            return None;
+        }
+        st.chunks.alloc(need)
+    }
+
+    fn free(&self, chunk: Chunk) {
+        let _ = self.state().chunks.free(chunk.offset);
+    }
+}
+
+thread_local! {
+    /// Each engine thread's decoder (its scratch stack is reused).
+    static DECODER: std::cell::RefCell<Decoder> = std::cell::RefCell::new(Decoder::new());
+}
+
 impl Holder for Attachment {
     fn mapping(&self) -> &Mapping {
         &self.map
@@ -533,8 +697,12 @@ impl Attachment {
             for c in std::mem::take(&mut st.releases) {
                 st.custody.give_back(c);
             }
-            std::mem::take(&mut st.calls)
+            (std::mem::take(&mut st.calls), std::mem::take(&mut st.handed))
         };
+        // The application will not read its chunks any more: they go back
+        // to the free list (outside the lock, which freeing takes).
+        let (calls, handed) = calls;
+        drop(handed);
         self.closed.store(true, Ordering::Release);
         self.in_flight.fetch_sub(calls.len() as u64, Ordering::Relaxed);
         for (_, tx) in calls {

@@ -122,7 +122,7 @@ impl Engine {
     ) -> Result<(), Refused> {
         self.att.post(d, block, wire, side).map_err(|e| match e {
             PostError::Busy(_) => Refused::Busy,
-            PostError::Gone(st) => Refused::Gone(st),
+            PostError::Gone(st) | PostError::Invalid(st) => Refused::Gone(st),
             PostError::TooLarge(_) => Refused::TooLarge,
         })
     }

@@ -111,11 +111,11 @@ impl SplitService {
         };
         let mut requests_done = !client_streaming;
         if client_streaming {
-            self.post(&att, open, &[], &[], &side).await?;
+            self.post(&att, open, None, &side).await?;
         } else {
             let m = requests.single().await?;
             let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..open };
-            self.post(&att, d, m.block(), m.wire(), &side).await?;
+            self.post(&att, d, Some(&m), &side).await?;
         }
         loop {
             tokio::select! {
@@ -144,11 +144,11 @@ impl SplitService {
                     match m {
                         Some(m) => {
                             let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
-                            self.post(&att, d, m.block(), m.wire(), &[]).await?;
+                            self.post(&att, d, Some(&m), &[]).await?;
                         }
                         None => {
                             requests_done = true;
-                            self.post(&att, Descriptor { flags: desc::END, ..d }, &[], &[], &[]).await?;
+                            self.post(&att, Descriptor { flags: desc::END, ..d }, None, &[]).await?;
                         }
                     }
                 }
@@ -156,20 +156,28 @@ impl SplitService {
         }
     }
 
-    /// Posts, waiting a bounded time for room.
+    /// Posts a descriptor with its message (decoded straight into the
+    /// region if the transport left it raw), waiting a bounded time for
+    /// room.
     async fn post(
         &self,
-        att: &Attachment,
+        att: &Arc<Attachment>,
         d: Descriptor,
-        block: &[u8],
-        wire: &[u8],
+        m: Option<&protoplane_rpc::Message>,
         side: &[u8],
     ) -> Result<(), Status> {
         let mut waited: Option<(Instant, WaitSlot)> = None;
         loop {
-            match att.post(d, block, wire, side) {
+            let posted = match m {
+                Some(m) if m.is_raw() => {
+                    att.post_request(d, self.schema.tables(), m.type_index(), m.wire(), side)
+                }
+                Some(m) => att.post(d, m.block(), m.wire(), side),
+                None => att.post(d, &[], &[], side),
+            };
+            match posted {
                 Ok(()) => return Ok(()),
-                Err(PostError::Gone(st)) => return Err(st),
+                Err(PostError::Gone(st) | PostError::Invalid(st)) => return Err(st),
                 Err(PostError::TooLarge(n)) => {
                     return Err(Status::new(
                         Code::ResourceExhausted,
@@ -246,6 +254,12 @@ impl Service for SplitService {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Requests are decoded into the application's region, not by the
+    /// transport.
+    fn decodes_requests(&self) -> bool {
+        true
     }
 
     fn call(

@@ -319,6 +319,7 @@ impl Router {
             decoder: Decoder::new(),
             schema: schema.clone(),
             input: method.input,
+            raw: service.decodes_requests(),
             done: false,
         };
         out.schema = Some((schema.clone(), method.output));
@@ -500,6 +501,8 @@ struct Inbound {
     decoder: Decoder,
     schema: Arc<Schema>,
     input: u32,
+    /// The service decodes requests itself.
+    raw: bool,
     done: bool,
 }
 
@@ -529,6 +532,7 @@ impl Inbound {
                         self.input,
                         payload,
                         &mut self.decoder,
+                        self.raw,
                     )?;
                     m.set_compressed(z);
                     pending.push_back(m);

@@ -98,23 +98,26 @@ impl<P: Pool> Drop for Own<P> {
     }
 }
 
-/// The owner of a chunk lent to a block.
+/// The owner of (the part from `start` of) a chunk lent to a block.
 struct Lender<P: Pool> {
     own: Own<P>,
+    start: usize,
     grows: bool,
 }
 
-/// A finished block's bytes in this side's chunk.
+/// A finished block's bytes in this side's chunk: `len` from `start`.
 struct Shared<P: Pool> {
     own: Own<P>,
+    start: usize,
     len: usize,
 }
 
 impl<P: Pool> AsRef<[u8]> for Shared<P> {
     fn as_ref(&self) -> &[u8] {
-        // Read in place under `Mapping::bytes`'s contract; the chunk is this
-        // side's, lies in the mapping and holds `len` bytes.
-        self.own.pool.map().bytes(self.own.chunk.offset as usize, self.len).unwrap_or(&[])
+        // Read in place under `Mapping::bytes`'s contract; the range lies in
+        // this side's chunk (checked when made), inside the mapping.
+        let at = self.own.chunk.offset as usize + self.start;
+        self.own.pool.map().bytes(at, self.len).unwrap_or(&[])
     }
 }
 
@@ -130,8 +133,8 @@ impl<P: Pool> LentOwner for Lender<P> {
         // The block's last use of its slice: from now on the chunk is read
         // through the mapping only.
         let _ = bytes;
-        let len = len.min(self.own.chunk.len as usize);
-        Bytes::from_owner(Shared { own: self.own, len })
+        let len = len.min(self.own.chunk.len as usize - self.start);
+        Bytes::from_owner(Shared { own: self.own, start: self.start, len })
     }
 }
 
@@ -139,15 +142,41 @@ impl<P: Pool> LentOwner for Lender<P> {
 /// block; `grows`: when the block outgrows it, a bigger chunk (else the
 /// block moves to private memory, and its sender copies it).
 pub fn lend<P: Pool>(pool: &Arc<P>, need: usize, grows: bool) -> Option<Lent> {
-    let chunk = pool.alloc(need)?;
+    lend_from(pool, pool.alloc(need)?, 0, grows)
+}
+
+/// Takes a chunk of this side's half holding `prefix` (copied to its
+/// start, 8-aligned after) and then at least `room` bytes, and lends that
+/// room to a block: the engine's request chunk, wire bytes first and the
+/// block decoded after them. Returns the lent room and where the prefix
+/// went.
+pub fn lend_after<P: Pool>(pool: &Arc<P>, prefix: &[u8], room: usize) -> Option<(Lent, Span)> {
+    let start = align8(prefix.len());
+    let chunk = pool.alloc(start + room)?;
+    pool.map().write(chunk.offset as usize, prefix);
+    let span =
+        Span { offset: if prefix.is_empty() { 0 } else { chunk.offset }, len: prefix.len() as u32 };
+    Some((lend_from(pool, chunk, start, false)?, span))
+}
+
+fn lend_from<P: Pool>(pool: &Arc<P>, chunk: Chunk, start: usize, grows: bool) -> Option<Lent> {
     let own = Own { pool: pool.clone(), chunk };
+    let len = (chunk.len as usize).checked_sub(start)?;
     // SAFETY: the chunk just left this side's free list, so nothing else
-    // in this process uses it until `own` puts it back, and `own` (with
-    // its `Arc` of the mapping) lives in the block's owner beside the
-    // slice, which the block drops before its owner (or hands back in
+    // in this process uses it until `own` puts it back (the prefix before
+    // `start` was written above and is only read from now on), and `own`
+    // (with its `Arc` of the mapping) lives in the block's owner beside
+    // the slice, which the block drops before its owner (or hands back in
     // `share`). The other process does not write it: see `Mapping::lend`.
-    let bytes = unsafe { pool.map().lend(chunk.offset as usize, chunk.len as usize) }?;
-    Some(Lent::new(bytes, Box::new(Lender { own, grows })))
+    let bytes = unsafe { pool.map().lend(chunk.offset as usize + start, len) }?;
+    Some(Lent::new(bytes, Box::new(Lender { own, start, grows })))
+}
+
+/// A chunk this side took from its own free list (and filled), as bytes
+/// over all of it that put it back when the last of them is dropped.
+pub fn own<P: Pool>(pool: &Arc<P>, chunk: Chunk) -> Bytes {
+    let own = Own { pool: pool.clone(), chunk };
+    Bytes::from_owner(Shared { own, start: 0, len: chunk.len as usize })
 }
 
 /// Where a message's bytes lie in this side's half, if they lie there: the

@@ -168,8 +168,9 @@ async fn dispatch(
         // A later frame of a client-streaming call.
         let Some(o) = open.get_mut(&id) else { return Ok(()) };
         if let (Some(msg), Some(tx)) = (sections.message, o.requests.as_ref()) {
-            let schema = router.service(o.service).schema().clone();
-            match Message::decode_request(schema.tables(), o.input, msg, decoder) {
+            let service = router.service(o.service);
+            let (schema, raw) = (service.schema().clone(), service.decodes_requests());
+            match Message::decode_request(schema.tables(), o.input, msg, decoder, raw) {
                 // Waiting for room here holds up the connection: a full
                 // queue means the handler is behind, and the client's
                 // frames wait in TCP (bounded) rather than in memory.
@@ -206,11 +207,12 @@ async fn dispatch(
     };
     let service = router.service(svc_index).clone();
     let schema = service.schema().clone();
+    let raw = service.decodes_requests();
     let Some(method) = schema.method(method_id) else { return Ok(()) };
     let (requests, streaming) = if method.client_streaming {
         let (tx, rx) = mpsc::channel(queue);
         if let Some(msg) = sections.message {
-            match Message::decode_request(schema.tables(), method.input, msg, decoder) {
+            match Message::decode_request(schema.tables(), method.input, msg, decoder, raw) {
                 Ok(m) => {
                     let _ = tx.try_send(m);
                 }
@@ -228,7 +230,7 @@ async fn dispatch(
             send_status(wtx, id, &st).await;
             return Ok(());
         };
-        match Message::decode_request(schema.tables(), method.input, msg, decoder) {
+        match Message::decode_request(schema.tables(), method.input, msg, decoder, raw) {
             Ok(m) => (None, Streaming::one(m)),
             Err(st) => {
                 send_status(wtx, id, &st).await;

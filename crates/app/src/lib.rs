@@ -11,7 +11,11 @@
 //! The same [`Service`] implementation (generated or dynamic) runs either
 //! way: requests arrive as the same [`Message`] — a linearized block whose
 //! strings reference the wire bytes, both read in place in the region —
-//! and responses leave through the same [`Responder`]. This process never
+//! and responses leave through the same [`Responder`]. While a handler
+//! runs, every builder it starts lays its block out in a chunk of this
+//! process's half of the region (`protoplane_wire::with_source`), so a
+//! response is posted where it was built and the engine encodes it from
+//! there: no byte of it is copied. This process never
 //! sees a socket other than the attach socket, a varint or an HTTP/2
 //! frame.
 //!
@@ -744,11 +748,13 @@ impl Session {
             if st.ended {
                 return Err(());
             }
-            if let Some((chunk, bytes)) = held {
+            if let Some((chunk, bytes)) = &held {
                 // Held until the engine releases it (before the descriptor
-                // leaves: the release may come at once).
+                // leaves: the release may come at once). `held` itself goes
+                // after the lock: the last reference frees the chunk, which
+                // takes the lock.
                 if let Some(slot) = st.handed.get_mut(chunk.index as usize) {
-                    *slot = Some(bytes);
+                    *slot = Some(bytes.clone());
                 }
             }
             d.release = st.releases.pop().unwrap_or(0);

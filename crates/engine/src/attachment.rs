@@ -347,10 +347,9 @@ impl Attachment {
     /// Decodes a request straight into a fresh chunk of the engine's half
     /// — its wire bytes first, then the block (view mode: its strings and
     /// bytes reference those wire bytes), then the side sections — and
-    /// posts its descriptor. `wire_in_region`: the wire bytes are already
-    /// where they are wanted (not copied again). A block that outgrows its
-    /// room is decoded again into private memory and copied with
-    /// [`Attachment::post`].
+    /// posts its descriptor. A message too large for that is decoded into
+    /// private memory and copied with [`Attachment::post`], as is a block
+    /// that outgrows its room.
     pub(crate) fn post_request(
         self: &Arc<Self>,
         d: Descriptor,
@@ -453,11 +452,14 @@ impl Attachment {
             if let Some(why) = &st.closed {
                 return Err(PostError::Gone(unavailable(why)));
             }
-            if let (Some((c, bytes)), Some(i)) = (held, index) {
-                // Before the descriptor leaves: the release may come at once.
-                debug_assert!(st.handed[i].is_none());
-                st.handed[i] = Some(bytes);
-                let _ = c;
+            // Before the descriptor leaves: the release may come at once.
+            // (Every chunk index has a slot while the application is
+            // attached.)
+            if let (Some((_, bytes)), Some(slot)) =
+                (&held, index.and_then(|i| st.handed.get_mut(i)))
+            {
+                debug_assert!(slot.is_none());
+                *slot = Some(bytes.clone());
             }
             released = st.releases_to_post(1);
             d.release = released.first().map_or(0, |c| c.offset);

@@ -12,12 +12,16 @@
 //! [`proxy`] (how a call crosses), then this file (setup and the drain
 //! loop that takes the applications' descriptors).
 //!
-//! Where bytes are copied on the request path today: the transports
-//! receive into their own buffers (h2's, the lean reader's), and
-//! [`Attachment`] copies the wire bytes and the view-mode block into a
-//! region chunk with one `memcpy` each. Strings are not decoded into the
-//! block (view mode), so the application reads them where the copy put
-//! them. The response path reads the application's block in place.
+//! Where bytes are copied on the request path: the transports receive into
+//! their own buffers (h2's, the lean reader's) and hand [`SplitService`]
+//! the message undecoded; [`Attachment::post_request`] copies its wire
+//! bytes into a chunk of the engine's half — the one copy — and decodes
+//! the block right after them in the same chunk (view mode: strings and
+//! bytes stay in the wire bytes, where the application reads them). The
+//! response path reads the block the application built in its half in
+//! place. The engine's half is a file of its own, sealed against writes
+//! before the application gets it: nothing the application does can
+//! change a block while the engine builds it.
 
 pub mod attachment;
 pub mod config;

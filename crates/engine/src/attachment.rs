@@ -362,31 +362,23 @@ impl Attachment {
         // under their wire size; the slack covers small ones' fixed parts.
         let room = wire.len() + side.len() + 1024;
         let need = lease::message_len(&[], wire, &[]) + room;
-        let lent = {
+        let fits = {
             let st = self.state();
             if let Some(why) = &st.closed {
                 return Err(PostError::Gone(unavailable(why)));
             }
-            if !st.chunks.fits(need) {
-                drop(st);
-                return self.post_decoded(d, tables, input, wire, side);
-            }
-            drop(st);
-            lease::lend_after(self, wire, room).ok_or(PostError::Busy("region"))?
+            st.chunks.fits(need)
         };
-        let (lent, wire_span) = lent;
+        if !fits {
+            // Too large to decode in place: decoded privately, then copied.
+            let mut block = Block::new();
+            decode_view(tables, input, wire, &mut block)?;
+            return self.post(d, block.as_bytes(), wire, side);
+        }
+        let (lent, wire_span) =
+            lease::lend_after(self, wire, room).ok_or(PostError::Busy("region"))?;
         let mut block = Block::in_lent(lent);
-        DECODER
-            .with(|dec| {
-                dec.borrow_mut().decode_into(
-                    tables,
-                    input,
-                    wire,
-                    &DecodeOptions::view(),
-                    &mut block,
-                )
-            })
-            .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))?;
+        decode_view(tables, input, wire, &mut block)?;
         if !block.is_lent() {
             // Outgrew its room: into private memory, then copied.
             return self.post(d, block.as_bytes(), wire, side);
@@ -410,31 +402,6 @@ impl Attachment {
         self.stats.request_bytes_copied.fetch_add(wire.len() as u64, Ordering::Relaxed);
         self.stats.requests_in_place.fetch_add(1, Ordering::Relaxed);
         self.push_request(d, Some((chunk, bytes)))
-    }
-
-    /// [`Attachment::post_request`] for a message too large to decode in
-    /// place: decoded privately, then copied.
-    fn post_decoded(
-        self: &Arc<Self>,
-        d: Descriptor,
-        tables: &TableSet,
-        input: u32,
-        wire: &[u8],
-        side: &[u8],
-    ) -> Result<(), PostError> {
-        let mut block = Block::new();
-        DECODER
-            .with(|dec| {
-                dec.borrow_mut().decode_into(
-                    tables,
-                    input,
-                    wire,
-                    &DecodeOptions::view(),
-                    &mut block,
-                )
-            })
-            .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))?;
-        self.post(d, block.as_bytes(), wire, side)
     }
 
     /// Posts a request descriptor whose bytes (if any) are in `held`'s
@@ -665,6 +632,21 @@ impl Pool for Attachment {
 thread_local! {
     /// Each engine thread's decoder (its scratch stack is reused).
     static DECODER: std::cell::RefCell<Decoder> = std::cell::RefCell::new(Decoder::new());
+}
+
+/// Decodes a request in view mode into `block` with this thread's decoder;
+/// bytes that do not decode are the client's fault (INVALID_ARGUMENT).
+fn decode_view(
+    tables: &TableSet,
+    input: u32,
+    wire: &[u8],
+    block: &mut Block,
+) -> Result<(), PostError> {
+    DECODER
+        .with(|dec| {
+            dec.borrow_mut().decode_into(tables, input, wire, &DecodeOptions::view(), block)
+        })
+        .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))
 }
 
 impl Holder for Attachment {

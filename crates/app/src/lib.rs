@@ -458,10 +458,31 @@ impl Session {
         }
         let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
         let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
-        if spans.iter().any(|s| !s.within(chunk.offset, chunk.len)) {
+        if [d.block, d.side].iter().any(|s| !s.within(chunk.offset, chunk.len)) {
             self.give_back(chunk);
             return Err(bad("a range outside its chunk".into()));
         }
+        // The wire bytes are in the same chunk, or where the engine
+        // received them: a chunk of its half shared by several requests,
+        // held once more for this one.
+        let wire = if d.wire.within(chunk.offset, chunk.len) {
+            None
+        } else {
+            let landing = self.layout.engine_chunks().chunk_containing(d.wire.offset);
+            let taken = landing
+                .filter(|l| d.wire.within(l.offset, l.len))
+                .ok_or_else(|| "the wire range outside any chunk".to_string())
+                .and_then(|l| {
+                    self.state().custody.take_shared(l.offset).map_err(|e| e.to_string())
+                });
+            match taken {
+                Ok(l) => Some(Held::new(self.clone(), l)),
+                Err(why) => {
+                    self.give_back(chunk);
+                    return Err(bad(why));
+                }
+            }
+        };
         let held = Held::new(self.clone(), chunk);
         let piece = |s: Span| held.piece(s);
         let input = self
@@ -469,7 +490,8 @@ impl Session {
             .get(d.service as usize)
             .and_then(|s| s.schema().method(d.method).map(|m| m.input))
             .unwrap_or(u32::MAX);
-        let mut m = Message::from_parts(piece(d.block), piece(d.wire), input);
+        let wire = wire.map_or_else(|| piece(d.wire), |w| w.piece(d.wire));
+        let mut m = Message::from_parts(piece(d.block), wire, input);
         // The engine decompressed it; a handler may still ask whether the
         // client compressed it (the interop suite's compressed requests do).
         m.set_compressed(d.has(desc::COMPRESS));

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use protoplane_rpc::landing::{Keeper, Landing};
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{Code, Metadata, Status};
 use protoplane_schema::TableSet;
@@ -127,13 +128,26 @@ pub struct Stats {
     /// Requests decoded straight into the region (block beside the wire
     /// bytes it references, in one chunk).
     pub requests_in_place: AtomicU64,
+    /// Of those, requests whose wire bytes the transport received straight
+    /// into the region (a lean reader's landing): no byte of them copied.
+    pub requests_received_in_place: AtomicU64,
+}
+
+/// A chunk of the engine's half as the application holds it: handed over
+/// `count` times (a receive buffer holds several requests' wire bytes;
+/// any other chunk is handed over once), kept out of the free list by
+/// `bytes` until every handing is released.
+#[derive(Clone, Debug, Default)]
+struct Handed {
+    bytes: Option<Bytes>,
+    count: u32,
 }
 
 struct State {
     chunks: Chunks,
     /// Chunks of the engine's half handed to the application (by index),
     /// with the bytes that keep each out of the free list until released.
-    handed: Vec<Option<Bytes>>,
+    handed: Vec<Handed>,
     custody: Custody,
     calls: HashMap<u64, EventTx>,
     /// Chunks of the application's half to hand back. They stay in
@@ -156,6 +170,23 @@ impl State {
             self.custody.give_back(c);
         }
         out
+    }
+
+    /// Ends one handing of engine chunk `index`: the bytes that held it,
+    /// once the last handing ends (`None` also for a chunk not handed).
+    fn unhand(&mut self, index: u32) -> Option<Bytes> {
+        let slot = self.handed.get_mut(index as usize)?;
+        slot.count = slot.count.checked_sub(1)?;
+        if slot.count == 0 {
+            slot.bytes.take()
+        } else {
+            None
+        }
+    }
+
+    /// Whether engine chunk `index` is handed to the application.
+    fn is_handed(&self, index: u32) -> bool {
+        self.handed.get(index as usize).is_some_and(|h| h.count > 0)
     }
 
     /// Owes again releases that could not be posted, unless the
@@ -239,7 +270,7 @@ impl Attachment {
         resp.init();
         let state = State {
             chunks: Chunks::new(layout.engine_chunks()),
-            handed: vec![None; layout.engine_chunks().chunks() as usize],
+            handed: vec![Handed::default(); layout.engine_chunks().chunks() as usize],
             custody: Custody::new(layout.app_chunks()),
             calls: HashMap::new(),
             releases: Vec::new(),
@@ -341,27 +372,33 @@ impl Attachment {
             self.stats.request_bytes_copied.fetch_add(need as u64, Ordering::Relaxed);
             held = Some((chunk, lease::own(self, chunk)));
         }
-        self.push_request(d, held)
+        self.push_request(d, held, None)
     }
 
-    /// Decodes a request straight into a fresh chunk of the engine's half
-    /// — its wire bytes first, then the block (view mode: its strings and
-    /// bytes reference those wire bytes), then the side sections — and
-    /// posts its descriptor. A message too large for that is decoded into
-    /// private memory and copied with [`Attachment::post`], as is a block
-    /// that outgrows its room.
+    /// Decodes a request straight into the engine's half and posts its
+    /// descriptor. Wire bytes a transport received into this region (a
+    /// lean reader's landing) stay where they are: the block goes into a
+    /// fresh chunk, the descriptor names that chunk and points at the wire
+    /// bytes in the landing's, and nothing is copied. Other wire bytes are
+    /// copied to the start of a fresh chunk and the block decoded after
+    /// them (view mode: its strings and bytes reference those wire bytes);
+    /// side sections go after the block. A message too large for that is
+    /// decoded into private memory and copied with [`Attachment::post`], as
+    /// is a block that outgrows its room.
     pub(crate) fn post_request(
         self: &Arc<Self>,
         d: Descriptor,
         tables: &TableSet,
         input: u32,
-        wire: &[u8],
+        wire: &Bytes,
         side: &[u8],
     ) -> Result<(), PostError> {
+        let half = self.layout.engine_chunks();
+        let landed = lease::locate(&self.map, &half, wire);
         // Room for the block: view-mode blocks of real messages stay well
         // under their wire size; the slack covers small ones' fixed parts.
         let room = wire.len() + side.len() + 1024;
-        let need = lease::message_len(&[], wire, &[]) + room;
+        let need = room + if landed.is_some() { 0 } else { lease::message_len(&[], wire, &[]) };
         let fits = {
             let st = self.state();
             if let Some(why) = &st.closed {
@@ -375,8 +412,14 @@ impl Attachment {
             decode_view(tables, input, wire, &mut block)?;
             return self.post(d, block.as_bytes(), wire, side);
         }
-        let (lent, wire_span) =
-            lease::lend_after(self, wire, room).ok_or(PostError::Busy("region"))?;
+        let (lent, wire_span) = match landed {
+            Some((_, span)) => (lease::lend(self, room, false), span),
+            None => match lease::lend_after(self, wire, room) {
+                Some((lent, span)) => (Some(lent), span),
+                None => (None, Span::default()),
+            },
+        };
+        let lent = lent.ok_or(PostError::Busy("region"))?;
         let mut block = Block::in_lent(lent);
         decode_view(tables, input, wire, &mut block)?;
         if !block.is_lent() {
@@ -384,7 +427,6 @@ impl Attachment {
             return self.post(d, block.as_bytes(), wire, side);
         }
         let bytes = block.into_shared();
-        let half = self.layout.engine_chunks();
         let Some((chunk, block_span)) = lease::locate(&self.map, &half, &bytes) else {
             return self.post(d, &bytes, wire, side);
         };
@@ -399,21 +441,31 @@ impl Attachment {
             self.map.write(side_at as usize, side);
             d.side = Span { offset: side_at, len: side.len() as u32 };
         }
-        self.stats.request_bytes_copied.fetch_add(wire.len() as u64, Ordering::Relaxed);
+        let landing = match landed {
+            Some((landing, _)) => {
+                self.stats.requests_received_in_place.fetch_add(1, Ordering::Relaxed);
+                Some((landing, wire.clone()))
+            }
+            None => {
+                self.stats.request_bytes_copied.fetch_add(wire.len() as u64, Ordering::Relaxed);
+                None
+            }
+        };
         self.stats.requests_in_place.fetch_add(1, Ordering::Relaxed);
-        self.push_request(d, Some((chunk, bytes)))
+        self.push_request(d, Some((chunk, bytes)), landing)
     }
 
     /// Posts a request descriptor whose bytes (if any) are in `held`'s
-    /// chunk, which stays out of the free list until the application
-    /// releases it.
+    /// chunk, and its wire bytes perhaps in `landing`'s (a receive buffer
+    /// shared by several requests); each stays out of the free list until
+    /// the application releases it (a landing, once per request in it).
     fn push_request(
         self: &Arc<Self>,
         mut d: Descriptor,
         held: Option<(Chunk, Bytes)>,
+        landing: Option<(Chunk, Bytes)>,
     ) -> Result<(), PostError> {
         let released;
-        let index = held.as_ref().map(|(c, _)| c.index as usize);
         {
             let mut st = self.state();
             if let Some(why) = &st.closed {
@@ -422,11 +474,14 @@ impl Attachment {
             // Before the descriptor leaves: the release may come at once.
             // (Every chunk index has a slot while the application is
             // attached.)
-            if let (Some((_, bytes)), Some(slot)) =
-                (&held, index.and_then(|i| st.handed.get_mut(i)))
-            {
-                debug_assert!(slot.is_none());
-                *slot = Some(bytes.clone());
+            for (c, bytes) in held.iter().chain(landing.iter()) {
+                if let Some(slot) = st.handed.get_mut(c.index as usize) {
+                    debug_assert!(slot.count == 0 || landing.is_some());
+                    slot.count += 1;
+                    if slot.bytes.is_none() {
+                        slot.bytes = Some(bytes.clone());
+                    }
+                }
             }
             released = st.releases_to_post(1);
             d.release = released.first().map_or(0, |c| c.offset);
@@ -438,7 +493,10 @@ impl Attachment {
             }
             Err(e) => {
                 let mut st = self.state();
-                let back = index.and_then(|i| st.handed.get_mut(i).and_then(Option::take));
+                let mut back = Vec::new();
+                for (c, _) in held.iter().chain(landing.iter()) {
+                    back.extend(st.unhand(c.index));
+                }
                 st.owe_again(&released);
                 drop(st);
                 // Outside the lock: dropping the bytes frees the chunk.
@@ -520,10 +578,10 @@ impl Attachment {
         let mut back = Vec::new();
         for c in d.released() {
             let chunk = self.layout.engine_chunks().chunk_at(c);
-            let Some(b) = chunk.and_then(|c| st.handed.get_mut(c.index as usize)?.take()) else {
+            let Some(chunk) = chunk.filter(|c| st.is_handed(c.index)) else {
                 return Err(format!("release: chunk {c:#x} was not lent"));
             };
-            back.push(b);
+            back.extend(st.unhand(chunk.index));
         }
         if !back.is_empty() {
             // Dropping them frees their chunks, which takes the lock.
@@ -626,6 +684,37 @@ impl Pool for Attachment {
 
     fn free(&self, chunk: Chunk) {
         let _ = self.state().chunks.free(chunk.offset);
+    }
+}
+
+/// What keeps a landing (a chunk lent to a lean reader) out of the free
+/// list, and counts the bytes the reader moves out of it.
+struct Keep<G: Send + Sync + 'static> {
+    att: Arc<Attachment>,
+    _chunk: G,
+}
+
+impl<G: Send + Sync + 'static> Keeper for Keep<G> {
+    fn moved(&self, bytes: usize) {
+        self.att.stats.request_bytes_copied.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+impl Attachment {
+    /// A chunk of the engine's half of at least `need` bytes for a
+    /// transport to receive requests into (see
+    /// [`protoplane_rpc::landing`]): requests that arrive there cross to
+    /// the application without a copy ([`Attachment::post_request`]).
+    pub fn landing(self: &Arc<Self>, need: usize) -> Option<Landing> {
+        let (mem, chunk) = lease::landing(self, need)?;
+        Some(Landing::new(mem, Arc::new(Keep { att: self.clone(), _chunk: chunk })))
+    }
+
+    /// Whether `bytes` lie in this attachment's region.
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        let base = self.map.base() as usize;
+        let at = bytes.as_ptr() as usize;
+        !bytes.is_empty() && at >= base && at + bytes.len() <= base + self.map.len()
     }
 }
 

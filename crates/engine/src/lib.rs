@@ -12,12 +12,14 @@
 //! [`proxy`] (how a call crosses), then this file (setup and the drain
 //! loop that takes the applications' descriptors).
 //!
-//! Where bytes are copied on the request path: the transports receive into
-//! their own buffers (h2's, the lean reader's) and hand [`SplitService`]
-//! the message undecoded; [`Attachment::post_request`] copies its wire
-//! bytes into a chunk of the engine's half — the one copy — and decodes
-//! the block right after them in the same chunk (view mode: strings and
-//! bytes stay in the wire bytes, where the application reads them). The
+//! Where bytes are copied on the request path: the transports hand
+//! [`SplitService`] the message undecoded. The lean reader receives into
+//! chunks of the engine's half of a region ([`Attachment::landing`]), so
+//! [`Attachment::post_request`] leaves the wire bytes where they arrived
+//! and decodes the block into a fresh chunk (view mode: strings and bytes
+//! stay in the wire bytes, where the application reads them); no byte is
+//! copied. h2 receives into its own buffers, so over gRPC the wire bytes
+//! are copied once, to the start of the chunk the block is decoded into. The
 //! response path reads the block the application built in its half in
 //! place. The engine's half is a file of its own, sealed against writes
 //! before the application gets it: nothing the application does can

@@ -79,7 +79,12 @@ impl SplitService {
             .method(method)
             .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
             .client_streaming;
-        let att = self.registry.pick(&self.name).ok_or_else(|| {
+        let Request { metadata, deadline, message: mut requests } = request;
+        // A unary request is here already: the instance whose region it
+        // was received into (a lean landing) takes it without a copy.
+        let first = if client_streaming { None } else { Some(requests.single().await?) };
+        let holder = first.as_ref().map(|m| m.wire().as_ref());
+        let att = self.registry.pick_for(&self.name, holder).ok_or_else(|| {
             match self.registry.ever_served(&self.name) {
                 true => Status::new(
                     Code::Unavailable,
@@ -98,7 +103,6 @@ impl SplitService {
         let (call, mut rx) = att.open_call()?;
         let mut guard = Guard { att: att.clone(), call, method, service, done: false };
 
-        let Request { metadata, deadline, message: mut requests } = request;
         let side =
             open_side(deadline.map(|d| d.saturating_duration_since(Instant::now())), &metadata);
         let open = Descriptor {
@@ -110,12 +114,11 @@ impl SplitService {
             ..Descriptor::default()
         };
         let mut requests_done = !client_streaming;
-        if client_streaming {
-            self.post(&att, open, None, &side).await?;
-        } else {
-            let m = requests.single().await?;
+        if let Some(m) = first {
             let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..open };
             self.post(&att, d, Some(&m), &side).await?;
+        } else {
+            self.post(&att, open, None, &side).await?;
         }
         loop {
             tokio::select! {
@@ -260,6 +263,12 @@ impl Service for SplitService {
     /// transport.
     fn decodes_requests(&self) -> bool {
         true
+    }
+
+    /// A chunk of an attached instance's region: the lean transport
+    /// receives requests there, and they cross without a copy.
+    fn landing(&self, need: usize) -> Option<protoplane_rpc::landing::Landing> {
+        self.registry.pick(&self.name)?.landing(need)
     }
 
     fn call(

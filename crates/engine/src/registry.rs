@@ -87,6 +87,24 @@ impl Registry {
             .cloned()
     }
 
+    /// The instance of `service` to send a call to whose request lies in
+    /// `bytes`: the instance whose region holds them, unless it has many
+    /// more calls open than the least busy one (then the request is copied
+    /// into that one's region instead).
+    pub fn pick_for(&self, service: &str, bytes: Option<&[u8]>) -> Option<Arc<Attachment>> {
+        let least = self.pick(service)?;
+        let Some(bytes) = bytes.filter(|b| !b.is_empty() && !least.holds(b)) else {
+            return Some(least);
+        };
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let holder = map.get(service)?.iter().find(|a| !a.is_closed() && a.holds(bytes)).cloned();
+        drop(map);
+        Some(match holder {
+            Some(h) if h.in_flight() <= 2 * least.in_flight() + 16 => h,
+            _ => least,
+        })
+    }
+
     /// Whether an application has served `service` since the engine
     /// started (its absence now is then a passing outage, UNAVAILABLE;
     /// otherwise the service is not offered at all, UNIMPLEMENTED).

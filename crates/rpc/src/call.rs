@@ -446,6 +446,14 @@ pub trait Service: Send + Sync + 'static {
         false
     }
 
+    /// Memory of at least `need` bytes a transport may receive this
+    /// service's requests into (see [`crate::landing`]); `None`, the
+    /// default: the transport's own buffers.
+    fn landing(&self, need: usize) -> Option<crate::landing::Landing> {
+        let _ = need;
+        None
+    }
+
     /// Runs one call.
     fn call(
         self: Arc<Self>,

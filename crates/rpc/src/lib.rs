@@ -22,6 +22,7 @@ pub mod client;
 pub mod codec;
 pub mod frame;
 pub mod health;
+pub mod landing;
 pub mod lean;
 pub mod metadata;
 pub mod reflection;

@@ -142,6 +142,27 @@ impl Router {
         &self.services[index]
     }
 
+    /// Whether any service may lend landings (one that decodes its own
+    /// requests: a split engine's).
+    pub fn lends(&self) -> bool {
+        self.services.iter().any(|s| s.decodes_requests())
+    }
+
+    /// A landing to receive requests into (see [`crate::landing`]): from
+    /// service `prefer` (the one a connection's last call went to), or
+    /// with none, from the first service that lends any; with the index of
+    /// the service that lent it.
+    pub fn landing(
+        &self,
+        prefer: Option<usize>,
+        need: usize,
+    ) -> Option<(usize, crate::landing::Landing)> {
+        match prefer {
+            Some(i) => Some((i, self.services.get(i)?.landing(need)?)),
+            None => self.services.iter().enumerate().find_map(|(i, s)| Some((i, s.landing(need)?))),
+        }
+    }
+
     /// Adds the standard services every production server offers: health
     /// (`grpc.health.v1.Health`, SERVING for each service added so far)
     /// and server reflection (`grpc.reflection.v1` and `v1alpha`) over the

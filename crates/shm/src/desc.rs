@@ -15,6 +15,12 @@
 //!      32..64  release: a chunk of the receiver's half handed back (0: none)
 //! ```
 //!
+//! Every range lies in the chunk named in word 6, except that the wire
+//! range of a request (engine → app) may lie in another chunk of the
+//! engine's half: a receive buffer the engine read several requests into
+//! from a socket. The application takes that chunk once more per request
+//! ([`crate::layout::Custody::take_shared`]) and releases it as often.
+//!
 //! A RELEASE-only descriptor (flags == RELEASE) instead carries up to ten
 //! chunk offsets in words 2..=6, zero meaning none. Offsets are from the
 //! start of the region; 0 is the control page and never a chunk, so it can

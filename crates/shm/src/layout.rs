@@ -377,42 +377,70 @@ impl Chunks {
     }
 }
 
-/// Chunks of the *other* side's half that this side holds: a chunk may be
-/// taken once and must be given back before it can be taken again.
+/// Chunks of the *other* side's half that this side holds. A chunk is
+/// taken either once ([`Custody::take`]: a chunk of the other side's own,
+/// for one message) or any number of times ([`Custody::take_shared`]: a
+/// receive buffer several requests' wire bytes arrived in), and each take
+/// is given back on its own; a chunk taken one way cannot be taken the
+/// other way until every take is back.
 #[derive(Debug)]
 pub struct Custody {
     half: Half,
-    held: Vec<bool>,
+    /// Takes per chunk: 0 free, [`ONCE`] taken once, else shared takes.
+    held: Vec<u32>,
     count: u32,
 }
+
+/// `Custody::held` of a chunk taken once.
+const ONCE: u32 = u32::MAX;
 
 impl Custody {
     /// Holding nothing of `half`.
     pub fn new(half: Half) -> Custody {
-        let held = vec![false; half.chunks as usize];
+        let held = vec![0; half.chunks as usize];
         Custody { half, held, count: 0 }
     }
 
-    /// Takes the chunk at `offset` (handed over by a descriptor).
+    /// Takes the chunk at `offset` (handed over by a descriptor) for one
+    /// message: refused while it is held at all.
     pub fn take(&mut self, offset: u32) -> Result<Chunk, LayoutError> {
         let c = self.half.chunk_at(offset).ok_or(LayoutError::NotAChunk(offset))?;
-        if std::mem::replace(&mut self.held[c.index as usize], true) {
+        let h = &mut self.held[c.index as usize];
+        if *h != 0 {
             return Err(LayoutError::AlreadyHeld(offset));
         }
+        *h = ONCE;
         self.count += 1;
         Ok(c)
     }
 
-    /// Gives the chunk back (it was released to the other side).
+    /// Takes the chunk at `offset` once more as a shared receive buffer:
+    /// refused while it is taken once.
+    pub fn take_shared(&mut self, offset: u32) -> Result<Chunk, LayoutError> {
+        let c = self.half.chunk_at(offset).ok_or(LayoutError::NotAChunk(offset))?;
+        let h = &mut self.held[c.index as usize];
+        if *h >= ONCE - 1 {
+            return Err(LayoutError::AlreadyHeld(offset));
+        }
+        *h += 1;
+        self.count += 1;
+        Ok(c)
+    }
+
+    /// Gives one take of the chunk back (it was released to the other
+    /// side).
     pub fn give_back(&mut self, c: Chunk) {
         if let Some(h) = self.held.get_mut(c.index as usize) {
-            if std::mem::replace(h, false) {
-                self.count -= 1;
+            match *h {
+                0 => return,
+                ONCE => *h = 0,
+                _ => *h -= 1,
             }
+            self.count -= 1;
         }
     }
 
-    /// Chunks held.
+    /// Takes held (a shared chunk counts once per take).
     pub fn held(&self) -> u32 {
         self.count
     }
@@ -512,5 +540,26 @@ mod tests {
         c.give_back(got);
         assert_eq!(c.held(), 0);
         assert!(c.take(first).is_ok());
+    }
+
+    #[test]
+    fn custody_counts_shared_takes() {
+        let l = small();
+        let mut c = Custody::new(l.engine_chunks());
+        let first = l.engine_half() as u32;
+        let got = c.take_shared(first).expect("shared");
+        assert!(c.take_shared(first).is_ok());
+        assert_eq!(c.held(), 2);
+        // Not for one message while shared, nor shared while taken once.
+        assert_eq!(c.take(first), Err(LayoutError::AlreadyHeld(first)));
+        c.give_back(got);
+        c.give_back(got);
+        assert_eq!(c.held(), 0);
+        c.give_back(got);
+        assert_eq!(c.held(), 0, "a take given back twice counts once");
+        let once = c.take(first).expect("once");
+        assert_eq!(c.take_shared(first), Err(LayoutError::AlreadyHeld(first)));
+        c.give_back(once);
+        assert!(c.take_shared(first).is_ok());
     }
 }

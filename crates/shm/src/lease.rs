@@ -172,6 +172,30 @@ fn lend_from<P: Pool>(pool: &Arc<P>, chunk: Chunk, start: usize, grows: bool) ->
     Some(Lent::new(bytes, Box::new(Lender { own, start, grows })))
 }
 
+/// Takes a chunk of this side's half holding at least `need` bytes as a
+/// receive buffer: its memory, writable, and the guard that puts the chunk
+/// back on the free list when dropped. The engine's lean reader receives
+/// requests there straight from the socket, so their wire bytes are in the
+/// region before anything parses them; the caller keeps the guard alive as
+/// long as the memory or any bytes cut from it (in the owner of those
+/// bytes).
+pub fn landing<P: Pool>(
+    pool: &Arc<P>,
+    need: usize,
+) -> Option<(&'static mut [u8], impl Send + Sync + 'static)> {
+    let chunk = pool.alloc(need)?;
+    let own = Own { pool: pool.clone(), chunk };
+    // SAFETY: as in `lend_from`: the chunk just left this side's free list,
+    // so nothing else in this process uses it until `own` puts it back, and
+    // the caller keeps `own` (with its `Arc` of the mapping) alive as long
+    // as the slice and everything cut from it. Parts cut off and handed
+    // over are only read from then on, by both processes (the caller keeps
+    // writing only the part it has not cut off). The other process does
+    // not write it: see `Mapping::lend`.
+    let bytes = unsafe { pool.map().lend(chunk.offset as usize, chunk.len as usize) }?;
+    Some((bytes, own))
+}
+
 /// A chunk this side took from its own free list (and filled), as bytes
 /// over all of it that put it back when the last of them is dropped.
 pub fn own<P: Pool>(pool: &Arc<P>, chunk: Chunk) -> Bytes {

@@ -97,13 +97,10 @@ impl FrameHeader {
     }
 }
 
-/// Splits the next whole frame off the front of `buf`, if one is there.
-/// Fails on a header that breaks the protocol before its payload arrives
-/// (so an oversized frame is refused without buffering it).
-pub fn next_frame(
-    buf: &mut BytesMut,
-    limit: usize,
-) -> Result<Option<(FrameHeader, Bytes)>, LeanError> {
+/// The header at the front of `buf`, once all of it is there. Fails on a
+/// header that breaks the protocol, before its payload arrives (so an
+/// oversized frame is refused without buffering it).
+pub fn header(buf: &[u8], limit: usize) -> Result<Option<FrameHeader>, LeanError> {
     if buf.len() < HEADER_LEN {
         return Ok(None);
     }
@@ -121,6 +118,16 @@ pub fn next_frame(
     if h.len as usize > limit {
         return Err(LeanError::TooLarge { len: h.len, limit });
     }
+    Ok(Some(h))
+}
+
+/// Splits the next whole frame off the front of `buf`, if one is there
+/// (see [`header`] for what fails early).
+pub fn next_frame(
+    buf: &mut BytesMut,
+    limit: usize,
+) -> Result<Option<(FrameHeader, Bytes)>, LeanError> {
+    let Some(h) = header(buf, limit)? else { return Ok(None) };
     if buf.len() < HEADER_LEN + h.len as usize {
         buf.reserve(HEADER_LEN + h.len as usize - buf.len());
         return Ok(None);

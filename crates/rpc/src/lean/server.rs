@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 
 use super::frame::{self, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
 use crate::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
+use crate::landing::Filling;
 use crate::metadata::Metadata;
 use crate::server::Router;
 use crate::status::{Code, Status};
@@ -93,7 +94,7 @@ where
     let limit = router.options().max_recv_message;
     let max_calls = router.options().max_concurrent_streams.max(1) as usize;
     let queue = router.options().request_queue.max(1);
-    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut reader = Reader::new(limit + FRAME_SLACK, router.lends());
     let mut calls: FuturesUnordered<BoxFuture<'static, u32>> = FuturesUnordered::new();
     let mut open: HashMap<u32, Open> = HashMap::new();
     let mut decoder = Decoder::new();
@@ -102,11 +103,16 @@ where
     'conn: loop {
         // Every whole frame already buffered.
         loop {
-            let next = match frame::next_frame(&mut buf, limit + FRAME_SLACK) {
+            let next = match reader.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(_) => break 'conn,
             };
+            if next.0.has(OPEN) {
+                if let Some((service, _)) = router.route_by_index(next.0.method) {
+                    reader.affinity = Some(service);
+                }
+            }
             if dispatch(&router, &wtx, &mut calls, &mut open, &mut decoder, next, queue)
                 .await
                 .is_err()
@@ -117,13 +123,16 @@ where
         if eof && calls.is_empty() {
             break;
         }
+        if !eof {
+            reader.prepare(&router);
+        }
         tokio::select! {
             done = calls.next(), if !calls.is_empty() => {
                 if let Some(id) = done {
                     open.remove(&id);
                 }
             }
-            n = rd.read_buf(&mut buf), if !eof && open.len() < max_calls => {
+            n = reader.read(&mut rd), if !eof && open.len() < max_calls => {
                 match n {
                     Ok(0) | Err(_) => {
                         // The client is gone or half-closed: calls still
@@ -144,6 +153,152 @@ where
     drop(calls);
     drop(wtx);
     let _ = writer.await;
+}
+
+/// Smallest landing the reader asks for: room for many small frames per
+/// read.
+const LANDING_MIN: usize = 64 << 10;
+
+/// Where the reader receives: its own memory, or a landing a service lent
+/// (see [`crate::landing`]: a split engine's region, so each request's
+/// wire bytes arrive where the application reads them, with no copy).
+enum Inbuf {
+    Private(BytesMut),
+    Lent { f: Filling, service: usize },
+}
+
+/// The connection's receive side: frames cut off the buffer as they
+/// complete, and the choice of buffer for the next read.
+struct Reader {
+    buf: Inbuf,
+    /// The service the last call went to: the next landing comes from it.
+    affinity: Option<usize>,
+    /// The largest frame received (a landing should hold a few).
+    biggest: usize,
+    /// Largest frame allowed.
+    limit: usize,
+    /// Whether any service may lend landings.
+    lends: bool,
+}
+
+impl Reader {
+    fn new(limit: usize, lends: bool) -> Reader {
+        let buf = Inbuf::Private(BytesMut::with_capacity(if lends { 0 } else { LANDING_MIN }));
+        Reader { buf, affinity: None, biggest: 0, limit, lends }
+    }
+
+    /// The next whole frame, if one is buffered.
+    fn next_frame(&mut self) -> Result<Option<(frame::FrameHeader, Bytes)>, LeanError> {
+        let got = match &mut self.buf {
+            Inbuf::Private(b) => frame::next_frame(b, self.limit)?,
+            Inbuf::Lent { f, .. } => match frame::header(f.filled(), self.limit)? {
+                Some(h) if f.filled().len() >= frame::HEADER_LEN + h.len as usize => {
+                    Some((h, f.cut(frame::HEADER_LEN + h.len as usize, frame::HEADER_LEN)))
+                }
+                _ => None,
+            },
+        };
+        if let Some((h, _)) = &got {
+            self.biggest = self.biggest.max(frame::HEADER_LEN + h.len as usize);
+        }
+        Ok(got)
+    }
+
+    /// Picks the buffer for the next read. Between frames, a landing from
+    /// the service of the last call when the current one is private, from
+    /// another service, or too short for a frame as large as the largest
+    /// seen. Mid-frame, a frame that cannot fit in what is left of its
+    /// landing moves, with the bytes received so far, to a landing that
+    /// holds it (or to private memory): the only bytes the lean path
+    /// copies, counted by the landing's service.
+    fn prepare(&mut self, router: &Router) {
+        if !self.lends {
+            return;
+        }
+        let next = self.biggest.max(4096);
+        let want = (4 * self.biggest).max(LANDING_MIN);
+        let pending = match &self.buf {
+            Inbuf::Private(b) => b.len(),
+            Inbuf::Lent { f, .. } => f.filled().len(),
+        };
+        if pending == 0 {
+            let stale = match &self.buf {
+                Inbuf::Private(_) => true,
+                Inbuf::Lent { f, service } => {
+                    f.capacity() < next || self.affinity.is_some_and(|a| a != *service)
+                }
+            };
+            if stale {
+                if let Some((service, l)) = router.landing(self.affinity, want) {
+                    self.buf = Inbuf::Lent { f: Filling::new(l), service };
+                }
+            }
+        } else if let Inbuf::Lent { f, service } = &self.buf {
+            let need = match frame::header(f.filled(), self.limit) {
+                Ok(Some(h)) => frame::HEADER_LEN + h.len as usize,
+                _ => frame::HEADER_LEN,
+            };
+            if need > f.capacity() {
+                let service = *service;
+                let Inbuf::Lent { f, .. } =
+                    std::mem::replace(&mut self.buf, Inbuf::Private(BytesMut::new()))
+                else {
+                    return;
+                };
+                // Frames are cut from the front, so what is pending starts
+                // with a header: the rest is payload, the bytes counted.
+                let counted = f.filled().len().saturating_sub(frame::HEADER_LEN);
+                let f = match router.landing(Some(service), need.max(want)) {
+                    Some((service, l)) => match f.move_to(l, counted) {
+                        Ok(f) => {
+                            self.buf = Inbuf::Lent { f, service };
+                            return;
+                        }
+                        Err(f) => f,
+                    },
+                    None => f,
+                };
+                let mut b = BytesMut::with_capacity(need);
+                b.extend_from_slice(f.filled());
+                f.moved_out(counted);
+                self.buf = Inbuf::Private(b);
+            }
+        }
+        if let Inbuf::Lent { f, .. } = &self.buf {
+            if f.room() == 0 {
+                self.buf = Inbuf::Private(BytesMut::with_capacity(want));
+            }
+        }
+    }
+
+    /// Reads what the socket has into the buffer (cancel-safe: nothing
+    /// is read if the future is dropped before it completes).
+    async fn read<R: AsyncRead + Unpin>(&mut self, rd: &mut R) -> std::io::Result<usize> {
+        match &mut self.buf {
+            Inbuf::Private(b) => {
+                if b.capacity() == b.len() {
+                    b.reserve(LANDING_MIN);
+                }
+                rd.read_buf(b).await
+            }
+            Inbuf::Lent { f, .. } => {
+                // A connection's first frame is read header first: its
+                // size picks a landing that holds it before any of its
+                // payload arrives (later ones are sized by the largest
+                // frame seen).
+                let probe = if self.biggest == 0 {
+                    frame::HEADER_LEN.saturating_sub(f.filled().len())
+                } else {
+                    0
+                };
+                let spare = f.spare();
+                let to = if probe > 0 { probe.min(spare.len()) } else { spare.len() };
+                let n = rd.read(&mut spare[..to]).await?;
+                f.advance(n);
+                Ok(n)
+            }
+        }
+    }
 }
 
 /// Acts on one frame. `Err` when the connection must end.

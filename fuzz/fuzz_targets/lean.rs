@@ -6,6 +6,12 @@
 //!
 //! Properties, beyond "never panics":
 //! * no frame longer than the limit is ever returned;
+//! * the server's reader, receiving into chunks of a real engine region
+//!   (landings, several frames each, frames across a landing's end moved
+//!   to the next) in reads of sizes taken from the input, cuts the same
+//!   frames with the same payloads and fails where splitting the whole
+//!   buffer fails; once the frames are dropped, every landing's chunk is
+//!   back in the engine's free list;
 //! * a frame that parses re-encodes to a frame that parses to the same
 //!   sections (messages, statuses, metadata, timeouts survive the trip).
 
@@ -13,11 +19,45 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use protoplane_engine::fuzzing::Engine;
 use protoplane_rpc::lean::frame::{self, Outgoing, CANCEL, END, HEADER_LEN};
+use protoplane_rpc::lean::server::reassemble;
+use protoplane_shm::layout::Class;
+use protoplane_shm::Layout;
+
+thread_local! {
+    /// One engine region for every run: small chunk classes, so frames
+    /// often straddle a landing's end or outgrow every chunk.
+    static ENGINE: Engine = Engine::new(Layout {
+        ring_slots: 8,
+        classes: vec![Class { size: 4096, count: 4 }, Class { size: 16384, count: 2 }],
+    })
+    .expect("region")
+    .0;
+}
 
 fuzz_target!(|data: &[u8]| {
     let [limit, rest @ ..] = data else { return };
     let limit = *limit as usize * 8;
+    let mut whole = BytesMut::from(rest);
+    let mut expected = Vec::new();
+    let error = loop {
+        match frame::next_frame(&mut whole, limit) {
+            Ok(Some(f)) => expected.push(f),
+            Ok(None) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    ENGINE.with(|engine| {
+        let att = engine.attachment();
+        let lend = |_: Option<usize>, need: usize| Some((0, att.landing(need)?));
+        let reads = &rest[..rest.len().min(4)];
+        let (frames, err) = reassemble(rest, reads, limit, &lend);
+        assert_eq!(err, error);
+        assert_eq!(frames, expected);
+        drop(frames);
+        assert_eq!(att.chunk_use().0, 0, "a landing's chunk was not freed");
+    });
     let mut buf = BytesMut::from(rest);
     while let Ok(Some((h, payload))) = frame::next_frame(&mut buf, limit) {
         assert!(payload.len() <= limit);

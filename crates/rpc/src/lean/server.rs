@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::frame::{self, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
 use crate::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
-use crate::landing::Filling;
+use crate::landing::{Filling, Landing};
 use crate::metadata::Metadata;
 use crate::server::Router;
 use crate::status::{Code, Status};
@@ -124,7 +124,7 @@ where
             break;
         }
         if !eof {
-            reader.prepare(&router);
+            reader.prepare(&|prefer, need| router.landing(prefer, need));
         }
         tokio::select! {
             done = calls.next(), if !calls.is_empty() => {
@@ -211,7 +211,7 @@ impl Reader {
     /// landing moves, with the bytes received so far, to a landing that
     /// holds it (or to private memory): the only bytes the lean path
     /// copies, counted by the landing's service.
-    fn prepare(&mut self, router: &Router) {
+    fn prepare(&mut self, lend: &Lend<'_>) {
         if !self.lends {
             return;
         }
@@ -229,7 +229,7 @@ impl Reader {
                 }
             };
             if stale {
-                if let Some((service, l)) = router.landing(self.affinity, want) {
+                if let Some((service, l)) = lend(self.affinity, want) {
                     self.buf = Inbuf::Lent { f: Filling::new(l), service };
                 }
             }
@@ -248,7 +248,7 @@ impl Reader {
                 // Frames are cut from the front, so what is pending starts
                 // with a header: the rest is payload, the bytes counted.
                 let counted = f.filled().len().saturating_sub(frame::HEADER_LEN);
-                let f = match router.landing(Some(service), need.max(want)) {
+                let f = match lend(Some(service), need.max(want)) {
                     Some((service, l)) => match f.move_to(l, counted) {
                         Ok(f) => {
                             self.buf = Inbuf::Lent { f, service };
@@ -282,22 +282,82 @@ impl Reader {
                 rd.read_buf(b).await
             }
             Inbuf::Lent { f, .. } => {
-                // A connection's first frame is read header first: its
-                // size picks a landing that holds it before any of its
-                // payload arrives (later ones are sized by the largest
-                // frame seen).
-                let probe = if self.biggest == 0 {
-                    frame::HEADER_LEN.saturating_sub(f.filled().len())
-                } else {
-                    0
-                };
-                let spare = f.spare();
-                let to = if probe > 0 { probe.min(spare.len()) } else { spare.len() };
-                let n = rd.read(&mut spare[..to]).await?;
+                let to = Self::read_len(self.biggest, f);
+                let n = rd.read(&mut f.spare()[..to]).await?;
                 f.advance(n);
                 Ok(n)
             }
         }
+    }
+
+    /// How much of a landing's room one read may fill. A connection's
+    /// first frame is read header first: its size picks a landing that
+    /// holds it before any of its payload arrives (later ones are sized
+    /// by the largest frame seen).
+    fn read_len(biggest: usize, f: &Filling) -> usize {
+        let probe = frame::HEADER_LEN.saturating_sub(f.filled().len());
+        if biggest == 0 && probe > 0 {
+            probe.min(f.room())
+        } else {
+            f.room()
+        }
+    }
+
+    /// [`Reader::read`] from bytes in memory: takes what one read would
+    /// (at most `max`) from `src`; how many.
+    fn receive(&mut self, src: &[u8], max: usize) -> usize {
+        match &mut self.buf {
+            Inbuf::Private(b) => {
+                let n = src.len().min(max);
+                b.extend_from_slice(&src[..n]);
+                n
+            }
+            Inbuf::Lent { f, .. } => {
+                let n = src.len().min(max).min(Self::read_len(self.biggest, f));
+                f.spare()[..n].copy_from_slice(&src[..n]);
+                f.advance(n);
+                n
+            }
+        }
+    }
+}
+
+/// Where a reader gets landings: `(preferred service, bytes)` to the
+/// lending service and the landing.
+type Lend<'a> = dyn Fn(Option<usize>, usize) -> Option<(usize, Landing)> + 'a;
+
+/// For the `lean` fuzz target and tests: splits `bytes` into frames as a
+/// connection's reader does, each read taking at most the next of `reads`
+/// bytes (cycled; 0 counts as 1), with landings from `lend` (the first
+/// frame opens a call to service 0). Returns the frames cut before the
+/// bytes ran out or the first protocol error, and that error.
+#[doc(hidden)]
+pub fn reassemble(
+    bytes: &[u8],
+    reads: &[u8],
+    limit: usize,
+    lend: &Lend<'_>,
+) -> (Vec<(frame::FrameHeader, Bytes)>, Option<LeanError>) {
+    let mut reader = Reader::new(limit, true);
+    let (mut at, mut turn, mut frames) = (0, 0, Vec::new());
+    loop {
+        loop {
+            match reader.next_frame() {
+                Ok(Some(f)) => {
+                    reader.affinity = Some(0);
+                    frames.push(f);
+                }
+                Ok(None) => break,
+                Err(e) => return (frames, Some(e)),
+            }
+        }
+        if at == bytes.len() {
+            return (frames, None);
+        }
+        reader.prepare(lend);
+        let max = reads.get(turn % reads.len().max(1)).map_or(usize::MAX, |&r| r.max(1) as usize);
+        turn += 1;
+        at += reader.receive(&bytes[at..], max);
     }
 }
 
@@ -561,5 +621,106 @@ async fn emit(
     match frame::write(&mut out, call, 0, &f) {
         Some(()) => wtx.send(Bytes::from(out)).await,
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::landing::Keeper;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Landings of leaked memory (a test's worth), sized up to a page
+    /// multiple and refused above `max`; counts moved bytes and landings
+    /// alive.
+    #[derive(Default)]
+    struct Lender {
+        moved: Arc<AtomicUsize>,
+        alive: Arc<AtomicUsize>,
+        lent: AtomicUsize,
+    }
+
+    struct Keep(Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+    impl Keeper for Keep {
+        fn moved(&self, bytes: usize) {
+            self.0.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    impl Drop for Keep {
+        fn drop(&mut self) {
+            self.1.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    impl Lender {
+        fn lend(&self, need: usize, max: usize) -> Option<(usize, Landing)> {
+            if need > max {
+                return None;
+            }
+            self.alive.fetch_add(1, Ordering::Relaxed);
+            self.lent.fetch_add(1, Ordering::Relaxed);
+            let mem = Box::leak(vec![0u8; need.next_multiple_of(4096)].into_boxed_slice());
+            Some((0, Landing::new(mem, Arc::new(Keep(self.moved.clone(), self.alive.clone())))))
+        }
+    }
+
+    /// A little generator (xorshift), so failures replay.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n.max(1)
+        }
+    }
+
+    #[test]
+    fn frames_received_into_landings_are_the_frames_sent() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..200 {
+            let mut bytes = Vec::new();
+            let mut sent = Vec::new();
+            for call in 0..1 + rng.below(40) as u32 {
+                // Mostly small messages, now and then one of up to 300 KB.
+                let len = match rng.below(10) {
+                    0 => rng.below(300_000),
+                    _ => rng.below(3000),
+                } as usize;
+                let msg: Vec<u8> = (0..len).map(|i| (i as u32 * 31 + call) as u8).collect();
+                let out = frame::Outgoing {
+                    open: None,
+                    headers: None,
+                    message: Some(&msg),
+                    status: None,
+                    end: true,
+                    cancel: false,
+                };
+                frame::write(&mut bytes, call, 0, &out).expect("frame");
+                sent.push(msg);
+            }
+            let reads: Vec<u8> = (0..1 + rng.below(8)).map(|_| rng.below(256) as u8).collect();
+            // Landings up to 64 KiB, or up to 1 MiB: large frames go
+            // private, or move to a landing that holds them.
+            let max = if round % 2 == 0 { 64 << 10 } else { 1 << 20 };
+            let lender = Lender::default();
+            let lend = |_: Option<usize>, need: usize| lender.lend(need, max);
+            let (frames, err) = reassemble(&bytes, &reads, 1 << 20, &lend);
+            assert!(err.is_none(), "round {round}: {err:?}");
+            assert_eq!(frames.len(), sent.len(), "round {round}");
+            for ((h, payload), msg) in frames.iter().zip(&sent) {
+                let s = frame::parse(h, payload.clone()).expect("sections");
+                assert_eq!(s.message.as_deref(), Some(&msg[..]), "round {round}");
+            }
+            assert!(lender.lent.load(Ordering::Relaxed) > 0, "round {round}: nothing landed");
+            let moved = lender.moved.load(Ordering::Relaxed);
+            let total: usize = sent.iter().map(|m| m.len() + 16).sum();
+            assert!(moved <= total, "round {round}: moved {moved} of {total}");
+            drop(frames);
+            assert_eq!(lender.alive.load(Ordering::Relaxed), 0, "round {round}: landings leak");
+        }
     }
 }

@@ -39,7 +39,7 @@ use protoplane_rpc::{
 };
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
-use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout, APP_PARKED, ENGINE_PARKED};
+use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout, APP_PARKED, ENGINE_PARKED};
 use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{sys, AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
 use protoplane_wire::{with_source, BlockSource, Lent};
@@ -267,10 +267,16 @@ struct Session {
     room: Notify,
     /// The drain loop has something to post.
     wake: Notify,
-    layout: Layout,
+    /// This side's half of the layout, and the engine's (kept: working
+    /// them out allocates).
+    own_half: Half,
+    engine_half: Half,
     stats: Arc<Stats>,
     /// Lends this side's chunks to the handlers' builders.
     source: Arc<dyn BlockSource>,
+    /// Whether calls may start in the drain loop (the runtime is
+    /// single-threaded, so a task would run on the same thread anyway).
+    inline: bool,
 }
 
 impl Session {
@@ -308,9 +314,12 @@ impl Session {
             }),
             room: Notify::new(),
             wake: Notify::new(),
-            layout,
+            own_half: layout.app_chunks(),
+            engine_half: layout.engine_chunks(),
             stats,
             source: Arc::new(Responses(me.clone())),
+            inline: tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread),
         }))
     }
 
@@ -403,7 +412,7 @@ impl Session {
             // them go (outside the lock: the last one frees its chunk).
             let mut back = Vec::new();
             let mut st = self.state();
-            let half = self.layout.app_chunks();
+            let half = &self.own_half;
             for c in d.released() {
                 if let Some(b) = half.chunk_at(c).and_then(|c| st.handed.get_mut(c.index as usize))
                 {
@@ -468,7 +477,7 @@ impl Session {
         let wire = if d.wire.within(chunk.offset, chunk.len) {
             None
         } else {
-            let landing = self.layout.engine_chunks().chunk_containing(d.wire.offset);
+            let landing = self.engine_half.chunk_containing(d.wire.offset);
             let taken = landing
                 .filter(|l| d.wire.within(l.offset, l.len))
                 .ok_or_else(|| "the wire range outside any chunk".to_string())
@@ -555,12 +564,32 @@ impl Session {
             }
         };
         let request = Request { metadata, deadline, message: streaming };
-        let (abort, reg) = AbortHandle::new_pair();
-        self.state().calls.insert(d.call, CallCtl { abort, requests });
-        let s = self.clone();
         let call = d.call;
-        let driver =
-            s.clone().drive(call, svc, d.method, output, server_streaming, request, deadline);
+        let mut driver = Box::pin(self.clone().drive(
+            call,
+            svc,
+            d.method,
+            output,
+            server_streaming,
+            request,
+            deadline,
+        ));
+        // Run to completion where it can: on a single-threaded runtime a
+        // handler that does not wait (most unary ones) runs here, in the
+        // drain loop, and posts its answer before the next descriptor is
+        // taken — no task, no abort handle, no entry in the call table (a
+        // cancel cannot arrive before it ends). One that waits becomes a
+        // task: the runtime polls it again at once, with a real waker, so
+        // the no-op waker of this first poll is never relied on.
+        if self.inline && !client_streaming {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if std::future::Future::poll(driver.as_mut(), &mut cx).is_ready() {
+                return;
+            }
+        }
+        let (abort, reg) = AbortHandle::new_pair();
+        self.state().calls.insert(call, CallCtl { abort, requests });
+        let s = self.clone();
         tokio::spawn(async move {
             // Aborted: the engine cancelled the call, or went away; it
             // expects no answer.
@@ -706,7 +735,7 @@ impl Session {
     /// is not handed over yet: the chunk, and whether it is the block.
     fn placed(&self, block: &Bytes, wire: &Bytes) -> Option<(Chunk, Span, bool)> {
         let (msg, is_block) = if block.is_empty() { (wire, false) } else { (block, true) };
-        let (chunk, span) = lease::locate(&self.map, &self.layout.app_chunks(), msg)?;
+        let (chunk, span) = lease::locate(&self.map, &self.own_half, msg)?;
         let free = self.state().handed.get(chunk.index as usize).is_some_and(|h| h.is_none());
         // Already handed over (the same bytes sent twice): the second time
         // is a copy.

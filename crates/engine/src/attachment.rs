@@ -23,7 +23,7 @@ use protoplane_rpc::lean::frame;
 use protoplane_rpc::{Code, Metadata, Status};
 use protoplane_schema::TableSet;
 use protoplane_shm::desc::{self, Descriptor, Span};
-use protoplane_shm::layout::{Chunk, Chunks, Custody, Layout};
+use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout};
 use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
@@ -211,6 +211,8 @@ pub struct Attachment {
     pub services: Vec<String>,
     map: Arc<Mapping>,
     layout: Layout,
+    /// The engine's half of `layout` (kept: working it out allocates).
+    half: Half,
     requests: Producer,
     app_bell: Doorbell,
     state: Mutex<State>,
@@ -282,6 +284,7 @@ impl Attachment {
             pid,
             services,
             map,
+            half: layout.engine_chunks(),
             layout,
             requests: Producer::new(req),
             app_bell,
@@ -393,8 +396,8 @@ impl Attachment {
         wire: &Bytes,
         side: &[u8],
     ) -> Result<(), PostError> {
-        let half = self.layout.engine_chunks();
-        let landed = lease::locate(&self.map, &half, wire);
+        let half = &self.half;
+        let landed = lease::locate(&self.map, half, wire);
         // Room for the block: view-mode blocks of real messages stay well
         // under their wire size; the slack covers small ones' fixed parts.
         let room = wire.len() + side.len() + 1024;
@@ -427,7 +430,7 @@ impl Attachment {
             return self.post(d, block.as_bytes(), wire, side);
         }
         let bytes = block.into_shared();
-        let Some((chunk, block_span)) = lease::locate(&self.map, &half, &bytes) else {
+        let Some((chunk, block_span)) = lease::locate(&self.map, half, &bytes) else {
             return self.post(d, &bytes, wire, side);
         };
         let side_at = (block_span.offset + block_span.len).next_multiple_of(8);
@@ -577,7 +580,7 @@ impl Attachment {
         let mut st = self.state();
         let mut back = Vec::new();
         for c in d.released() {
-            let chunk = self.layout.engine_chunks().chunk_at(c);
+            let chunk = self.half.chunk_at(c);
             let Some(chunk) = chunk.filter(|c| st.is_handed(c.index)) else {
                 return Err(format!("release: chunk {c:#x} was not lent"));
             };

@@ -33,8 +33,10 @@
 //! consumer sees the element or the producer sees the flag (Dekker), so no
 //! wake-up is lost and a busy consumer costs the producer no system call.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
+
+use sync::AtomicU64;
 
 use crate::desc::{Descriptor, WORDS};
 use crate::layout::SLOT_LEN;
@@ -60,23 +62,76 @@ impl std::fmt::Display for PushError {
 
 impl std::error::Error for PushError {}
 
+/// The atomics of the ring protocol: the standard library's, or loom's
+/// when the crate is built for the loom model (`--cfg protoplane_loom`,
+/// `crates/shm/tests/loom.rs`), which then checks every interleaving of
+/// this very code.
+#[doc(hidden)]
+pub mod sync {
+    #[cfg(protoplane_loom)]
+    pub use loom::sync::atomic::{fence, AtomicU64};
+    #[cfg(not(protoplane_loom))]
+    pub use std::sync::atomic::{fence, AtomicU64};
+}
+
+/// The memory a ring's slots live in: a shared region's mapping, or, in
+/// the loom model, plain atomics.
+pub trait Slots: Send + Sync + std::fmt::Debug + 'static {
+    /// The 8-aligned word at byte `at`, if in bounds.
+    fn slot_word(&self, at: usize) -> Option<&AtomicU64>;
+    /// Bytes of memory.
+    fn slots_len(&self) -> usize;
+}
+
+#[cfg(not(protoplane_loom))]
+impl Slots for Mapping {
+    fn slot_word(&self, at: usize) -> Option<&AtomicU64> {
+        self.atomic_u64(at)
+    }
+
+    fn slots_len(&self) -> usize {
+        self.len()
+    }
+}
+
+/// In the loom build, rings live in loom's atomics only: no ring fits a
+/// mapping (`Ring::new` refuses every one).
+#[cfg(protoplane_loom)]
+impl Slots for Mapping {
+    fn slot_word(&self, _: usize) -> Option<&AtomicU64> {
+        None
+    }
+
+    fn slots_len(&self) -> usize {
+        0
+    }
+}
+
 /// The slots of one ring in a mapping.
-#[derive(Clone, Debug)]
-pub struct Ring {
-    map: Arc<Mapping>,
+#[derive(Debug)]
+pub struct Ring<M: Slots = Mapping> {
+    map: Arc<M>,
     offset: usize,
     slots: u64,
 }
 
-impl Ring {
-    /// The ring of `slots` slots (a power of two) at `offset`. `None` when
-    /// it does not fit the mapping.
-    pub fn new(map: Arc<Mapping>, offset: usize, slots: u32) -> Option<Ring> {
-        if !slots.is_power_of_two() || offset % SLOT_LEN != 0 {
+impl<M: Slots> Clone for Ring<M> {
+    fn clone(&self) -> Self {
+        Ring { map: self.map.clone(), offset: self.offset, slots: self.slots }
+    }
+}
+
+impl<M: Slots> Ring<M> {
+    /// The ring of `slots` slots (a power of two, at least 2) at `offset`.
+    /// `None` when it does not fit the mapping. (With one slot the
+    /// sequence word could not tell "holds position p" from "free for
+    /// position p + 1": both are p + 1.)
+    pub fn new(map: Arc<M>, offset: usize, slots: u32) -> Option<Ring<M>> {
+        if !slots.is_power_of_two() || slots < 2 || offset % SLOT_LEN != 0 {
             return None;
         }
         let end = offset.checked_add(slots as usize * SLOT_LEN)?;
-        (end <= map.len()).then_some(Ring { map, offset, slots: slots as u64 })
+        (end <= map.slots_len()).then_some(Ring { map, offset, slots: slots as u64 })
     }
 
     /// Sets every slot free for the first lap (the engine does this once,
@@ -85,7 +140,7 @@ impl Ring {
         for i in 0..self.slots {
             self.seq(i).store(i, Ordering::Relaxed);
         }
-        fence(Ordering::Release);
+        sync::fence(Ordering::Release);
     }
 
     /// Slots.
@@ -96,7 +151,7 @@ impl Ring {
     fn word(&self, pos: u64, w: usize) -> &AtomicU64 {
         let at = self.offset + (pos & (self.slots - 1)) as usize * SLOT_LEN + 8 * w;
         // In bounds by construction (checked in `new`), 8-aligned.
-        match self.map.atomic_u64(at) {
+        match self.map.slot_word(at) {
             Some(a) => a,
             None => unreachable_word(),
         }
@@ -115,15 +170,15 @@ fn unreachable_word() -> ! {
 
 /// The producing end (shareable among this process's threads).
 #[derive(Debug)]
-pub struct Producer {
-    ring: Ring,
+pub struct Producer<M: Slots = Mapping> {
+    ring: Ring<M>,
     /// Next position to claim: private to this process.
     tail: AtomicU64,
 }
 
-impl Producer {
+impl<M: Slots> Producer<M> {
     /// Produces into `ring` from position 0.
-    pub fn new(ring: Ring) -> Producer {
+    pub fn new(ring: Ring<M>) -> Producer<M> {
         Producer { ring, tail: AtomicU64::new(0) }
     }
 
@@ -190,15 +245,15 @@ impl Producer {
 
 /// The consuming end (one thread).
 #[derive(Debug)]
-pub struct Consumer {
-    ring: Ring,
+pub struct Consumer<M: Slots = Mapping> {
+    ring: Ring<M>,
     /// Next position to take: private to this process.
     head: u64,
 }
 
-impl Consumer {
+impl<M: Slots> Consumer<M> {
     /// Consumes `ring` from position 0.
-    pub fn new(ring: Ring) -> Consumer {
+    pub fn new(ring: Ring<M>) -> Consumer<M> {
         Consumer { ring, head: 0 }
     }
 

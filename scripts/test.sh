@@ -5,7 +5,8 @@
 # interop binaries and grpcurl from the Go module proxy into target/go-bin),
 # builds the workspace once in release mode, and runs everything from that build:
 #   1. formatting and clippy (-D warnings)
-#   2. every Rust test (unit, integration, dataset round trips, CLI contract)
+#   2. every Rust test (unit, integration, dataset round trips, CLI contract),
+#      and the loom model of the shared-memory ring protocol
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
 #      grpcurl through reflection, TLS; Python grpcio client and server; both
@@ -34,6 +35,12 @@ if cargo clippy --release --workspace --all-targets --quiet -- -D warnings; then
 step "build (release, once) and Rust tests"
 cargo build --release --workspace --quiet
 if cargo test --release --workspace; then ok; else bad "cargo test"; fi
+
+step "the ring protocol under loom (every interleaving of the real ring code)"
+# A cfg of our own (tokio reacts to plain `loom`) and a target directory of
+# its own, so the main build is not rebuilt.
+if RUSTFLAGS="--cfg protoplane_loom" CARGO_TARGET_DIR=target/loom \
+    cargo test --release -p protoplane-shm --test loom; then ok; else bad "loom"; fi
 
 step "cross-check against Python protobuf"
 scripts/setup-python.sh

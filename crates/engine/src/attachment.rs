@@ -701,6 +701,10 @@ impl<G: Send + Sync + 'static> Keeper for Keep<G> {
     fn moved(&self, bytes: usize) {
         self.att.stats.request_bytes_copied.fetch_add(bytes as u64, Ordering::Relaxed);
     }
+
+    fn alive(&self) -> bool {
+        !self.att.is_closed()
+    }
 }
 
 impl Attachment {

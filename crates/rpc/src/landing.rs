@@ -25,6 +25,13 @@ pub trait Keeper: Send + Sync + 'static {
     /// `bytes` of a partly received frame were copied from this landing
     /// into the next one (or into private memory).
     fn moved(&self, bytes: usize);
+
+    /// Whether the memory is still worth receiving into (a split engine's
+    /// application may have gone: requests landing in its region would be
+    /// copied elsewhere). The reader moves on at the next frame boundary.
+    fn alive(&self) -> bool {
+        true
+    }
 }
 
 /// Lent memory to receive into.
@@ -90,6 +97,11 @@ impl Filling {
     /// Room left to receive into.
     pub(crate) fn room(&self) -> usize {
         self.mem.len() - self.filled
+    }
+
+    /// Whether the landing's owner still wants requests received into it.
+    pub(crate) fn alive(&self) -> bool {
+        self.keep.alive()
     }
 
     /// Bytes from the front of the uncut part to the landing's end.

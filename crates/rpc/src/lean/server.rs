@@ -225,12 +225,16 @@ impl Reader {
             let stale = match &self.buf {
                 Inbuf::Private(_) => true,
                 Inbuf::Lent { f, service } => {
-                    f.capacity() < next || self.affinity.is_some_and(|a| a != *service)
+                    f.capacity() < next
+                        || !f.alive()
+                        || self.affinity.is_some_and(|a| a != *service)
                 }
             };
             if stale {
                 if let Some((service, l)) = lend(self.affinity, want) {
                     self.buf = Inbuf::Lent { f: Filling::new(l), service };
+                } else if matches!(&self.buf, Inbuf::Lent { f, .. } if !f.alive()) {
+                    self.buf = Inbuf::Private(BytesMut::with_capacity(want));
                 }
             }
         } else if let Inbuf::Lent { f, service } = &self.buf {

@@ -583,8 +583,19 @@ impl Session {
         // the no-op waker of this first poll is never relied on.
         if self.inline && !client_streaming {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if std::future::Future::poll(driver.as_mut(), &mut cx).is_ready() {
-                return;
+            // A task would contain a handler's panic; here it must not
+            // unwind through the drain loop: the call fails instead.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                std::future::Future::poll(driver.as_mut(), &mut cx).is_ready()
+            }));
+            match polled {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => {
+                    drop(driver);
+                    self.fail(call, Status::new(Code::Internal, "the handler panicked"));
+                    return;
+                }
             }
         }
         let (abort, reg) = AbortHandle::new_pair();

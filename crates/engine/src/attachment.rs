@@ -717,11 +717,10 @@ impl Attachment {
         Some(Landing::new(mem, Arc::new(Keep { att: self.clone(), _chunk: chunk })))
     }
 
-    /// Whether `bytes` lie in this attachment's region.
+    /// Whether `bytes` lie in a chunk of the engine's half of this
+    /// attachment's region (where `post_request` takes them in place).
     pub fn holds(&self, bytes: &[u8]) -> bool {
-        let base = self.map.base() as usize;
-        let at = bytes.as_ptr() as usize;
-        !bytes.is_empty() && at >= base && at + bytes.len() <= base + self.map.len()
+        lease::locate(&self.map, &self.half, bytes).is_some()
     }
 }
 

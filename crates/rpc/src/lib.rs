@@ -26,6 +26,7 @@ pub mod landing;
 pub mod lean;
 pub mod metadata;
 pub mod reflection;
+pub mod rich;
 pub mod schema;
 pub mod server;
 pub mod status;

@@ -5,10 +5,17 @@
 //!   `%x20-%x7E` and `%` itself become `%XX` (upper-case hex). A receiver
 //!   must not fail on a malformed encoding: invalid `%` sequences are kept
 //!   as they are, and bytes that do not form UTF-8 are replaced;
+//! * `grpc-status-details-bin` carries the rich error model: a serialized
+//!   `google.rpc.Status` (code, message and typed details, see
+//!   [`crate::rich`]), base64-encoded like every `-bin` value. The status
+//!   keeps those bytes as they are ([`Status::details`]); they are parsed
+//!   only when asked for;
 //! * a response that is not gRPC at all (a proxy's HTTP error) maps its HTTP
 //!   status to a code ([`Code::from_http`]).
 
 use std::fmt;
+
+use bytes::Bytes;
 
 use crate::metadata::Metadata;
 
@@ -140,7 +147,11 @@ impl fmt::Display for Code {
     }
 }
 
-/// A call's outcome: a code and a human-readable message.
+/// The trailer that carries a status's details.
+pub const DETAILS_KEY: &str = "grpc-status-details-bin";
+
+/// A call's outcome: a code, a human-readable message, and optionally
+/// machine-readable details.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
     /// The code.
@@ -149,12 +160,29 @@ pub struct Status {
     pub message: String,
     /// Trailing metadata sent with the status.
     pub metadata: Metadata,
+    /// The serialized `google.rpc.Status` sent as `grpc-status-details-bin`
+    /// (empty: none). Build and read it with the typed helpers of
+    /// [`crate::rich`] ([`Status::with_error_details`],
+    /// [`Status::error_details`], ...), or set raw bytes with
+    /// [`Status::with_details`].
+    pub details: Bytes,
 }
 
 impl Status {
     /// A status with a message.
     pub fn new(code: Code, message: impl Into<String>) -> Status {
-        Status { code, message: message.into(), metadata: Metadata::new() }
+        Status { code, message: message.into(), metadata: Metadata::new(), details: Bytes::new() }
+    }
+
+    /// A status with details given as bytes: a serialized
+    /// `google.rpc.Status`, sent as they are (tonic's `Status::with_details`).
+    pub fn with_details(code: Code, message: impl Into<String>, details: Bytes) -> Status {
+        Status { details, ..Status::new(code, message) }
+    }
+
+    /// The raw details (a serialized `google.rpc.Status`; empty: none).
+    pub fn details(&self) -> &[u8] {
+        &self.details
     }
 
     /// Success.

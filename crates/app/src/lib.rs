@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
-use protoplane_rpc::call::{until_deadline, Out, UnaryOut};
+use protoplane_rpc::call::{until_deadline, Out, UnarySlot};
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{
     BoxFuture, Code, Message, Metadata, Request, Responder, Service, Status, Streaming,
@@ -563,7 +563,7 @@ impl Session {
                 }
             }
         };
-        let request = Request { metadata, deadline, message: streaming };
+        let request = Request { metadata, deadline, peer: None, message: streaming };
         let call = d.call;
         let mut driver = Box::pin(self.clone().drive(
             call,
@@ -623,9 +623,29 @@ impl Session {
     ) {
         if !server_streaming {
             let (responder, slot) = Responder::for_unary(output);
+            let mut slot = UnarySlot::new(slot);
             let handler = self.in_region(svc.call(method, request, responder));
-            let outcome = until_deadline(deadline, handler).await;
-            let one = slot.await.ok().unwrap_or(UnaryOut { headers: None, message: None });
+            let timed = until_deadline(deadline, handler);
+            tokio::pin!(timed);
+            // Headers the handler sends explicitly go to the engine at once,
+            // in a descriptor of their own.
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    r = &mut timed => break r,
+                    md = slot.early_headers() => {
+                        if self.post_item(call, Some(md), None).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            };
+            let (early, one) = slot.finish();
+            if let Some(md) = early {
+                if self.post_item(call, Some(md), None).await.is_err() {
+                    return;
+                }
+            }
             let item = one.message.filter(|_| outcome.is_ok());
             let st = match outcome {
                 Ok(trailers) => Status { metadata: trailers, ..Status::ok() },
@@ -646,10 +666,12 @@ impl Session {
                 o = outs.recv(), if open => match o {
                     None => open = false,
                     Some(Out::Headers(md)) => {
+                        headers = None;
                         if self.post_item(call, Some(md), None).await.is_err() {
                             return;
                         }
                     }
+                    Some(Out::Staged(md)) => headers = Some(md),
                     Some(item) => {
                         if self.post_item(call, headers.take(), Some(item)).await.is_err() {
                             return;
@@ -664,7 +686,7 @@ impl Session {
             Some(Err(st)) => st,
             None => Status::new(Code::Internal, "the handler ended without an outcome"),
         };
-        let _ = self.post_status(call, None, &st).await;
+        let _ = self.post_status(call, headers, &st).await;
     }
 
     async fn post_item(
@@ -965,7 +987,7 @@ fn split_out(d: &mut Descriptor, item: Option<Out>) -> (Bytes, Bytes) {
             d.flags |= desc::MESSAGE | desc::ENCODED | if z { desc::COMPRESS } else { 0 };
             (Bytes::new(), b)
         }
-        Some(Out::Headers(_)) | None => (Bytes::new(), Bytes::new()),
+        Some(Out::Headers(_) | Out::Staged(_)) | None => (Bytes::new(), Bytes::new()),
     }
 }
 
@@ -974,7 +996,8 @@ fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
     // The common end of a call, a bare status code, needs no side
     // sections: the descriptor's code field carries it (and the engine
     // parses nothing).
-    let bare = |st: &Status| st.message.is_empty() && st.metadata.is_empty();
+    let bare =
+        |st: &Status| st.message.is_empty() && st.metadata.is_empty() && st.details.is_empty();
     if headers.is_none() && status.is_none_or(bare) {
         return out;
     }

@@ -212,9 +212,7 @@ impl RpcServices {
             w.open(format!("if method == ids[{i}]"));
             w.open("return Box::pin(async move");
             if !m.client_streaming {
-                w.line("let ::protoplane_rpc::Request { metadata, deadline, message: mut stream } = request;");
-                w.line("let message = stream.single().await?;");
-                w.line("let request = ::protoplane_rpc::Request { metadata, deadline, message };");
+                w.line("let request = request.into_single().await?;");
             }
             let arg = "request";
             if m.server_streaming {

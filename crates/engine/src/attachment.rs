@@ -32,8 +32,12 @@ use tokio::sync::Notify;
 /// What the application sent for one call, as the call's proxy takes it.
 #[derive(Debug)]
 pub(crate) enum Inbound {
-    /// Initial metadata.
+    /// Initial metadata the application sent explicitly, or ahead of a
+    /// message: the response headers leave now.
     Headers(Metadata),
+    /// Initial metadata that came with the call's end and no message: it
+    /// goes in a trailers-only response.
+    Staged(Metadata),
     /// A response: a linearized block (or, `encoded`, message bytes) read
     /// in place in the region, and whether to compress it.
     Message { bytes: Bytes, encoded: bool, compress: bool },
@@ -638,7 +642,13 @@ impl Attachment {
             (None, None)
         };
         if let Some(md) = headers.filter(|_| d.has(desc::HEADERS)) {
-            tx.push(Inbound::Headers(md));
+            // Headers that come only with the status were staged by the
+            // handler, never sent: the call may still end trailers-only.
+            // Explicitly sent ones come in a descriptor of their own.
+            match ends && !d.has(desc::MESSAGE) {
+                true => tx.push(Inbound::Staged(md)),
+                false => tx.push(Inbound::Headers(md)),
+            }
         }
         if d.has(desc::MESSAGE) {
             let encoded = d.has(desc::ENCODED);

@@ -70,7 +70,7 @@ impl Call {
     /// The next thing the engine delivered for the call, without waiting.
     pub fn try_next(&mut self) -> Event {
         match self.rx.try_recv() {
-            Ok(Inbound::Headers(md)) => Event::Headers(md),
+            Ok(Inbound::Headers(md) | Inbound::Staged(md)) => Event::Headers(md),
             Ok(Inbound::Message { bytes, encoded, compress }) => {
                 Event::Message { bytes, encoded, compress }
             }

@@ -79,7 +79,7 @@ impl SplitService {
             .method(method)
             .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
             .client_streaming;
-        let Request { metadata, deadline, message: mut requests } = request;
+        let Request { metadata, deadline, message: mut requests, .. } = request;
         // A unary request is here already: the instance whose region it
         // was received into (a lean landing) takes it without a copy.
         let first = if client_streaming { None } else { Some(requests.single().await?) };
@@ -129,6 +129,7 @@ impl SplitService {
                         *responder.metadata_mut() = md;
                         responder.send_headers().await?;
                     }
+                    Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
                     Some(Inbound::Message { bytes, encoded, compress }) => {
                         responder.set_compression(compress);
                         if encoded {

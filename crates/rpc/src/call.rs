@@ -166,22 +166,43 @@ impl From<protoplane_wire::BlockError> for Status {
     }
 }
 
-/// A call as the application sees it: custom metadata, the deadline, and
-/// the request (one message or a stream of them).
+/// Who is at the other end of a call's connection, as the transport saw
+/// it. Shared by every call of a connection.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    /// The client's address, where the transport has one.
+    pub addr: Option<std::net::SocketAddr>,
+    /// The certificate chain the client presented over TLS (DER, leaf
+    /// first) and the server verified against its client CAs (mutual TLS);
+    /// empty without one. The leaf is the client's identity.
+    pub certificates: Vec<Bytes>,
+}
+
+impl Peer {
+    /// The client's own certificate (DER), if it presented one.
+    pub fn certificate(&self) -> Option<&[u8]> {
+        self.certificates.first().map(|c| &c[..])
+    }
+}
+
+/// A call as the application sees it: custom metadata, the deadline, who
+/// sent it, and the request (one message or a stream of them).
 #[derive(Debug)]
 pub struct Request<T> {
     /// Custom metadata sent by the client.
     pub metadata: Metadata,
     /// When the client stops waiting, if it said (`grpc-timeout`).
     pub deadline: Option<Instant>,
+    /// The client's connection, where the transport knows it.
+    pub peer: Option<Arc<Peer>>,
     /// The request.
     pub message: T,
 }
 
 impl<T> Request<T> {
-    /// A request with no metadata and no deadline.
+    /// A request with no metadata, no deadline and no known peer.
     pub fn new(message: T) -> Request<T> {
-        Request { metadata: Metadata::new(), deadline: None, message }
+        Request { metadata: Metadata::new(), deadline: None, peer: None, message }
     }
 
     /// The request itself.
@@ -191,7 +212,22 @@ impl<T> Request<T> {
 
     /// The same call around another message.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Request<U> {
-        Request { metadata: self.metadata, deadline: self.deadline, message: f(self.message) }
+        Request {
+            metadata: self.metadata,
+            deadline: self.deadline,
+            peer: self.peer,
+            message: f(self.message),
+        }
+    }
+}
+
+impl Request<Streaming> {
+    /// The call around its single request message (unary and
+    /// server-streaming methods).
+    pub async fn into_single(self) -> Result<Request<Message>, Status> {
+        let Request { metadata, deadline, peer, message: mut stream } = self;
+        let message = stream.single().await?;
+        Ok(Request { metadata, deadline, peer, message })
     }
 }
 
@@ -242,8 +278,13 @@ impl Streaming {
 /// driver — a transport, or the split application — takes from it).
 #[derive(Debug)]
 pub enum Out {
-    /// Initial metadata (sent with the response headers).
+    /// Initial metadata the handler sent explicitly
+    /// ([`Responder::send_headers`]): the response headers leave now.
     Headers(Metadata),
+    /// Initial metadata the handler set but never sent, handed over when
+    /// the responder is dropped: it goes out with the end of the call (in a
+    /// trailers-only response when no message was sent).
+    Staged(Metadata),
     /// A linearized response block (owned mode) for the engine to encode,
     /// and whether to compress. Its bytes may live in a shared region.
     Block(Bytes, bool),
@@ -251,14 +292,82 @@ pub enum Out {
     Encoded(Bytes, bool),
 }
 
-/// One response of a method that answers once, with the initial metadata
-/// staged before it.
+/// What a method that answers once hands its driver: the response with
+/// the initial metadata staged before it — or, when the handler sends its
+/// headers explicitly first, those headers and a slot for the rest.
 #[derive(Debug)]
 pub struct UnaryOut {
     /// Initial metadata, if the handler set any.
     pub headers: Option<Metadata>,
     /// The response, if the handler sent one.
     pub message: Option<Out>,
+    /// `Some` when this hand-over is only the headers, sent explicitly
+    /// ([`Responder::send_headers`]) so the driver sends them at once: the
+    /// response and anything staged after follow in this slot. The chain
+    /// costs a second slot only to handlers that send headers early.
+    pub rest: Option<oneshot::Receiver<UnaryOut>>,
+}
+
+impl UnaryOut {
+    /// Nothing: the handler sent no response and staged no headers.
+    pub fn none() -> UnaryOut {
+        UnaryOut { headers: None, message: None, rest: None }
+    }
+}
+
+/// A driver's end of a unary responder: headers the handler sends
+/// explicitly come out of [`UnarySlot::early_headers`] while it runs (the
+/// driver sends them at once); the response comes out of
+/// [`UnarySlot::finish`] once it has ended.
+#[derive(Debug)]
+pub struct UnarySlot {
+    rx: Option<oneshot::Receiver<UnaryOut>>,
+    last: Option<UnaryOut>,
+}
+
+impl UnarySlot {
+    /// The slot of [`Responder::for_unary`].
+    pub fn new(rx: oneshot::Receiver<UnaryOut>) -> UnarySlot {
+        UnarySlot { rx: Some(rx), last: None }
+    }
+
+    /// Headers the handler sent explicitly; pending once none can come any
+    /// more (the handler answered, or dropped its responder). Cancel-safe:
+    /// it can sit in a `select!` beside the handler.
+    pub async fn early_headers(&mut self) -> Metadata {
+        while let Some(rx) = self.rx.as_mut() {
+            match rx.await {
+                Ok(UnaryOut { headers, rest: Some(rest), .. }) => {
+                    self.rx = Some(rest);
+                    return headers.unwrap_or_default();
+                }
+                Ok(last) => {
+                    self.last = Some(last);
+                    self.rx = None;
+                }
+                Err(_) => self.rx = None,
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// Once the handler has ended: headers it sent explicitly that
+    /// [`UnarySlot::early_headers`] did not hand out yet, and the response
+    /// with any staged headers.
+    pub fn finish(&mut self) -> (Option<Metadata>, UnaryOut) {
+        let mut early = None;
+        while let Some(mut rx) = self.rx.take() {
+            match rx.try_recv() {
+                Ok(UnaryOut { headers, rest: Some(rest), .. }) => {
+                    early = Some(headers.unwrap_or_default());
+                    self.rx = Some(rest);
+                }
+                Ok(last) => self.last = Some(last),
+                Err(_) => {}
+            }
+        }
+        (early, self.last.take().unwrap_or_else(UnaryOut::none))
+    }
 }
 
 /// Where a responder's output goes: a queue for a streaming response, a
@@ -333,26 +442,53 @@ impl Responder {
         let gone = || Status::new(Code::Cancelled, "the call has ended");
         match &mut self.sink {
             Sink::Stream(tx) => tx.send(out).await.map_err(|_| gone()),
-            Sink::Unary { headers, .. } if matches!(out, Out::Headers(_)) => {
-                if let Out::Headers(md) = out {
+            Sink::Unary { headers, .. } if matches!(out, Out::Staged(_)) => {
+                if let Out::Staged(md) = out {
                     *headers = Some(md);
                 }
+                Ok(())
+            }
+            Sink::Unary { slot, headers } if matches!(out, Out::Headers(_)) => {
+                // Sent explicitly: hand the headers over now, and open the
+                // slot the response will follow in.
+                let tx = slot.take().ok_or_else(|| {
+                    Status::new(Code::Internal, "headers sent after the response")
+                })?;
+                let (next, rest) = oneshot::channel();
+                let md = match out {
+                    Out::Headers(md) => Some(md),
+                    _ => headers.take(),
+                };
+                tx.send(UnaryOut { headers: md, message: None, rest: Some(rest) })
+                    .map_err(|_| gone())?;
+                *slot = Some(next);
                 Ok(())
             }
             Sink::Unary { slot, headers } => {
                 let tx = slot.take().ok_or_else(|| {
                     Status::new(Code::Internal, "a method with one response sent a second")
                 })?;
-                tx.send(UnaryOut { headers: headers.take(), message: Some(out) })
+                tx.send(UnaryOut { headers: headers.take(), message: Some(out), rest: None })
                     .map_err(|_| gone())
             }
         }
     }
 
-    /// Sends the initial metadata now, before any response.
+    /// Sends the response headers (with the initial metadata) now, before
+    /// any response: the client sees them at once, and the call no longer
+    /// ends trailers-only. A no-op once headers have gone out.
     pub async fn send_headers(&mut self) -> Result<(), Status> {
         match self.headers.take() {
             Some(md) => self.push(Out::Headers(md)).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stages the initial metadata to go with the first response; what
+    /// `send` and `send_encoded` do before their message.
+    async fn stage_headers(&mut self) -> Result<(), Status> {
+        match self.headers.take() {
+            Some(md) => self.push(Out::Staged(md)).await,
             None => Ok(()),
         }
     }
@@ -366,7 +502,7 @@ impl Responder {
     /// Sends a response block held as bytes — wherever they live: a block
     /// the application laid out in a shared region is encoded from there.
     pub async fn send_linear(&mut self, block: Bytes) -> Result<(), Status> {
-        self.send_headers().await?;
+        self.stage_headers().await?;
         let c = self.compress;
         self.push(Out::Block(block, c)).await
     }
@@ -378,7 +514,7 @@ impl Responder {
 
     /// Sends an already encoded response.
     pub async fn send_encoded(&mut self, message: Bytes) -> Result<(), Status> {
-        self.send_headers().await?;
+        self.stage_headers().await?;
         let c = self.compress;
         self.push(Out::Encoded(message, c)).await
     }
@@ -394,13 +530,13 @@ impl Drop for Responder {
             // want of room.
             Sink::Stream(tx) => {
                 if let Some(md) = staged {
-                    let _ = tx.try_send(Out::Headers(md));
+                    let _ = tx.try_send(Out::Staged(md));
                 }
             }
             Sink::Unary { slot, headers } => {
                 let md = headers.take().or(staged);
                 if let (Some(tx), Some(md)) = (slot.take(), md) {
-                    let _ = tx.send(UnaryOut { headers: Some(md), message: None });
+                    let _ = tx.send(UnaryOut { headers: Some(md), message: None, rest: None });
                 }
             }
         }

@@ -52,12 +52,31 @@ pub struct ChannelOptions {
 }
 
 /// TLS settings of a client.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ClientTls {
     /// The name the server's certificate must carry.
     pub server_name: String,
     /// PEM certificates of the trusted roots.
     pub roots_pem: Vec<u8>,
+    /// The client's own certificate chain and private key (PEM), presented
+    /// to a server that requires one (mutual TLS).
+    pub identity: Option<Identity>,
+}
+
+/// A certificate chain and its private key, PEM.
+#[derive(Clone, Default)]
+pub struct Identity {
+    /// The certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// The private key.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a private key.
+        f.debug_struct("Identity").field("cert_pem", &self.cert_pem.len()).finish_non_exhaustive()
+    }
 }
 
 impl Default for ChannelOptions {
@@ -126,7 +145,8 @@ impl Channel {
         match &opts.tls {
             None => Channel::handshake(sock, addr, "http", opts).await,
             Some(tls) => {
-                let config = crate::tls::client_config(&tls.roots_pem)?;
+                let identity = tls.identity.as_ref().map(|i| (&i.cert_pem[..], &i.key_pem[..]));
+                let config = crate::tls::client_config_with_identity(&tls.roots_pem, identity)?;
                 let name =
                     tokio_rustls::rustls::pki_types::ServerName::try_from(tls.server_name.clone())
                         .map_err(|e| {
@@ -367,16 +387,26 @@ impl ClientCall {
                 }
             }
             if parts.headers.contains_key("grpc-status") || body.is_end_stream() {
-                // Trailers-only response.
+                // Trailers-only response: its one HEADERS frame is the
+                // trailers, and the call had no response headers (as
+                // grpc-go and gRPC C++ report it).
+                self.headers = Some(Metadata::new());
                 self.end_with(&parts.headers);
             } else {
-                let ct_ok = parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                if !ct_ok {
-                    let st = Status::new(Code::Unknown, "response is not application/grpc");
-                    return Err(self.fail(st));
+                let ct = parts.headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes());
+                match codec::content_type(ct) {
+                    codec::ContentType::Proto => {}
+                    codec::ContentType::NotGrpc => {
+                        let st = Status::new(Code::Unknown, "response is not application/grpc");
+                        return Err(self.fail(st));
+                    }
+                    codec::ContentType::OtherCodec(name) => {
+                        let st = Status::new(
+                            Code::Internal,
+                            format!("response in codec {name:?}, not the protobuf asked for"),
+                        );
+                        return Err(self.fail(st));
+                    }
                 }
                 self.state = RecvState::Body(body);
             }
@@ -396,8 +426,15 @@ impl ClientCall {
             trailers.get("grpc-message").map(|v| v.as_bytes()),
         );
         let md = Metadata::from_headers(trailers).unwrap_or_default();
+        // Details that are not base64 are dropped, not fatal: the code and
+        // message still tell the call's outcome.
+        let details = trailers
+            .get(crate::status::DETAILS_KEY)
+            .and_then(|v| crate::metadata::decode_binary(v.as_bytes()))
+            .map(Bytes::from)
+            .unwrap_or_default();
         if self.status.is_none() {
-            self.status = Some(Status { metadata: md.clone(), ..st });
+            self.status = Some(Status { metadata: md.clone(), details, ..st });
         }
         self.trailers = Some(md);
         self.state = RecvState::Done;

@@ -37,6 +37,47 @@ pub(crate) fn with_encoded<R>(
     })
 }
 
+/// What a `content-type` says about a request or response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContentType {
+    /// gRPC with protobuf messages: `application/grpc` or
+    /// `application/grpc+proto` (parameters after `;` allowed).
+    Proto,
+    /// gRPC with another codec (`application/grpc+json`): the name given.
+    OtherCodec(String),
+    /// Not gRPC at all (`application/grpc-web`, `text/html`, none).
+    NotGrpc,
+}
+
+/// Classifies a `content-type` value as gRPC over HTTP/2 defines it:
+/// `application/grpc` followed by nothing, by `+` and a codec name, or by
+/// `;` and parameters; compared without regard to case, as media types
+/// are. Only the prefix was checked once, which let
+/// `application/grpc-web` and `application/grpc+json` through to be
+/// decoded as protobuf.
+pub fn content_type(value: Option<&[u8]>) -> ContentType {
+    const GRPC: &[u8] = b"application/grpc";
+    let Some(v) = value else { return ContentType::NotGrpc };
+    let v = v.trim_ascii();
+    if v.len() < GRPC.len() || !v[..GRPC.len()].eq_ignore_ascii_case(GRPC) {
+        return ContentType::NotGrpc;
+    }
+    let rest = &v[GRPC.len()..];
+    let params = rest.iter().position(|&b| b == b';').unwrap_or(rest.len());
+    match &rest[..params] {
+        [] => ContentType::Proto,
+        [b'+', codec @ ..] => {
+            let codec = codec.trim_ascii();
+            if codec.eq_ignore_ascii_case(b"proto") {
+                ContentType::Proto
+            } else {
+                ContentType::OtherCodec(String::from_utf8_lossy(codec).into_owned())
+            }
+        }
+        _ => ContentType::NotGrpc,
+    }
+}
+
 /// A message encoding the runtime implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -139,6 +180,28 @@ pub fn frame_message(message: &[u8], gzip_it: bool, limit: usize) -> Result<Byte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_types_are_parsed_not_prefix_matched() {
+        use ContentType::*;
+        let cases: [(&[u8], ContentType); 11] = [
+            (b"application/grpc", Proto),
+            (b"application/grpc+proto", Proto),
+            (b"Application/GRPC+Proto", Proto),
+            (b"application/grpc;charset=utf-8", Proto),
+            (b"application/grpc+proto; q=1", Proto),
+            (b"application/grpc+json", OtherCodec("json".into())),
+            (b"application/grpc+foo", OtherCodec("foo".into())),
+            (b"application/grpc-web", NotGrpc),
+            (b"application/grpc-web+proto", NotGrpc),
+            (b"application/json", NotGrpc),
+            (b"application/grp", NotGrpc),
+        ];
+        for (v, want) in cases {
+            assert_eq!(content_type(Some(v)), want, "{}", String::from_utf8_lossy(v));
+        }
+        assert_eq!(content_type(None), NotGrpc);
+    }
 
     #[test]
     fn gzip_round_trip_and_bomb_limit() {

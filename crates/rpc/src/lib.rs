@@ -33,8 +33,10 @@ pub mod status;
 pub mod timeout;
 pub mod tls;
 
-pub use call::{BoxFuture, Message, Request, Responder, Service, Streaming, View};
-pub use client::{CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, TypedCall};
+pub use call::{BoxFuture, Message, Peer, Request, Responder, Service, Streaming, View};
+pub use client::{
+    CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Identity, TypedCall,
+};
 pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, FRAME_HEADER_LEN};
 pub use metadata::Metadata;
 pub use schema::{Method, Schema};

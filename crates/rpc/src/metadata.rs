@@ -59,12 +59,26 @@ pub fn check_key(key: &str) -> Result<(), MetadataError> {
     Ok(())
 }
 
+/// A binary value as a `-bin` header carries it: base64 without padding.
+/// (Also how the protocol's own binary trailer, `grpc-status-details-bin`,
+/// is written.)
+pub fn encode_binary(value: &[u8]) -> String {
+    STANDARD_NO_PAD.encode(value)
+}
+
+/// The bytes of a `-bin` header value, padded or not.
+pub fn decode_binary(header: &[u8]) -> Option<Vec<u8>> {
+    let trimmed =
+        header.strip_suffix(b"==").or_else(|| header.strip_suffix(b"=")).unwrap_or(header);
+    STANDARD_NO_PAD.decode(trimmed).or_else(|_| STANDARD.decode(header)).ok()
+}
+
 /// The header value for `value` under `key`: base64 without padding for a
 /// `-bin` key, else the value itself if it is printable ASCII.
 pub fn encode_value(key: &str, value: &[u8]) -> Result<String, MetadataError> {
     check_key(key)?;
     if is_binary(key) {
-        return Ok(STANDARD_NO_PAD.encode(value));
+        return Ok(encode_binary(value));
     }
     if value.iter().all(|b| (0x20..=0x7e).contains(b)) {
         return Ok(String::from_utf8_lossy(value).into_owned());
@@ -78,12 +92,7 @@ pub fn decode_value(key: &str, header: &[u8]) -> Result<Vec<u8>, MetadataError> 
     if !is_binary(key) {
         return Ok(header.to_vec());
     }
-    let trimmed =
-        header.strip_suffix(b"==").or_else(|| header.strip_suffix(b"=")).unwrap_or(header);
-    STANDARD_NO_PAD
-        .decode(trimmed)
-        .or_else(|_| STANDARD.decode(header))
-        .map_err(|_| MetadataError::BadBase64(key.to_string()))
+    decode_binary(header).ok_or_else(|| MetadataError::BadBase64(key.to_string()))
 }
 
 /// A call's custom metadata: an ordered list of entries (a key may repeat,

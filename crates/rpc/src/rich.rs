@@ -687,10 +687,8 @@ impl ErrorDetails {
         stack_entries: impl IntoIterator<Item = String>,
         detail: impl Into<String>,
     ) -> ErrorDetails {
-        let debug = DebugInfo {
-            stack_entries: stack_entries.into_iter().collect(),
-            detail: detail.into(),
-        };
+        let debug =
+            DebugInfo { stack_entries: stack_entries.into_iter().collect(), detail: detail.into() };
         ErrorDetails { debug_info: Some(debug), ..ErrorDetails::new() }
     }
 
@@ -730,8 +728,7 @@ impl ErrorDetails {
         request_id: impl Into<String>,
         serving_data: impl Into<String>,
     ) -> ErrorDetails {
-        let info =
-            RequestInfo { request_id: request_id.into(), serving_data: serving_data.into() };
+        let info = RequestInfo { request_id: request_id.into(), serving_data: serving_data.into() };
         ErrorDetails { request_info: Some(info), ..ErrorDetails::new() }
     }
 
@@ -888,7 +885,8 @@ mod tests {
         d.add_precondition_failure_violation("TOS", "user", "not accepted");
         d.add_bad_request_violation("name", "empty").add_bad_request_violation("age", "");
         d.request_info = Some(RequestInfo { request_id: "r1".into(), serving_data: "s".into() });
-        d.resource_info = ErrorDetails::with_resource_info("table", "t", "me", "gone").resource_info;
+        d.resource_info =
+            ErrorDetails::with_resource_info("table", "t", "me", "gone").resource_info;
         d.add_help_link("docs", "https://example.com");
         d.localized_message = Some(LocalizedMessage { locale: "fr".into(), message: "non".into() });
         d

@@ -30,10 +30,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::call::{Message, Out, Request, Responder, Service, Streaming};
+use crate::call::{Message, Out, Peer, Request, Responder, Service, Streaming};
 use crate::codec::{self, Encoding, ACCEPT_ENCODING};
 use crate::frame::FrameDecoder;
-use crate::metadata::Metadata;
+use crate::metadata::{self, Metadata};
 use crate::schema::Schema;
 use crate::status::{self, Code, Status};
 use crate::timeout;
@@ -207,6 +207,11 @@ impl Router {
         }
     }
 
+    /// Serves TLS connections from `listener`, like [`Router::serve_tls`];
+    /// with a configuration from [`crate::tls::server_config_mtls`], only
+    /// clients with a certificate the client CAs signed get through the
+    /// handshake, and handlers see it in [`crate::call::Peer`].
+
     /// Serves TLS connections (ALPN `h2`) from `listener`.
     pub async fn serve_tls(
         self: Arc<Self>,
@@ -225,14 +230,29 @@ impl Router {
                 if let Ok(Ok(stream)) =
                     tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await
                 {
-                    r.serve_connection(stream, peer).await;
+                    let certificates = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .map(|c| c.iter().map(|c| Bytes::copy_from_slice(c)).collect())
+                        .unwrap_or_default();
+                    let peer = Arc::new(Peer { addr: Some(peer), certificates });
+                    r.serve_peer(stream, peer).await;
                 }
             });
         }
     }
 
     /// Serves one established connection (any byte stream) until it closes.
-    pub async fn serve_connection<IO>(self: Arc<Self>, io: IO, _peer: SocketAddr)
+    pub async fn serve_connection<IO>(self: Arc<Self>, io: IO, peer: SocketAddr)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve_peer(io, Arc::new(Peer { addr: Some(peer), certificates: Vec::new() })).await
+    }
+
+    /// Serves one established connection whose peer is `peer`.
+    pub async fn serve_peer<IO>(self: Arc<Self>, io: IO, peer: Arc<Peer>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -258,7 +278,8 @@ impl Router {
         while let Some(next) = conn.accept().await {
             let Ok((req, respond)) = next else { break };
             let r = self.clone();
-            tokio::spawn(async move { r.serve_call(req, respond).await });
+            let peer = peer.clone();
+            tokio::spawn(async move { r.serve_call(req, respond, peer).await });
         }
     }
 
@@ -266,6 +287,7 @@ impl Router {
         self: Arc<Self>,
         req: http::Request<RecvStream>,
         respond: SendResponse<Bytes>,
+        peer: Arc<Peer>,
     ) {
         let mut out = Outbound::new(respond, self.opts.max_send_message);
         let (parts, body) = req.into_parts();
@@ -273,13 +295,27 @@ impl Router {
             out.http_error(StatusCode::METHOD_NOT_ALLOWED);
             return;
         }
-        let grpc = parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if !grpc {
-            out.http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
-            return;
+        // gRPC over HTTP/2: a request that is not gRPC gets HTTP 415 (so
+        // no HTTP client mistakes an answer for success); one in a codec
+        // this server does not speak is refused, never decoded as protobuf.
+        match codec::content_type(
+            parts.headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes()),
+        ) {
+            codec::ContentType::Proto => {}
+            codec::ContentType::NotGrpc => {
+                out.http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+                return;
+            }
+            codec::ContentType::OtherCodec(name) => {
+                out.finish(
+                    Status::new(
+                        Code::Unimplemented,
+                        format!("unsupported codec {name:?}: only protobuf is served"),
+                    ),
+                    &Metadata::new(),
+                );
+                return;
+            }
         }
         let Some(route) = self.routes.get(parts.uri.path()) else {
             let path = parts.uri.path();
@@ -376,9 +412,9 @@ impl Router {
             (Responder::stream(tx, method.output), Some(rx), None)
         } else {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            (Responder::unary(tx, method.output), None, Some(rx))
+            (Responder::unary(tx, method.output), None, Some(crate::call::UnarySlot::new(rx)))
         };
-        let request = Request { metadata, deadline, message: streaming };
+        let request = Request { metadata, deadline, peer: Some(peer), message: streaming };
         let mut handler = Some(service.call(route.method, request, responder));
         let mut req_tx = req_tx;
         let mut pending: VecDeque<Message> = VecDeque::new();
@@ -397,6 +433,7 @@ impl Router {
                 Done(Result<Metadata, Status>),
                 Read(Result<bool, Status>),
                 Forwarded,
+                Early(Metadata),
             }
             let reading = req_tx.is_some() && !inbound.done && pending.len() < reading_limit;
             // A busy call (always something to read or send) must still
@@ -413,6 +450,7 @@ impl Router {
                 biased;
                 r = async { handler.as_mut().expect("polled only while present").await }, if handler.is_some() => Ev::Done(r),
                 o = async { match rx.as_mut() { Some(rx) => rx.recv().await, None => None } }, if responses_open => Ev::Out(o),
+                md = async { single.as_mut().expect("polled only while present").early_headers().await }, if single.is_some() && outcome.is_none() => Ev::Early(md),
                 r = inbound.read_into(&mut pending), if reading => Ev::Read(r),
                 p = async { req_tx.as_ref().expect("present").reserve().await }, if req_tx.is_some() && !pending.is_empty() => {
                     if let (Ok(permit), Some(m)) = (p, pending.pop_front()) {
@@ -449,6 +487,13 @@ impl Router {
                     handler = None;
                     outcome = Some(r);
                 }
+                Ev::Early(md) => {
+                    if let Err(st) = out.send(Out::Headers(md)).await {
+                        drop(handler.take());
+                        out.abort(st);
+                        return;
+                    }
+                }
                 Ev::Read(Ok(_)) | Ev::Forwarded => {}
                 Ev::Read(Err(st)) => {
                     if st.code == Code::Cancelled {
@@ -465,9 +510,13 @@ impl Router {
                 req_tx = None;
             }
         }
-        if let Some(Ok(one)) = single.as_mut().map(|rx| rx.try_recv()) {
-            if let Some(md) = one.headers {
+        if let Some(slot) = single.as_mut() {
+            let (early, one) = slot.finish();
+            if let Some(md) = early {
                 let _ = out.send(Out::Headers(md)).await;
+            }
+            if let Some(md) = one.headers {
+                let _ = out.send(Out::Staged(md)).await;
             }
             if let Some(item) = one.message.filter(|_| matches!(outcome, Some(Ok(_)))) {
                 let sent = tokio::select! {
@@ -661,7 +710,18 @@ impl Outbound {
     /// Sends one item from the handler, waiting for flow-control credit.
     async fn send(&mut self, item: Out) -> Result<(), Status> {
         let frame = match item {
+            // Sent explicitly: a HEADERS frame leaves now, so the client
+            // sees the metadata before any message (and the call no longer
+            // ends trailers-only).
             Out::Headers(md) => {
+                if !self.headers_sent {
+                    self.initial = md;
+                    self.send_headers()?;
+                }
+                return Ok(());
+            }
+            // Staged: goes with the first message, or with the end.
+            Out::Staged(md) => {
                 if !self.headers_sent {
                     self.initial = md;
                 }
@@ -693,6 +753,11 @@ impl Outbound {
         if !status.message.is_empty() {
             if let Ok(v) = HeaderValue::from_str(&status::encode_message(&status.message)) {
                 h.insert("grpc-message", v);
+            }
+        }
+        if !status.details.is_empty() {
+            if let Ok(v) = HeaderValue::from_str(&metadata::encode_binary(&status.details)) {
+                h.insert(status::DETAILS_KEY, v);
             }
         }
         trailers.write_headers(&mut h);

@@ -1,5 +1,7 @@
 //! TLS (rustls, with the `ring` provider) for the server and the client.
-//! ALPN offers `h2` only: gRPC requires HTTP/2.
+//! ALPN offers `h2` only: gRPC requires HTTP/2. Servers may require client
+//! certificates (mutual TLS, [`server_config_mtls`]); clients may present
+//! one ([`client_config_with_identity`]).
 
 use std::sync::Arc;
 
@@ -26,9 +28,7 @@ fn certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Status> {
 
 /// A server configuration from a PEM certificate chain and private key.
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, Status> {
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
-        .map_err(|e| bad(format!("key PEM: {e}")))?
-        .ok_or_else(|| bad("no private key in PEM"))?;
+    let key = private_key(key_pem)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(bad)?
@@ -39,17 +39,68 @@ pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::Serv
     Ok(Arc::new(config))
 }
 
-/// A client configuration trusting the PEM roots.
-pub fn client_config(roots_pem: &[u8]) -> Result<Arc<rustls::ClientConfig>, Status> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in certs(roots_pem)? {
-        roots.add(c).map_err(bad)?;
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+/// A server configuration that requires every client to present a
+/// certificate chaining to one of the CA certificates in `client_ca_pem`
+/// (mutual TLS): a client without one, or with one the CAs did not sign,
+/// fails the handshake. The verified chain reaches handlers as
+/// [`crate::call::Peer::certificates`].
+pub fn server_config_mtls(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    client_ca_pem: &[u8],
+) -> Result<Arc<rustls::ServerConfig>, Status> {
+    let key = private_key(key_pem)?;
+    let roots = root_store(client_ca_pem)?;
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| bad(format!("client CA: {e}")))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(bad)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs(cert_pem)?, key)
+        .map_err(bad)?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn private_key(key_pem: &[u8]) -> Result<PrivateKeyDer<'static>, Status> {
+    rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|e| bad(format!("key PEM: {e}")))?
+        .ok_or_else(|| bad("no private key in PEM"))
+}
+
+fn root_store(pem: &[u8]) -> Result<rustls::RootCertStore, Status> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs(pem)? {
+        roots.add(c).map_err(bad)?;
+    }
+    Ok(roots)
+}
+
+/// A client configuration trusting the PEM roots.
+pub fn client_config(roots_pem: &[u8]) -> Result<Arc<rustls::ClientConfig>, Status> {
+    client_config_with_identity(roots_pem, None)
+}
+
+/// A client configuration trusting the PEM roots and, with `identity`
+/// (certificate chain and key, PEM), presenting it to servers that ask
+/// (mutual TLS).
+pub fn client_config_with_identity(
+    roots_pem: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<rustls::ClientConfig>, Status> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(bad)?
+        .with_root_certificates(root_store(roots_pem)?);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            builder.with_client_auth_cert(certs(cert)?, private_key(key)?).map_err(bad)?
+        }
+    };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

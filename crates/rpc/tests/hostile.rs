@@ -1558,6 +1558,7 @@ async fn check_client(fake: Fake, want: Code, deadline: Option<Duration>) {
     let req = Request {
         metadata: Metadata::new(),
         deadline: deadline.map(|d| Instant::now() + d),
+        peer: None,
         message: &block,
     };
     let start = Instant::now();

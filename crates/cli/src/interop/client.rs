@@ -415,7 +415,11 @@ pub(crate) fn run(args: &ClientArgs) -> Result<(), String> {
     let tls = if args.use_tls {
         let ca = args.ca_file.as_ref().ok_or("--use_tls needs --ca_file")?;
         let roots_pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-        Some(ClientTls { server_name: args.server_host_override.clone(), roots_pem })
+        Some(ClientTls {
+            server_name: args.server_host_override.clone(),
+            roots_pem,
+            identity: None,
+        })
     } else {
         None
     };

@@ -11,6 +11,11 @@
 //! metadata entry: u16 key length, key, u32 value length, value
 //! ```
 //!
+//! A status's details (the serialized `google.rpc.Status` of the rich
+//! error model) travel as one more entry of the STATUS section under the
+//! reserved key `grpc-status-details-bin`, as gRPC carries them; that key
+//! is accepted there only.
+//!
 //! A unary call is one frame each way (`OPEN|MESSAGE|END` then
 //! `MESSAGE|STATUS|END`), 16 bytes of header plus 8 + 12 bytes of section
 //! lengths: against HTTP/2's HEADERS + DATA + HEADERS with HPACK on each
@@ -21,7 +26,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::metadata::{self, Metadata};
-use crate::status::{Code, Status};
+use crate::status::{Code, Status, DETAILS_KEY};
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 16;
@@ -175,7 +180,13 @@ impl Reader {
 }
 
 /// Reads metadata entries until `b` is used up.
-fn parse_metadata(mut b: Bytes) -> Result<Metadata, LeanError> {
+fn parse_metadata(b: Bytes) -> Result<Metadata, LeanError> {
+    parse_entries(b, None)
+}
+
+/// Reads metadata entries until `b` is used up; with `details`, an entry
+/// under the status details key goes there (the STATUS section).
+fn parse_entries(mut b: Bytes, mut details: Option<&mut Bytes>) -> Result<Metadata, LeanError> {
     let mut md = Metadata::new();
     while !b.is_empty() {
         if b.len() < 2 {
@@ -192,6 +203,13 @@ fn parse_metadata(mut b: Bytes) -> Result<Metadata, LeanError> {
         }
         let value = b.split_to(vl);
         let key = std::str::from_utf8(&key).map_err(|_| LeanError::Malformed("metadata key"))?;
+        if let Some(d) = details.as_deref_mut().filter(|_| key == DETAILS_KEY) {
+            if !d.is_empty() {
+                return Err(LeanError::Malformed("status details twice"));
+            }
+            *d = value;
+            continue;
+        }
         let added = if metadata::is_binary(key) {
             md.insert_bin(key, &value)
         } else {
@@ -245,8 +263,10 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         }
         let text = r.section()?;
         let text = String::from_utf8_lossy(&text).into_owned();
-        let md = parse_metadata(std::mem::take(&mut r.p))?;
-        s.status = Some(Status { metadata: md, ..Status::new(Code::from_u32(code), text) });
+        let mut details = Bytes::new();
+        let md = parse_entries(std::mem::take(&mut r.p), Some(&mut details))?;
+        s.status =
+            Some(Status { metadata: md, details, ..Status::new(Code::from_u32(code), text) });
     }
     if !r.p.is_empty() {
         return Err(LeanError::Malformed("bytes after the last section"));
@@ -265,6 +285,12 @@ fn put_metadata(out: &mut Vec<u8>, md: &Metadata) {
 
 fn metadata_len(md: &Metadata) -> usize {
     md.iter().map(|(k, v)| 6 + k.len() + v.len()).sum()
+}
+
+/// The STATUS section's entries: the trailers, then the details if any.
+fn status_entries_len(st: &Status) -> usize {
+    let details = if st.details.is_empty() { 0 } else { 6 + DETAILS_KEY.len() + st.details.len() };
+    metadata_len(&st.metadata) + details
 }
 
 /// What a frame to write carries.
@@ -302,7 +328,7 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
     }
     if let Some(st) = f.status {
         flags |= STATUS | END;
-        len += 8 + st.message.len() + metadata_len(&st.metadata);
+        len += 8 + st.message.len() + status_entries_len(st);
     }
     if f.end {
         flags |= END;
@@ -336,6 +362,12 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
         out.extend_from_slice(&(st.message.len() as u32).to_le_bytes());
         out.extend_from_slice(st.message.as_bytes());
         put_metadata(out, &st.metadata);
+        if !st.details.is_empty() {
+            out.extend_from_slice(&(DETAILS_KEY.len() as u16).to_le_bytes());
+            out.extend_from_slice(DETAILS_KEY.as_bytes());
+            out.extend_from_slice(&(st.details.len() as u32).to_le_bytes());
+            out.extend_from_slice(&st.details);
+        }
     }
     Some(())
 }
@@ -373,7 +405,11 @@ mod tests {
         assert_eq!(got, md);
         assert_eq!(s.message.as_deref(), Some(&b"hello"[..]));
 
-        let mut st = Status::new(Code::NotFound, "nope");
+        let mut st = Status::with_details(
+            Code::NotFound,
+            "nope",
+            Bytes::from_static(b"\x08\x05\x12\x04nope"),
+        );
         let _ = st.metadata.insert("t", "x");
         let (h, s) =
             round_trip(&Outgoing { message: Some(b""), status: Some(&st), ..Outgoing::default() });

@@ -458,7 +458,7 @@ async fn dispatch(
         }
     };
     let deadline = timeout.map(|t| Instant::now() + t);
-    let request = Request { metadata, deadline, message: streaming };
+    let request = Request { metadata, deadline, peer: None, message: streaming };
     let (responder, orx, single) = if method.server_streaming {
         let (tx, rx) = mpsc::channel(router.options().response_queue.max(1));
         (Responder::stream(tx, method.output), Some(rx), None)
@@ -506,7 +506,7 @@ fn encode_out(
             crate::codec::with_encoded(schema.tables(), output, &block, <[u8]>::to_vec)?
         }
         Out::Encoded(b, _) => b.to_vec(),
-        Out::Headers(_) => Vec::new(),
+        Out::Headers(_) | Out::Staged(_) => Vec::new(),
     };
     if bytes.len() > limit {
         return Err(Status::new(Code::ResourceExhausted, "response exceeds the send limit"));
@@ -530,10 +530,30 @@ async fn drive(
 ) {
     let timed = crate::call::until_deadline(deadline, handler);
     let Some(mut orx) = orx else {
-        // One response: run the handler to its end, then one frame.
-        let outcome = timed.await;
-        let one = single.and_then(|mut rx| rx.try_recv().ok());
-        let (headers, item) = one.map_or((None, None), |u| (u.headers, u.message));
+        // One response: run the handler to its end, then one frame
+        // (headers it sends explicitly leave at once, in a frame of their
+        // own).
+        let mut slot = single.map(crate::call::UnarySlot::new);
+        tokio::pin!(timed);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                r = &mut timed => break r,
+                md = async { slot.as_mut().expect("polled only while present").early_headers().await }, if slot.is_some() => {
+                    if send_headers(&wtx, call, &md).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        let (early, one) =
+            slot.as_mut().map_or((None, crate::call::UnaryOut::none()), |s| s.finish());
+        if let Some(md) = early {
+            if send_headers(&wtx, call, &md).await.is_err() {
+                return;
+            }
+        }
+        let (headers, item) = (one.headers, one.message);
         let ok = |trailers| Status { metadata: trailers, ..Status::ok() };
         let headers = headers.filter(|h| !h.is_empty());
         // The common case: encode straight into the response frame.
@@ -583,7 +603,13 @@ async fn drive(
             biased;
             o = orx.recv(), if open => match o {
                 None => open = false,
-                Some(Out::Headers(md)) => headers = Some(md),
+                Some(Out::Headers(md)) => {
+                    headers = None;
+                    if send_headers(&wtx, call, &md).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Out::Staged(md)) => headers = Some(md),
                 Some(item) => match encode_out(item, &schema, output, limit) {
                     // The connection's writer is gone: stop the handler.
                     Ok(b) => {
@@ -606,6 +632,16 @@ async fn drive(
         None => Status::new(Code::Internal, "the handler ended without an outcome"),
     };
     let _ = emit(&wtx, call, headers, None, Some(&st)).await;
+}
+
+/// A HEADERS frame of its own: headers the handler sent explicitly (empty
+/// metadata too: the client learns the headers have come).
+async fn send_headers(wtx: &super::FrameTx, call: u32, md: &Metadata) -> Result<(), ()> {
+    let mut out = Vec::new();
+    match frame::write(&mut out, call, 0, &Outgoing { headers: Some(md), ..Outgoing::default() }) {
+        Some(()) => wtx.send(Bytes::from(out)).await,
+        None => Ok(()),
+    }
 }
 
 async fn emit(

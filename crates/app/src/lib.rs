@@ -35,7 +35,7 @@ use futures_util::future::{AbortHandle, Abortable};
 use protoplane_rpc::call::{until_deadline, Out, UnarySlot};
 use protoplane_rpc::lean::frame;
 use protoplane_rpc::{
-    BoxFuture, Code, Message, Metadata, Request, Responder, Service, Status, Streaming,
+    BoxFuture, Code, Message, Metadata, Peer, Request, Responder, Service, Status, Streaming,
 };
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
@@ -536,8 +536,8 @@ impl Session {
             Some((m, side)) => (Some(m).filter(|_| d.has(desc::MESSAGE)), side),
             None => (None, Bytes::new()),
         };
-        let metadata = match parse_open(&side) {
-            Ok(md) => md,
+        let (metadata, peer) = match parse_open(&side) {
+            Ok(open) => open,
             Err(why) => {
                 self.fail(d.call, Status::new(Code::Internal, why));
                 return;
@@ -563,7 +563,7 @@ impl Session {
                 }
             }
         };
-        let request = Request { metadata, deadline, peer: None, message: streaming };
+        let request = Request { metadata, deadline, peer, message: streaming };
         let call = d.call;
         let mut driver = Box::pin(self.clone().drive(
             call,
@@ -1006,10 +1006,15 @@ fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
     out
 }
 
-fn parse_open(side: &Bytes) -> Result<Metadata, String> {
+/// The metadata of an OPEN and the peer the engine verified, if any (the
+/// client's address stays with the engine: the application is told only
+/// what identifies the client).
+fn parse_open(side: &Bytes) -> Result<(Metadata, Option<Arc<Peer>>), String> {
     if side.is_empty() {
-        return Ok(Metadata::new());
+        return Ok((Metadata::new(), None));
     }
     let (_, s) = frame::parse_whole(side).map_err(|e| e.to_string())?;
-    Ok(s.open.map(|(_, md)| md).unwrap_or_default())
+    let peer = (!s.peer_certificates.is_empty())
+        .then(|| Arc::new(Peer { addr: None, certificates: s.peer_certificates }));
+    Ok((s.open.map(|(_, md)| md).unwrap_or_default(), peer))
 }

@@ -42,6 +42,10 @@ pub(crate) struct EngineArgs {
     /// The certificate's PEM private key.
     #[arg(long = "tls_key", value_name = "PEM")]
     tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these PEM CA certificates
+    /// (mutual TLS).
+    #[arg(long = "tls_client_ca", value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Cores to pin the engine to (comma-separated).
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
@@ -90,6 +94,9 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         c.tls = Some((cert.clone(), key.clone()));
+    }
+    if let Some(ca) = &args.tls_client_ca {
+        c.tls_client_ca = Some(ca.clone());
     }
     c.protos.extend(args.protos.iter().cloned());
     c.includes.extend(args.includes.iter().cloned());

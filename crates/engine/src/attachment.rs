@@ -842,15 +842,24 @@ fn parse_side(
     Ok((s.headers, s.status))
 }
 
-/// Side sections of an OPEN: timeout and metadata, as a lean frame.
-pub(crate) fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
+/// Side sections of an OPEN: timeout, metadata and the client's verified
+/// certificates (mutual TLS), as a lean frame.
+pub(crate) fn open_side(
+    timeout: Option<Duration>,
+    md: &Metadata,
+    peer_certificates: &[bytes::Bytes],
+) -> Vec<u8> {
     let mut out = Vec::new();
     // The descriptor carries the timeout itself; the sections are for the
-    // metadata, and a call without any needs none.
-    if md.is_empty() {
+    // metadata and certificates, and a call without any needs none.
+    if md.is_empty() && peer_certificates.is_empty() {
         return out;
     }
-    let f = frame::Outgoing { open: Some((timeout, md)), ..frame::Outgoing::default() };
+    let f = frame::Outgoing {
+        open: Some((timeout, md)),
+        peer_certificates,
+        ..frame::Outgoing::default()
+    };
     let _ = frame::write(&mut out, 0, 0, &f);
     out
 }

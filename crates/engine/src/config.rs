@@ -6,6 +6,7 @@
 //! grpc = "127.0.0.1:50051"        # gRPC over HTTP/2
 //! tls_cert = "server.pem"         # optional: serve gRPC over TLS
 //! tls_key = "server.key"
+//! tls_client_ca = "ca.pem"        # optional: require client certificates (mutual TLS)
 //! lean = "127.0.0.1:50052"        # lean transport over TCP
 //! lean_unix = "/tmp/lean.sock"    # lean transport over a Unix socket
 //! attach = "/tmp/protoplane.sock" # where applications attach
@@ -50,6 +51,10 @@ pub struct Config {
     pub grpc: Option<SocketAddr>,
     /// TLS certificate chain and key (PEM) for the gRPC listener.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// With TLS: CA certificates (PEM) that must have signed every client's
+    /// certificate (mutual TLS); the verified certificate reaches the
+    /// application's handlers.
+    pub tls_client_ca: Option<PathBuf>,
     /// Lean TCP listener.
     pub lean_tcp: Option<SocketAddr>,
     /// Lean Unix listener.
@@ -86,6 +91,7 @@ impl Default for Config {
         Config {
             grpc: None,
             tls: None,
+            tls_client_ca: None,
             lean_tcp: None,
             lean_unix: None,
             attach: PathBuf::from("/tmp/protoplane.sock"),
@@ -148,6 +154,7 @@ impl Config {
                     ("listen", "grpc") => self.grpc = Some(addr(v, &k)?),
                     ("listen", "tls_cert") => cert = Some(path(string(v, &k)?)),
                     ("listen", "tls_key") => key_file = Some(path(string(v, &k)?)),
+                    ("listen", "tls_client_ca") => self.tls_client_ca = Some(path(string(v, &k)?)),
                     ("listen", "lean") => self.lean_tcp = Some(addr(v, &k)?),
                     ("listen", "lean_unix") => self.lean_unix = Some(path(string(v, &k)?)),
                     ("listen", "attach") => self.attach = path(string(v, &k)?),
@@ -198,6 +205,9 @@ impl Config {
             (Some(c), Some(k)) => self.tls = Some((c, k)),
             (None, None) => {}
             _ => return Err("config: listen.tls_cert and listen.tls_key go together".into()),
+        }
+        if self.tls_client_ca.is_some() && self.tls.is_none() {
+            return Err("config: listen.tls_client_ca needs listen.tls_cert and tls_key".into());
         }
         Ok(())
     }

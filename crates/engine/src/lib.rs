@@ -119,8 +119,15 @@ pub async fn start(config: Config) -> Result<Running, String> {
             Some((cert, key)) => {
                 let read =
                     |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-                let tls = protoplane_rpc::tls::server_config(&read(cert)?, &read(key)?)
-                    .map_err(|e| e.to_string())?;
+                let tls = match &config.tls_client_ca {
+                    None => protoplane_rpc::tls::server_config(&read(cert)?, &read(key)?),
+                    Some(ca) => protoplane_rpc::tls::server_config_mtls(
+                        &read(cert)?,
+                        &read(key)?,
+                        &read(ca)?,
+                    ),
+                }
+                .map_err(|e| e.to_string())?;
                 tokio::spawn(async move { r.serve_tls(l, tls).await });
             }
             None => {

@@ -79,7 +79,7 @@ impl SplitService {
             .method(method)
             .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
             .client_streaming;
-        let Request { metadata, deadline, message: mut requests, .. } = request;
+        let Request { metadata, deadline, peer, message: mut requests } = request;
         // A unary request is here already: the instance whose region it
         // was received into (a lean landing) takes it without a copy.
         let first = if client_streaming { None } else { Some(requests.single().await?) };
@@ -103,8 +103,11 @@ impl SplitService {
         let (call, mut rx) = att.open_call()?;
         let mut guard = Guard { att: att.clone(), call, method, service, done: false };
 
-        let side =
-            open_side(deadline.map(|d| d.saturating_duration_since(Instant::now())), &metadata);
+        let side = open_side(
+            deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            &metadata,
+            peer.as_ref().map_or(&[][..], |p| &p.certificates[..]),
+        );
         let open = Descriptor {
             call,
             method,

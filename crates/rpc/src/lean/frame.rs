@@ -14,7 +14,10 @@
 //! A status's details (the serialized `google.rpc.Status` of the rich
 //! error model) travel as one more entry of the STATUS section under the
 //! reserved key `grpc-status-details-bin`, as gRPC carries them; that key
-//! is accepted there only.
+//! is accepted there only. Likewise the OPEN section the split engine
+//! writes for an application may carry the certificate chain of a client
+//! the engine verified (mutual TLS) under `grpc-peer-certificate-bin`, one
+//! entry per certificate; the lean server ignores it from its clients.
 //!
 //! A unary call is one frame each way (`OPEN|MESSAGE|END` then
 //! `MESSAGE|STATUS|END`), 16 bytes of header plus 8 + 12 bytes of section
@@ -146,6 +149,9 @@ pub fn next_frame(
 pub struct Sections {
     /// OPEN: the timeout and the custom metadata.
     pub open: Option<(Option<std::time::Duration>, Metadata)>,
+    /// OPEN: the verified client certificate chain, as the split engine
+    /// hands it to an application (DER, leaf first).
+    pub peer_certificates: Vec<Bytes>,
     /// HEADERS: initial metadata.
     pub headers: Option<Metadata>,
     /// MESSAGE: the message bytes (a slice of the payload, no copy).
@@ -179,14 +185,22 @@ impl Reader {
     }
 }
 
+/// The key of a certificate of the peer in an OPEN section.
+pub const PEER_CERT_KEY: &str = "grpc-peer-certificate-bin";
+
 /// Reads metadata entries until `b` is used up.
 fn parse_metadata(b: Bytes) -> Result<Metadata, LeanError> {
-    parse_entries(b, None)
+    parse_entries(b, "", &mut Vec::new())
 }
 
-/// Reads metadata entries until `b` is used up; with `details`, an entry
-/// under the status details key goes there (the STATUS section).
-fn parse_entries(mut b: Bytes, mut details: Option<&mut Bytes>) -> Result<Metadata, LeanError> {
+/// Reads metadata entries until `b` is used up; entries under the
+/// protocol's own key `reserved` (the status details, the peer's
+/// certificates) go to `values` instead.
+fn parse_entries(
+    mut b: Bytes,
+    reserved: &str,
+    values: &mut Vec<Bytes>,
+) -> Result<Metadata, LeanError> {
     let mut md = Metadata::new();
     while !b.is_empty() {
         if b.len() < 2 {
@@ -203,11 +217,8 @@ fn parse_entries(mut b: Bytes, mut details: Option<&mut Bytes>) -> Result<Metada
         }
         let value = b.split_to(vl);
         let key = std::str::from_utf8(&key).map_err(|_| LeanError::Malformed("metadata key"))?;
-        if let Some(d) = details.as_deref_mut().filter(|_| key == DETAILS_KEY) {
-            if !d.is_empty() {
-                return Err(LeanError::Malformed("status details twice"));
-            }
-            *d = value;
+        if !reserved.is_empty() && key == reserved {
+            values.push(value);
             continue;
         }
         let added = if metadata::is_binary(key) {
@@ -245,7 +256,7 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         }
         let us = open.get_u64_le();
         let timeout = (us > 0).then(|| std::time::Duration::from_micros(us));
-        s.open = Some((timeout, parse_metadata(open)?));
+        s.open = Some((timeout, parse_entries(open, PEER_CERT_KEY, &mut s.peer_certificates)?));
     }
     if h.has(HEADERS) {
         s.headers = Some(parse_metadata(r.section()?)?);
@@ -263,10 +274,16 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         }
         let text = r.section()?;
         let text = String::from_utf8_lossy(&text).into_owned();
-        let mut details = Bytes::new();
-        let md = parse_entries(std::mem::take(&mut r.p), Some(&mut details))?;
-        s.status =
-            Some(Status { metadata: md, details, ..Status::new(Code::from_u32(code), text) });
+        let mut details = Vec::new();
+        let md = parse_entries(std::mem::take(&mut r.p), DETAILS_KEY, &mut details)?;
+        if details.len() > 1 {
+            return Err(LeanError::Malformed("status details twice"));
+        }
+        s.status = Some(Status {
+            metadata: md,
+            details: details.pop().unwrap_or_default(),
+            ..Status::new(Code::from_u32(code), text)
+        });
     }
     if !r.p.is_empty() {
         return Err(LeanError::Malformed("bytes after the last section"));
@@ -276,11 +293,15 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
 
 fn put_metadata(out: &mut Vec<u8>, md: &Metadata) {
     for (k, v) in md.iter() {
-        out.extend_from_slice(&(k.len() as u16).to_le_bytes());
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        out.extend_from_slice(v);
+        put_entry(out, k, v);
     }
+}
+
+fn put_entry(out: &mut Vec<u8>, key: &str, value: &[u8]) {
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
 }
 
 fn metadata_len(md: &Metadata) -> usize {
@@ -298,6 +319,8 @@ fn status_entries_len(st: &Status) -> usize {
 pub struct Outgoing<'a> {
     /// OPEN: timeout and metadata.
     pub open: Option<(Option<std::time::Duration>, &'a Metadata)>,
+    /// OPEN: the peer's verified certificates (engine to application).
+    pub peer_certificates: &'a [Bytes],
     /// HEADERS.
     pub headers: Option<&'a Metadata>,
     /// MESSAGE.
@@ -314,9 +337,11 @@ pub struct Outgoing<'a> {
 pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Option<()> {
     let mut flags = 0u16;
     let mut len = 0usize;
+    let peer_len: usize =
+        f.peer_certificates.iter().map(|c| 6 + PEER_CERT_KEY.len() + c.len()).sum();
     if let Some((_, md)) = f.open {
         flags |= OPEN;
-        len += 4 + 8 + metadata_len(md);
+        len += 4 + 8 + metadata_len(md) + peer_len;
     }
     if let Some(md) = f.headers {
         flags |= HEADERS;
@@ -344,10 +369,13 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
     out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     if let Some((timeout, md)) = f.open {
-        out.extend_from_slice(&((8 + metadata_len(md)) as u32).to_le_bytes());
+        out.extend_from_slice(&((8 + metadata_len(md) + peer_len) as u32).to_le_bytes());
         let us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
         out.extend_from_slice(&us.to_le_bytes());
         put_metadata(out, md);
+        for c in f.peer_certificates {
+            put_entry(out, PEER_CERT_KEY, c);
+        }
     }
     if let Some(md) = f.headers {
         out.extend_from_slice(&(metadata_len(md) as u32).to_le_bytes());
@@ -363,10 +391,7 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
         out.extend_from_slice(st.message.as_bytes());
         put_metadata(out, &st.metadata);
         if !st.details.is_empty() {
-            out.extend_from_slice(&(DETAILS_KEY.len() as u16).to_le_bytes());
-            out.extend_from_slice(DETAILS_KEY.as_bytes());
-            out.extend_from_slice(&(st.details.len() as u32).to_le_bytes());
-            out.extend_from_slice(&st.details);
+            put_entry(out, DETAILS_KEY, &st.details);
         }
     }
     Some(())

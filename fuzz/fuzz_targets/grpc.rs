@@ -12,13 +12,17 @@
 //! * nothing larger than the limit is ever buffered;
 //! * what decodes, re-frames to exactly the bytes it was decoded from;
 //! * header parsers never fail hard: a parsed `grpc-timeout` formats back
-//!   to a value that parses to at least the same duration.
+//!   to a value that parses to at least the same duration;
+//! * status details (`grpc-status-details-bin`, a `google.rpc.Status`) that
+//!   parse, packed or typed, build a status whose details parse to the
+//!   same; the content-type classifier takes any bytes.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use protoplane_rpc::frame::{encode_frame, FrameDecoder, Frame, FRAME_HEADER_LEN};
-use protoplane_rpc::{metadata, status, timeout, Code};
+use bytes::Bytes;
+use protoplane_rpc::{codec, metadata, status, timeout, Code, Status};
 
 fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Frame>, Option<String>) {
     let mut dec = FrameDecoder::new(limit);
@@ -54,4 +58,15 @@ fuzz_target!(|data: &[u8]| {
     let text = status::decode_message(stream);
     assert_eq!(status::decode_message(status::encode_message(&text).as_bytes()), text);
     let _ = metadata::decode_value("x-bin", stream);
+    let _ = codec::content_type(Some(stream));
+
+    let st = Status::with_details(Code::Unknown, "", Bytes::copy_from_slice(stream));
+    if let Ok(any) = st.any_details() {
+        let again = Status::with_any_details(Code::Unknown, "", any.clone());
+        assert_eq!(again.any_details().ok(), Some(any), "packed details round trip");
+    }
+    if let Ok(list) = st.check_error_details_vec() {
+        let again = Status::with_error_details_vec(Code::Unknown, "", list.clone());
+        assert_eq!(again.check_error_details_vec().ok(), Some(list), "typed details round trip");
+    }
 });

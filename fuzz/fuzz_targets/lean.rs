@@ -69,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
             headers: s.headers.as_ref(),
             message: s.message.as_deref(),
             status: s.status.as_ref(),
+            peer_certificates: &s.peer_certificates,
             end: h.has(END),
             cancel: h.has(CANCEL),
         };
@@ -89,5 +90,6 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(s2.headers, s.headers);
         assert_eq!(s2.message, s.message);
         assert_eq!(s2.status, s.status);
+        assert_eq!(s2.peer_certificates, s.peer_certificates);
     }
 });

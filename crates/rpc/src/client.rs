@@ -386,10 +386,12 @@ impl ClientCall {
                     }
                 }
             }
-            if parts.headers.contains_key("grpc-status") || body.is_end_stream() {
-                // Trailers-only response: its one HEADERS frame is the
-                // trailers, and the call had no response headers (as
-                // grpc-go and gRPC C++ report it).
+            if body.is_end_stream() {
+                // Trailers-only response (a HEADERS frame with END_STREAM):
+                // that frame is the trailers, and the call had no response
+                // headers (as grpc-go and gRPC C++ report it). A
+                // `grpc-status` in headers that do not end the stream means
+                // nothing: the status comes from the real trailers.
                 self.headers = Some(Metadata::new());
                 self.end_with(&parts.headers);
             } else {
@@ -628,16 +630,20 @@ impl Client {
         let mut call = self.start(method, opts).await?;
         call.send(request.message).await?;
         call.call.close_send();
+        // No response, or a second one, to a unary call is a cardinality
+        // violation: UNIMPLEMENTED, as gRPC's status code table says, not
+        // something to drop silently.
         let m = call.message().await?.ok_or_else(|| {
-            Status::new(Code::Internal, "the server ended a unary call without a response")
+            Status::new(Code::Unimplemented, "the server ended a unary call without a response")
         })?;
-        // A second response to a unary call is a protocol violation (as
-        // grpc-go treats it), not something to drop silently.
         match call.call.recv().await {
             Ok(None) => Ok((m, call.call.trailers().cloned().unwrap_or_default())),
             Ok(Some(_)) => {
                 call.call.cancel();
-                Err(Status::new(Code::Internal, "more than one response message for a unary call"))
+                Err(Status::new(
+                    Code::Unimplemented,
+                    "more than one response message for a unary call",
+                ))
             }
             Err(st) => Err(st),
         }

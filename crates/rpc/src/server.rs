@@ -207,12 +207,10 @@ impl Router {
         }
     }
 
-    /// Serves TLS connections from `listener`, like [`Router::serve_tls`];
-    /// with a configuration from [`crate::tls::server_config_mtls`], only
-    /// clients with a certificate the client CAs signed get through the
-    /// handshake, and handlers see it in [`crate::call::Peer`].
-
-    /// Serves TLS connections (ALPN `h2`) from `listener`.
+    /// Serves TLS connections (ALPN `h2`) from `listener`. With a
+    /// configuration from [`crate::tls::server_config_mtls`], only clients
+    /// with a certificate the client CAs signed get through the handshake,
+    /// and handlers see that certificate in [`crate::call::Peer`].
     pub async fn serve_tls(
         self: Arc<Self>,
         listener: TcpListener,

@@ -1603,7 +1603,7 @@ async fn client_distrusts_the_server() {
         (Fake::Reset(0x7), Code::Unavailable),
         (Fake::Reset(0x8), Code::Cancelled),
         (Fake::Reset(0xb), Code::ResourceExhausted),
-        (Fake::NoResponse, Code::Internal),
+        (Fake::NoResponse, Code::Unimplemented),
     ];
     for (fake, want) in cases {
         check_client(fake, want, None).await;
@@ -1612,9 +1612,10 @@ async fn client_distrusts_the_server() {
     check_client(Fake::Silent, Code::DeadlineExceeded, Some(Duration::from_millis(300))).await;
 }
 
-/// gRPC clients fail a unary call that receives a second message
-/// (grpc-go: INTERNAL "cardinality violation").
+/// gRPC clients fail a unary call that receives a second message: a
+/// cardinality violation, UNIMPLEMENTED in gRPC's status code table (and in
+/// ConnectRPC's conformance suite).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_refuses_two_responses_to_a_unary_call() {
-    check_client(Fake::TwoResponses, Code::Internal, None).await;
+    check_client(Fake::TwoResponses, Code::Unimplemented, None).await;
 }

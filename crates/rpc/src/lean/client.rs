@@ -198,7 +198,7 @@ impl LeanChannel {
         match (st.code, msg) {
             (Code::Ok, Some(m)) => Ok(m),
             (Code::Ok, None) => {
-                Err(Status::new(Code::Internal, "unary call ended without a response"))
+                Err(Status::new(Code::Unimplemented, "unary call ended without a response"))
             }
             _ => Err(st),
         }

@@ -732,12 +732,9 @@ mod tests {
                 } as usize;
                 let msg: Vec<u8> = (0..len).map(|i| (i as u32 * 31 + call) as u8).collect();
                 let out = frame::Outgoing {
-                    open: None,
-                    headers: None,
                     message: Some(&msg),
-                    status: None,
                     end: true,
-                    cancel: false,
+                    ..frame::Outgoing::default()
                 };
                 frame::write(&mut bytes, call, 0, &out).expect("frame");
                 sent.push(msg);

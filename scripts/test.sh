@@ -10,7 +10,9 @@
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
 #      grpcurl through reflection, TLS; Python grpcio client and server; both
-#      clients also against `protoplane engine` (split mode)
+#      clients also against `protoplane engine` (split mode); ConnectRPC's
+#      conformance suite (connectconformance, from the Go module proxy)
+#      against the server, monolithic and split, and against the client
 #   5. the socialnetwork example's binaries, monolithic and attached to
 #      `protoplane engine`
 #   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
@@ -52,6 +54,13 @@ if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else ba
 
 step "gRPC interop: Python grpcio client and server (also split mode)"
 if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
+
+step "gRPC conformance: ConnectRPC's suite against the server (monolithic and split) and the client"
+if tests/grpc-conformance/run.sh --bin target/release/protoplane-grpc-conformance; then
+    ok
+else
+    bad "gRPC conformance"
+fi
 
 step "the socialnetwork example, monolithic and split"
 if examples/socialnetwork/tests/split.sh; then ok; else bad "socialnetwork example"; fi

@@ -11,6 +11,7 @@ use protoplane_codegen_tests::grpc::testing::{
     test_service_server::TestServiceServer,
 };
 use protoplane_rpc::lean::LeanChannel;
+use protoplane_rpc::rich::ErrorDetails;
 use protoplane_rpc::{
     CallOptions, Code, Message, Request, Responder, Router, ServerOptions, Status, Streaming,
 };
@@ -38,7 +39,13 @@ impl TestService for Impl {
     async fn unary_call(&self, request: Request<Message>) -> Result<Block, Status> {
         let req: t::SimpleRequestView<'_> = request.message.typed()?;
         if let Some(s) = req.response_status().filter(|s| s.code() != 0) {
-            return Err(Status::new(Code::from_u32(s.code() as u32), s.message()));
+            // Generated code attaches rich details through the status API.
+            let details = ErrorDetails::with_error_info("ASKED", "grpc.testing", []);
+            return Err(Status::with_error_details(
+                Code::from_u32(s.code() as u32),
+                s.message(),
+                details,
+            ));
         }
         payload_response(req.response_size() as usize)
     }
@@ -160,6 +167,8 @@ async fn every_call_kind_through_generated_code() {
         .await
         .expect_err("fails");
     assert_eq!((err.code, err.message.as_str()), (Code::NotFound, "no such thing ✓"));
+    let info = err.error_details().error_info.expect("the generated client reads the details");
+    assert_eq!((info.reason.as_str(), info.domain.as_str()), ("ASKED", "grpc.testing"));
     let err = client
         .unimplemented_call(Request::new(&t::Empty::builder().finish()))
         .await

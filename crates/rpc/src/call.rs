@@ -450,10 +450,10 @@ impl Responder {
             }
             Sink::Unary { slot, headers } if matches!(out, Out::Headers(_)) => {
                 // Sent explicitly: hand the headers over now, and open the
-                // slot the response will follow in.
-                let tx = slot.take().ok_or_else(|| {
-                    Status::new(Code::Internal, "headers sent after the response")
-                })?;
+                // slot the response will follow in. After the response,
+                // headers went with it: later ones are ignored, as on a
+                // stream.
+                let Some(tx) = slot.take() else { return Ok(()) };
                 let (next, rest) = oneshot::channel();
                 let md = match out {
                     Out::Headers(md) => Some(md),

@@ -119,14 +119,12 @@ pub async fn start(config: Config) -> Result<Running, String> {
             Some((cert, key)) => {
                 let read =
                     |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-                let tls = match &config.tls_client_ca {
-                    None => protoplane_rpc::tls::server_config(&read(cert)?, &read(key)?),
-                    Some(ca) => protoplane_rpc::tls::server_config_mtls(
-                        &read(cert)?,
-                        &read(key)?,
-                        &read(ca)?,
-                    ),
-                }
+                let ca = config.tls_client_ca.as_ref().map(read).transpose()?;
+                let tls = protoplane_rpc::tls::server_config_with(
+                    &read(cert)?,
+                    &read(key)?,
+                    ca.as_deref(),
+                )
                 .map_err(|e| e.to_string())?;
                 tokio::spawn(async move { r.serve_tls(l, tls).await });
             }

@@ -49,17 +49,13 @@ pub(crate) fn run(split: bool) -> Result<(), String> {
             .ok_or("stdin ended before a ServerCompatRequest arrived")?;
         let start = Start::read(&c, bytes)?;
         // Checked before the runner hears the server is up.
-        let tls = match &start.tls {
-            None => None,
-            Some((cert, key)) if start.client_ca.is_empty() => {
-                Some(protoplane_rpc::tls::server_config(cert, key))
-            }
-            // Mutual TLS: refuse clients without a certificate issued by
-            // the one the runner's client presents.
-            Some((cert, key)) => {
-                Some(protoplane_rpc::tls::server_config_mtls(cert, key, &start.client_ca))
-            }
-        };
+        // Mutual TLS when asked: refuse clients without a certificate
+        // issued by the one the runner's client presents.
+        let client_ca = Some(&start.client_ca[..]).filter(|ca| !ca.is_empty());
+        let tls = start
+            .tls
+            .as_ref()
+            .map(|(cert, key)| protoplane_rpc::tls::server_config_with(cert, key, client_ca));
         let tls = tls.transpose().map_err(|e| format!("TLS: {e}"))?;
         let mut opts = ServerOptions::default();
         if start.receive_limit > 0 {
@@ -312,6 +308,12 @@ impl ConformanceServer {
         self.c.schema.tables()
     }
 
+    /// The response definition of a request (field 1 of every request
+    /// type); `stream`: a `StreamResponseDefinition`.
+    fn definition(&self, v: &MessageView<'_>, stream: bool) -> Result<Option<Definition>, Status> {
+        schema::sub(v, 1)?.map(|d| Definition::read(&d, stream)).transpose()
+    }
+
     /// A received request as an `Any`: its bytes exactly as they arrived
     /// (unknown fields included), so the runner compares what it sent.
     fn packed(&self, m: &Message) -> Packed {
@@ -395,7 +397,7 @@ impl ConformanceServer {
         let m = req.message.single().await?;
         out.set_compression(m.was_compressed());
         let v = m.view(self.tables())?;
-        let def = schema::sub(&v, 1)?.map(|d| Definition::read(&d, false)).transpose()?;
+        let def = self.definition(&v, false)?;
         let requests = [self.packed(&m)];
         self.answer_once(def, &seen, &requests, out).await
     }
@@ -413,7 +415,7 @@ impl ConformanceServer {
                 // Only the first request's definition counts.
                 out.set_compression(m.was_compressed());
                 let v = m.view(self.tables())?;
-                def = schema::sub(&v, 1)?.map(|d| Definition::read(&d, false)).transpose()?;
+                def = self.definition(&v, false)?;
             }
             requests.push(self.packed(&m));
         }
@@ -456,7 +458,7 @@ impl ConformanceServer {
         let m = req.message.single().await?;
         out.set_compression(m.was_compressed());
         let v = m.view(self.tables())?;
-        let Some(def) = schema::sub(&v, 1)?.map(|d| Definition::read(&d, true)).transpose()? else {
+        let Some(def) = self.definition(&v, true)? else {
             return Ok(Metadata::new());
         };
         let requests = [self.packed(&m)];
@@ -482,7 +484,7 @@ impl ConformanceServer {
                 first = false;
                 out.set_compression(m.was_compressed());
                 let v = m.view(self.tables())?;
-                def = schema::sub(&v, 1)?.map(|d| Definition::read(&d, true)).transpose()?;
+                def = self.definition(&v, true)?;
                 full_duplex = schema::int(&v, 2)? != 0;
                 if let (Some(d), true) = (&def, full_duplex) {
                     Self::headers_now(&mut out, d).await?;

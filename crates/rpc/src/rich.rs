@@ -46,10 +46,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use protoplane_schema::{ProtoSource, TableSet};
 use protoplane_wire::{
-    BlockError, BuildError, Builder, DecodeOptions, Decoder, EncodeOptions, MessageBuilder,
-    MessageView, Source, Value,
+    BlockError, BuildError, Builder, Decoder, EncodeOptions, MessageBuilder, MessageView, Value,
 };
 
+use crate::call::Message;
 use crate::status::{Code, Status};
 
 const STATUS_PROTO: &str = include_str!("../../../protos/google/rpc/status.proto");
@@ -110,11 +110,12 @@ fn encode_with(
     protoplane_wire::encode(ts, ty, block.as_bytes(), &EncodeOptions::default()).map_err(block_err)
 }
 
-/// Decodes `bytes` as type `name` and reads it with `read`. Bytes that do
-/// not decode are an error, never a panic: they come from a peer.
+/// Decodes `bytes` as type `name` (a view-mode [`Message`], as requests
+/// are decoded) and reads it with `read`. Bytes that do not decode are an
+/// error, never a panic: they come from a peer.
 fn decode_with<T>(
     name: &str,
-    bytes: &[u8],
+    bytes: Bytes,
     read: impl FnOnce(&MessageView<'_>) -> Result<T, BlockError>,
 ) -> Result<T, Status> {
     if bytes.len() > MAX_DETAILS {
@@ -122,13 +123,9 @@ fn decode_with<T>(
     }
     let ts = tables()?;
     let ty = type_index(ts, name)?;
-    let mut block = protoplane_wire::Block::with_capacity(bytes.len() * 2 + 64);
-    Decoder::new()
-        .decode_into(ts, ty, bytes, &DecodeOptions::view(), &mut block)
+    let m = Message::decode(ts, ty, bytes, &mut Decoder::new())
         .map_err(|e| Status::new(Code::Internal, format!("malformed {name}: {e}")))?;
-    let view = MessageView::new(ts, Source { block: block.as_bytes(), wire: bytes }, ty)
-        .map_err(block_err)?;
-    read(&view).map_err(block_err)
+    read(&m.view(ts)?).map_err(block_err)
 }
 
 // Field readers over a dynamic view: absent fields read as proto3 defaults.
@@ -257,7 +254,7 @@ impl Status {
         if self.details.is_empty() {
             return Ok(Vec::new());
         }
-        decode_with("google.rpc.Status", &self.details, |v| {
+        decode_with("google.rpc.Status", self.details.clone(), |v| {
             messages(v, 3, |any| {
                 let value = match any.by_number(2)? {
                     Some(x) => x.as_bytes().unwrap_or_default().to_vec(),
@@ -553,7 +550,7 @@ impl ErrorDetail {
     /// The standard detail packed in `any`; `None` for another type.
     pub fn unpack(any: &Any) -> Result<Option<ErrorDetail>, Status> {
         let name = any.type_name();
-        let v = &any.value[..];
+        let v = Bytes::copy_from_slice(&any.value);
         let d = match name {
             "google.rpc.ErrorInfo" => ErrorDetail::ErrorInfo(decode_with(name, v, |m| {
                 let mut metadata = BTreeMap::new();
@@ -922,7 +919,7 @@ mod tests {
     #[test]
     fn the_google_rpc_status_carries_code_and_message() {
         let st = Status::with_any_details(Code::NotFound, "gone ☺", Vec::new());
-        let (code, msg) = decode_with("google.rpc.Status", &st.details, |v| {
+        let (code, msg) = decode_with("google.rpc.Status", st.details.clone(), |v| {
             Ok((v.by_number(1)?.and_then(|x| x.as_i128()), string(v, 2)?))
         })
         .unwrap_or_default();

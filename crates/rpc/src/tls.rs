@@ -28,15 +28,7 @@ fn certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Status> {
 
 /// A server configuration from a PEM certificate chain and private key.
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, Status> {
-    let key = private_key(key_pem)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(bad)?
-        .with_no_client_auth()
-        .with_single_cert(certs(cert_pem)?, key)
-        .map_err(bad)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
+    server_config_with(cert_pem, key_pem, None)
 }
 
 /// A server configuration that requires every client to present a
@@ -49,18 +41,31 @@ pub fn server_config_mtls(
     key_pem: &[u8],
     client_ca_pem: &[u8],
 ) -> Result<Arc<rustls::ServerConfig>, Status> {
+    server_config_with(cert_pem, key_pem, Some(client_ca_pem))
+}
+
+/// [`server_config`], or with `client_ca_pem` [`server_config_mtls`].
+pub fn server_config_with(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    client_ca_pem: Option<&[u8]>,
+) -> Result<Arc<rustls::ServerConfig>, Status> {
     let key = private_key(key_pem)?;
-    let roots = root_store(client_ca_pem)?;
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| bad(format!("client CA: {e}")))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(bad)?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs(cert_pem)?, key)
         .map_err(bad)?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let roots = Arc::new(root_store(ca)?);
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
+                    .build()
+                    .map_err(|e| bad(format!("client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs(cert_pem)?, key).map_err(bad)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

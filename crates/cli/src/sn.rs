@@ -82,8 +82,13 @@ impl Service for SocialNetwork {
 
 /// A router serving the social-network service.
 pub(crate) fn router() -> Result<Router, String> {
+    router_with(ServerOptions::default())
+}
+
+/// [`router`] with explicit server settings.
+pub(crate) fn router_with(opts: ServerOptions) -> Result<Router, String> {
     let svc = Arc::new(SocialNetwork::new(schema()?)?);
-    let router = Router::new(ServerOptions::default()).add_service(svc);
+    let router = Router::new(opts).add_service(svc);
     Ok(router.with_standard_services().map_err(|e| e.to_string())?.0)
 }
 
@@ -112,6 +117,10 @@ pub(crate) struct ServeArgs {
     /// With --attach: spin this many µs after work before parking.
     #[arg(long, default_value_t = 20, requires = "attach")]
     spin_us: u64,
+    /// HTTP/2 under gRPC: `native` (protoplane's own) or `h2` (the h2
+    /// crate, for comparison).
+    #[arg(long, default_value = "native")]
+    grpc_transport: protoplane_rpc::GrpcTransport,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
@@ -121,7 +130,8 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         let spin = std::time::Duration::from_micros(args.spin_us);
         return protoplane_app::attach(path).spin(spin).serve(svc);
     }
-    let router = router()?;
+    let router =
+        router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
     let rt = crate::host::runtime(args.threads)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))

@@ -335,20 +335,31 @@ impl UnarySlot {
     /// more (the handler answered, or dropped its responder). Cancel-safe:
     /// it can sit in a `select!` beside the handler.
     pub async fn early_headers(&mut self) -> Metadata {
+        std::future::poll_fn(|cx| self.poll_early_headers(cx)).await
+    }
+
+    /// [`UnarySlot::early_headers`] as a poll: for a transport that drives
+    /// a call as a state machine instead of a task.
+    pub fn poll_early_headers(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Metadata> {
+        use std::task::Poll;
         while let Some(rx) = self.rx.as_mut() {
-            match rx.await {
-                Ok(UnaryOut { headers, rest: Some(rest), .. }) => {
+            match Pin::new(rx).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(UnaryOut { headers, rest: Some(rest), .. })) => {
                     self.rx = Some(rest);
-                    return headers.unwrap_or_default();
+                    return Poll::Ready(headers.unwrap_or_default());
                 }
-                Ok(last) => {
+                Poll::Ready(Ok(last)) => {
                     self.last = Some(last);
                     self.rx = None;
                 }
-                Err(_) => self.rx = None,
+                Poll::Ready(Err(_)) => self.rx = None,
             }
         }
-        std::future::pending().await
+        Poll::Pending
     }
 
     /// Once the handler has ended: headers it sent explicitly that

@@ -22,6 +22,7 @@ pub mod client;
 pub mod codec;
 pub mod frame;
 pub mod health;
+pub mod http2;
 pub mod landing;
 pub mod lean;
 pub mod metadata;
@@ -40,5 +41,5 @@ pub use client::{
 pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, FRAME_HEADER_LEN};
 pub use metadata::Metadata;
 pub use schema::{Method, Schema};
-pub use server::{Router, ServerOptions};
+pub use server::{GrpcTransport, Router, ServerOptions};
 pub use status::{Code, Status};

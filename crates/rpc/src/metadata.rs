@@ -190,18 +190,39 @@ impl Metadata {
     /// headers). A `-bin` value that is not base64 fails the call, as it
     /// does in grpc-go.
     pub fn from_headers(headers: &http::HeaderMap) -> Result<Metadata, MetadataError> {
+        Metadata::from_fields(headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))
+    }
+
+    /// [`Metadata::from_headers`] over decoded header fields (names
+    /// lowercase, as HTTP/2 requires; pseudo-header fields left out).
+    pub fn from_fields<'a>(
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<Metadata, MetadataError> {
         let mut md = Metadata::new();
-        for (name, value) in headers {
-            let k = name.as_str();
-            if k.starts_with("grpc-")
-                || matches!(k, "content-type" | "te" | "connection" | "keep-alive" | "host")
+        for (name, value) in fields {
+            if name.starts_with(b"grpc-")
+                || matches!(name, b"content-type" | b"te" | b"connection" | b"keep-alive" | b"host")
             {
                 continue;
             }
-            let v = decode_value(k, value.as_bytes())?;
+            let k = std::str::from_utf8(name)
+                .map_err(|_| MetadataError::BadKey(String::from_utf8_lossy(name).into_owned()))?;
+            let v = decode_value(k, value)?;
             md.entries.push((k.to_string(), v));
         }
         Ok(md)
+    }
+
+    /// Every entry as it travels in a header field: `-bin` values in
+    /// base64, ASCII ones as they are (checked when inserted).
+    pub fn each_field(&self, mut f: impl FnMut(&[u8], &[u8])) {
+        for (k, v) in &self.entries {
+            if is_binary(k) {
+                f(k.as_bytes(), encode_binary(v).as_bytes());
+            } else {
+                f(k.as_bytes(), v);
+            }
+        }
     }
 }
 

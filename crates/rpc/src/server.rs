@@ -59,6 +59,31 @@ pub struct ServerOptions {
     pub request_queue: usize,
     /// Responses queued per call between handler and engine.
     pub response_queue: usize,
+    /// Which HTTP/2 implementation serves gRPC.
+    pub transport: GrpcTransport,
+}
+
+/// The HTTP/2 implementation under the gRPC server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GrpcTransport {
+    /// protoplane's own, built for gRPC ([`crate::http2`]): one task per
+    /// connection, calls driven as state machines inside it.
+    #[default]
+    Native,
+    /// The general-purpose `h2` crate, one task per call: kept for
+    /// comparison.
+    H2,
+}
+
+impl std::str::FromStr for GrpcTransport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "native" => Ok(GrpcTransport::Native),
+            "h2" => Ok(GrpcTransport::H2),
+            other => Err(format!("unknown gRPC transport {other:?} (native or h2)")),
+        }
+    }
 }
 
 impl Default for ServerOptions {
@@ -72,20 +97,21 @@ impl Default for ServerOptions {
             max_header_list: 16 << 10,
             request_queue: 8,
             response_queue: 8,
+            transport: GrpcTransport::Native,
         }
     }
 }
 
 /// Where a path leads: a service and one of its method ids.
-struct Route {
-    service: usize,
-    method: u32,
+pub(crate) struct Route {
+    pub(crate) service: usize,
+    pub(crate) method: u32,
 }
 
 /// The services of a server, by method path.
 pub struct Router {
-    services: Vec<Arc<dyn Service>>,
-    routes: HashMap<String, Route>,
+    pub(crate) services: Vec<Arc<dyn Service>>,
+    pub(crate) routes: HashMap<String, Route>,
     /// Every path, sorted, with its route: the lean transport's method ids
     /// are indices into this table.
     table: Vec<(String, usize, u32)>,
@@ -254,6 +280,9 @@ impl Router {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        if self.opts.transport == GrpcTransport::Native {
+            return crate::http2::server::serve(self, io, peer).await;
+        }
         let o = &self.opts;
         let handshake = h2::server::Builder::new()
             .max_concurrent_streams(o.max_concurrent_streams)
@@ -538,12 +567,12 @@ impl Router {
     }
 }
 
-fn same_service(a: &str, b: &str) -> bool {
+pub(crate) fn same_service(a: &str, b: &str) -> bool {
     let svc = |p: &str| p.rsplit_once('/').map(|(s, _)| s.to_string());
     svc(a).is_some() && svc(a) == svc(b)
 }
 
-fn deadline_exceeded() -> Status {
+pub(crate) fn deadline_exceeded() -> Status {
     Status::new(Code::DeadlineExceeded, "deadline exceeded")
 }
 

@@ -17,7 +17,8 @@ pub(crate) mod worker;
 pub(crate) enum BenchCommand {
     /// protoplane's wire engine against prost, buffa and protobuf C++.
     Wire(wire::WireArgs),
-    /// protoplane's RPC server (gRPC/HTTP2 and lean) against tonic + prost.
+    /// protoplane's RPC server (gRPC/HTTP2 and lean) against tonic + prost,
+    /// grpc-go and gRPC C++, under `protoplane load` and ghz.
     Rpc(rpc::RpcArgs),
     /// Split mode (engine + application) against monolithic: the ring
     /// handoff, zero business logic, and the knee experiment.

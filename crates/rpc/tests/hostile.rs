@@ -666,9 +666,10 @@ async fn malformed_http2_closes_only_that_connection() {
     assert_serving(addr).await;
 
     // Correct preface, then frames that are connection errors (RFC 9113):
-    // GOAWAY with the code the RFC names, or PROTOCOL_ERROR (h2 0.4 uses
-    // the generic code for bad SETTINGS/PING lengths, bad HPACK indices and
-    // an out-of-range SETTINGS_INITIAL_WINDOW_SIZE), then EOF.
+    // GOAWAY with the code the RFC names, or PROTOCOL_ERROR (the generic
+    // code, which the h2 crate's server, still selectable, uses for bad
+    // SETTINGS/PING lengths, bad HPACK indices and an out-of-range
+    // SETTINGS_INITIAL_WINDOW_SIZE), then EOF.
     let long_payload = [0u8; 9];
     let cases: Vec<(&str, Vec<u8>, u32)> = vec![
         // SETTINGS whose length is not a multiple of 6.
@@ -737,9 +738,9 @@ async fn malformed_http2_closes_only_that_connection() {
     assert_eq!((pong.flags & ACK, pong.payload.as_slice()), (ACK, &b"12345678"[..]));
 
     // CONTINUATION flood: a header block that never ends. The server must
-    // give up on the connection rather than buffer without bound (h2 allows
-    // a few more CONTINUATION frames than the header list limit needs,
-    // then answers GOAWAY(ENHANCE_YOUR_CALM)).
+    // give up on the connection rather than buffer without bound (a few
+    // more CONTINUATION bytes than the header list limit needs, then
+    // GOAWAY(ENHANCE_YOUR_CALM)).
     let mut c = RawConn::h2(addr).await;
     let first = hpack(&[(":method", "POST"), (":path", UNARY)]);
     c.write(&frame(HEADERS, 0, 1, &first)).await.expect("send HEADERS");
@@ -1068,9 +1069,9 @@ async fn conforming_client_waits_for_a_stream_slot() {
 }
 
 /// "Rapid reset" (CVE-2023-44487): streams opened and reset at once, over
-/// and over. h2 cuts the connection with GOAWAY(ENHANCE_YOUR_CALM) once
-/// more streams than the server allows (`max_pending_accept_reset_streams`)
-/// are reset before the server accepted them, so (almost) no handler runs.
+/// and over. The server cuts the connection with GOAWAY(ENHANCE_YOUR_CALM)
+/// once the peer's resets exceed its budget, and a handler is first polled
+/// only after the input at hand is processed, so (almost) no handler runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_flood_is_cut_off() {
     let server = start_server().await;
@@ -1124,6 +1125,53 @@ async fn reset_after_start_drops_every_handler() {
 
 // ---------------------------------------------------------------------------
 // 6. A client that stops reading.
+
+/// A client that reads slowly, with h2's default 64 KiB stream window: a
+/// streamed response many times that window arrives whole, then its
+/// status. (The server must resume a call whose backlog waited for credit
+/// when the client's WINDOW_UPDATE comes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_gets_the_whole_stream() {
+    let server = start_server().await;
+    let addr = server.addr;
+    let (send, _task) = h2_connect(addr).await;
+    let mut s = timeout(BOUND, send.clone().ready()).await.expect("in time").expect("ready");
+    const COUNT: usize = 40;
+    const SIZE: usize = 48 << 10;
+    let (resp, mut stream) =
+        s.send_request(grpc_request(addr, STREAM, &[]), false).expect("send_request");
+    stream
+        .send_data(Bytes::from(framed(false, &req_bytes(b"", COUNT as i32, SIZE as i32, 0))), true)
+        .expect("send");
+    let r = timeout(BOUND, async {
+        let (parts, mut body) = resp.await?.into_parts();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk?;
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await?;
+        Ok::<_, h2::Error>(Reply { http: parts.status, headers: parts.headers, data, trailers })
+    })
+    .await
+    .expect("the whole stream in time")
+    .expect("reply");
+    assert_grpc(&r, Code::Ok, "slow reader");
+    // Each response: a 5-byte frame header around a message that holds at
+    // least SIZE bytes of body.
+    let mut at = 0;
+    let mut n = 0;
+    while at + 5 <= r.data.len() {
+        let len =
+            u32::from_be_bytes([r.data[at + 1], r.data[at + 2], r.data[at + 3], r.data[at + 4]]);
+        assert!(len as usize >= SIZE, "response {n}: {len} bytes");
+        at += 5 + len as usize;
+        n += 1;
+    }
+    assert_eq!((n, at), (COUNT, r.data.len()), "whole responses");
+}
 
 /// Starts `Stream` asking for 10,000 responses of 64 KiB and never reads
 /// the body (h2's default 64 KiB windows, never released).
@@ -1284,7 +1332,7 @@ async fn bad_metadata_and_headers() {
         assert_grpc(&r, Code::Unimplemented, path);
     }
 
-    // A header list over the server's limit (16 KiB): h2 answers HTTP 431
+    // A header list over the server's limit (16 KiB): HTTP 431
     // without involving the application, and the connection's other
     // streams are unharmed.
     let big = "v".repeat(32 << 10);

@@ -536,6 +536,10 @@ struct Stream {
     trailers: Option<Recorded>,
     content_length: Option<u64>,
     data_received: u64,
+    /// Server: when our response ends first, the rest of the request is
+    /// still read (and handed to the caller to discard) instead of being
+    /// refused with RST_STREAM(NO_ERROR). See [`Conn::read_to_end`].
+    read_to_end: bool,
 }
 
 impl Stream {
@@ -554,6 +558,7 @@ impl Stream {
             trailers: None,
             content_length: None,
             data_received: 0,
+            read_to_end: false,
         }
     }
 }
@@ -585,6 +590,11 @@ impl Recent {
     }
     fn has(&self, id: u32) -> bool {
         id != 0 && self.ids.contains(&id)
+    }
+    fn remove(&mut self, id: u32) {
+        for x in self.ids.iter_mut().filter(|x| **x == id) {
+            *x = 0;
+        }
     }
 }
 
@@ -1344,7 +1354,13 @@ impl Conn {
             if self.idle_stream(id) {
                 return Err(self.fail(Reason::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
             }
-            return Ok(()); // A closed stream: ignored.
+            // A closed stream: credit in flight is ignored; a zero
+            // increment is an error whatever the state (RFC 9113 §6.9),
+            // unless we reset the stream ourselves (no reset ping-pong).
+            if inc == 0 && !self.reset_by_us.has(id) {
+                self.stream_error(id, Reason::PROTOCOL_ERROR)?;
+            }
+            return Ok(());
         };
         if inc == 0 {
             self.stream_error(id, Reason::PROTOCOL_ERROR)?;
@@ -1371,7 +1387,13 @@ impl Conn {
             return Err(self.fail(Reason::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
         }
         let reason = Reason(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]));
-        let Some(s) = self.streams.remove(&id) else { return Ok(None) };
+        let Some(s) = self.streams.remove(&id) else {
+            // Our reset and theirs crossed: nothing more may come on the
+            // stream now, so a later frame on it is an error, not a frame
+            // in flight.
+            self.reset_by_us.remove(id);
+            return Ok(None);
+        };
         self.return_connection_credit_of(&s);
         self.stream_gone(id);
         self.blocked.retain(|b| *b != id);
@@ -1482,7 +1504,7 @@ impl Conn {
     /// a stream closed both ways is forgotten.
     fn after_send_end(&mut self, id: u32) {
         let Some(s) = self.streams.get(&id) else { return };
-        if !s.recv_closed && self.cfg.role == Role::Server {
+        if !s.recv_closed && self.cfg.role == Role::Server && !s.read_to_end {
             if let Some(s) = self.streams.remove(&id) {
                 self.return_connection_credit_of(&s);
             }
@@ -1493,6 +1515,19 @@ impl Conn {
             return;
         }
         self.maybe_remove(id);
+    }
+
+    /// Server: if our side of stream `id` ends before the request does,
+    /// keep reading the request to its end instead of refusing the rest
+    /// with RST_STREAM(NO_ERROR). For plain HTTP answers (405, 415, 431),
+    /// whose clients may not expect a reset; a gRPC call that ends early
+    /// is reset, as grpc-go and gRPC C++ do, so the client stops sending.
+    /// The request's frames are still checked (flow control,
+    /// content-length) and delivered as events for the caller to release.
+    pub fn read_to_end(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.read_to_end = true;
+        }
     }
 
     /// Bytes of stream `id` waiting for flow-control credit.

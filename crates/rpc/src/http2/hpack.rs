@@ -11,8 +11,9 @@
 //! Everything a peer can make the decoder hold is bounded. The dynamic table's buffer stays
 //! within twice the table's maximum size, which starts at the protocol's 4096 octets and which
 //! the peer may change only up to the SETTINGS_HEADER_TABLE_SIZE we advertise. The scratch
-//! buffer holds the Huffman-decoded strings of one field, whose coded lengths are bounded by
-//! the header list limit of the call (8 decoded octets per 5 coded at most). Integers are
+//! buffer holds the Huffman-decoded strings of one field, at most 8 decoded octets per 5 coded
+//! ones of the block, whose size the caller bounds (HTTP/2 bounds it by its frame and
+//! CONTINUATION limits); it is given back when a block made it larger than 64 KiB. Integers are
 //! bounded by 2^31 - 1. Errors are HPACK's decoding errors, which are connection errors
 //! (COMPRESSION_ERROR, RFC 9113 §4.3), except [`HpackError::ListTooLarge`], which concerns one
 //! stream only.
@@ -118,9 +119,6 @@ pub enum HpackError {
     /// A dynamic table size update is above the size we advertised, or follows a field
     /// representation (RFC 7541 §4.2).
     BadSizeUpdate,
-    /// A string literal is longer than the header list limit. It is rejected before being
-    /// decoded.
-    StringTooLong,
     /// The decoded header list exceeds the limit given to [`Decoder::decode`]. The block was
     /// still decoded to its end, so the decoder remains usable.
     ListTooLarge,
@@ -143,7 +141,6 @@ impl fmt::Display for HpackError {
             HpackError::BadIndex(i) => write!(f, "HPACK index {i} out of range"),
             HpackError::BadHuffman => f.write_str("invalid Huffman-coded string"),
             HpackError::BadSizeUpdate => f.write_str("invalid dynamic table size update"),
-            HpackError::StringTooLong => f.write_str("HPACK string longer than the list limit"),
             HpackError::ListTooLarge => f.write_str("header list larger than the limit"),
         }
     }
@@ -518,19 +515,18 @@ impl Str {
 /// Reads the string literal at `block[pos..]`: where it lies, and the position after it.
 ///
 /// A raw literal stays in the block; a Huffman-coded one is decoded onto the end of `scratch`.
-/// Literals longer than `max_len` octets (as sent) are refused before decoding.
+///
+/// A literal longer than the header list limit is still read, not refused: the block is
+/// decoded to its end either way (see [`Decoder::decode`]), and the literal's size is bounded
+/// by the block's.
 fn read_string(
     block: &[u8],
     pos: usize,
-    max_len: usize,
     scratch: &mut Vec<u8>,
 ) -> Result<(Str, usize), HpackError> {
     let src = block.get(pos..).unwrap_or_default();
     let huffman = src.first().is_some_and(|b| b & 0x80 != 0);
     let (len, n) = decode_integer(src, 7)?;
-    if len > max_len {
-        return Err(HpackError::StringTooLong);
-    }
     let start = pos + n;
     let end = start + len;
     let raw = block.get(start..end).ok_or(HpackError::Truncated)?;
@@ -542,6 +538,9 @@ fn read_string(
         Ok((Str::Block(start, end), end))
     }
 }
+
+/// The most scratch capacity a decoder keeps between blocks.
+const SCRATCH_KEEP: usize = 64 << 10;
 
 /// The decoding side of HPACK for one connection: the peer's dynamic table.
 ///
@@ -582,8 +581,8 @@ impl Decoder {
     /// `max_list` bounds the header list as RFC 9113 §6.5.2 accounts it: the sum over fields of
     /// `name.len() + value.len() + 32`. Once it is exceeded, later fields are no longer passed
     /// to `field`, but the block is decoded to its end so that the dynamic table stays in step
-    /// with the peer's, and `Err(ListTooLarge)` is returned. A single string literal longer
-    /// than `max_list` is `Err(StringTooLong)`.
+    /// with the peer's, and `Err(ListTooLarge)` is returned: the stream is refused, the
+    /// connection goes on. That holds for a single literal longer than `max_list` too.
     ///
     /// Any other error is a connection error and leaves the decoder unusable: the table may be
     /// partly updated.
@@ -635,7 +634,7 @@ impl Decoder {
             self.scratch.clear();
             let name = match index {
                 0 => {
-                    let (name, next) = read_string(block, pos, max_list, &mut self.scratch)?;
+                    let (name, next) = read_string(block, pos, &mut self.scratch)?;
                     pos = next;
                     name
                 }
@@ -645,7 +644,7 @@ impl Decoder {
                     Str::Table(e.at, e.name_len)
                 }
             };
-            let (value, next) = read_string(block, pos, max_list, &mut self.scratch)?;
+            let (value, next) = read_string(block, pos, &mut self.scratch)?;
             pos = next;
             let value = value.bytes(block, &self.scratch, &[]);
             {
@@ -662,6 +661,9 @@ impl Decoder {
                 };
                 self.table.insert(name, value);
             }
+        }
+        if self.scratch.capacity() > SCRATCH_KEEP {
+            self.scratch = Vec::new();
         }
         if list > max_list {
             return Err(HpackError::ListTooLarge);
@@ -1163,7 +1165,7 @@ mod tests {
 
     #[test]
     fn every_error() {
-        let cases: [(&str, usize, HpackError); 14] = [
+        let cases: [(&str, usize, HpackError); 13] = [
             // Literal with indexed name, value missing; string running past the end; integer
             // cut.
             ("8241", BIG, HpackError::Truncated),
@@ -1179,10 +1181,9 @@ mod tests {
             // A size update after a field; above the advertised 4096.
             ("8220", BIG, HpackError::BadSizeUpdate),
             ("3fe2 1f", BIG, HpackError::BadSizeUpdate),
-            // A value of 9 octets with a list limit of 8, though the block holds it.
-            ("0003 6162 6309 3132 3334 3536 3738 39", 8, HpackError::StringTooLong),
-            // So is a Huffman-coded one, before decoding it.
-            ("0003 6162 6389 3132 3334 3536 3738 39", 8, HpackError::StringTooLong),
+            // A value of 9 octets with a list limit of 8: the list is too large, the block
+            // was read to its end.
+            ("0003 6162 6309 3132 3334 3536 3738 39", 8, HpackError::ListTooLarge),
             // One field of 7 + 3 + 32 octets against 41.
             ("82", 41, HpackError::ListTooLarge),
         ];

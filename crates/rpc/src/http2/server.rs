@@ -87,6 +87,7 @@ where
         by_stream: HashMap::default(),
         shared,
         ready: Vec::new(),
+        credit_waiters: Vec::new(),
         timers: BinaryHeap::new(),
         sleep: None,
         peer,
@@ -170,6 +171,10 @@ struct Call {
     /// The response is all in the connection's hands; the slot stays only
     /// to enforce the deadline on data flow control still holds.
     draining: bool,
+    /// Listed in `Driver::credit_waiters`: the call waits for the client's
+    /// flow-control credit (its response backlog is over the limit, or it
+    /// is draining).
+    waits_credit: bool,
 }
 
 struct Driver<IO> {
@@ -182,6 +187,8 @@ struct Driver<IO> {
     by_stream: HashMap<u32, u32>,
     shared: Arc<Shared>,
     ready: Vec<u32>,
+    /// Calls to drive again once flow-control credit moved their backlog.
+    credit_waiters: Vec<u32>,
     timers: BinaryHeap<std::cmp::Reverse<(Instant, u32, u32)>>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     peer: Arc<Peer>,
@@ -203,6 +210,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         )));
         loop {
             self.process_input();
+            self.wake_credit_waiters();
             self.run_ready();
             self.expire(Instant::now());
             if self.dead || (self.eof && self.live_calls() == 0) {
@@ -418,6 +426,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             headers_sent: false,
             initial: Metadata::new(),
             draining: false,
+            waits_credit: false,
         };
         let slot = self.alloc(call);
         self.by_stream.insert(stream, slot);
@@ -425,11 +434,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             let gen = self.calls[slot as usize].gen;
             self.timers.push(std::cmp::Reverse((d, slot, gen)));
         }
-        if method.client_streaming {
-            self.start(slot);
-        }
         if end_stream {
             self.on_request_end(slot);
+        } else if method.client_streaming {
+            // The handler runs before its first request arrives, once the
+            // input at hand is processed: a stream reset in the same read
+            // never costs a handler poll (rapid reset).
+            self.start(slot);
+            self.calls[slot as usize].waker_handle.wake_by_ref();
         }
     }
 
@@ -507,12 +519,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             return self.fail(slot, e.status());
         }
         call.req_done = true;
-        if !call.client_streaming {
-            if call.first.is_none() {
-                return self.fail(slot, Status::new(Code::Unimplemented, "no request message"));
-            }
-            self.start(slot);
+        if !call.client_streaming && call.first.is_none() {
+            return self.fail(slot, Status::new(Code::Unimplemented, "no request message"));
         }
+        self.start(slot);
         self.drive(slot);
     }
 
@@ -583,6 +593,32 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         self.shared.waker.wake();
     }
 
+    /// Drives the calls whose response backlog the client's credit (a
+    /// WINDOW_UPDATE just processed) let out.
+    fn wake_credit_waiters(&mut self) {
+        if self.credit_waiters.is_empty() {
+            return;
+        }
+        for slot in std::mem::take(&mut self.credit_waiters) {
+            let Some(call) = self.calls[slot as usize].call.as_mut() else { continue };
+            if !call.waits_credit {
+                continue; // A stale entry: the slot holds another call now.
+            }
+            let pending = self.conn.pending(call.stream);
+            let moved = match call.draining {
+                true => pending == 0 || !self.conn.is_open(call.stream),
+                false => pending <= STREAM_PENDING_LIMIT,
+            };
+            if moved {
+                // `drive` lists the call again if it blocks again.
+                call.waits_credit = false;
+                self.drive(slot);
+            } else {
+                self.credit_waiters.push(slot);
+            }
+        }
+    }
+
     /// Ends calls whose deadline passed.
     fn expire(&mut self, now: Instant) {
         while let Some(std::cmp::Reverse((at, slot, gen))) = self.timers.peek().copied() {
@@ -624,6 +660,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         if call.draining {
             if !self.conn.is_open(call.stream) || self.conn.pending(call.stream) == 0 {
                 self.free_slot(slot);
+            } else {
+                wait_credit(call, &mut self.credit_waiters, slot);
             }
             return;
         }
@@ -654,6 +692,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             // Streamed responses, while flow control keeps up.
             while let Some(rx) = call.rx.as_mut() {
                 if self.conn.pending(call.stream) > STREAM_PENDING_LIMIT {
+                    wait_credit(call, &mut self.credit_waiters, slot);
                     break;
                 }
                 match rx.poll_recv(&mut cx) {
@@ -748,6 +787,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             call.handler = None;
             call.rx = None;
             call.req_tx = None;
+            wait_credit(call, &mut self.credit_waiters, slot);
             return;
         }
         self.free_slot(slot);
@@ -844,6 +884,15 @@ fn metadata_fields(sink: &mut dyn FieldSink, md: &Metadata) {
     md.each_field(|k, v| sink.field(k, v, Index::No));
 }
 
+/// Lists `call` (in `slot`) among those to drive again when the client's
+/// credit lets its backlog out.
+fn wait_credit(call: &mut Call, waiters: &mut Vec<u32>, slot: u32) {
+    if !call.waits_credit {
+        call.waits_credit = true;
+        waiters.push(slot);
+    }
+}
+
 /// Sends the response headers (once).
 fn send_headers(conn: &mut Conn, call: &mut Call) {
     if call.headers_sent {
@@ -938,7 +987,14 @@ fn finish(conn: &mut Conn, call: &mut Call, st: &Status, trailers: &Metadata) {
         conn.send_trailers(call.stream, |sink| status_fields(sink, st, trailers));
     } else {
         call.headers_sent = true;
-        trailers_only(conn, call.stream, st, trailers);
+        // Headers the handler staged but never sent travel in the one
+        // HEADERS frame, beside the status.
+        let initial = std::mem::take(&mut call.initial);
+        conn.send_headers(call.stream, true, |sink| {
+            base_fields(sink);
+            metadata_fields(sink, &initial);
+            status_fields(sink, st, trailers);
+        });
     }
 }
 
@@ -950,9 +1006,21 @@ fn trailers_only(conn: &mut Conn, stream: u32, st: &Status, trailers: &Metadata)
     });
 }
 
-/// A plain HTTP error (not a gRPC request at all).
+/// A plain HTTP error (not a gRPC request at all), with a short text body
+/// for whoever looks at it with a generic HTTP/2 client. The rest of the
+/// request is read and dropped.
 fn http_error(conn: &mut Conn, stream: u32, code: &[u8]) {
-    conn.send_headers(stream, true, |sink| sink.field(b":status", code, Index::Yes));
+    let text: &[u8] = match code {
+        b"405" => b"protoplane serves gRPC: requests are POST\n",
+        b"415" => b"protoplane serves gRPC: content-type application/grpc[+proto]\n",
+        _ => b"request header fields too large\n",
+    };
+    conn.read_to_end(stream);
+    conn.send_headers(stream, false, |sink| {
+        sink.field(b":status", code, Index::Yes);
+        sink.field(b"content-type", b"text/plain; charset=utf-8", Index::Yes);
+    });
+    conn.send_data_with(stream, text.len(), true, |buf| buf.extend_from_slice(text));
 }
 
 /// Cuts a stream's DATA into gRPC messages (RFC-free: gRPC's 5-byte

@@ -2,7 +2,8 @@
 # The whole test suite: the README's second command, and what CI runs.
 #
 # Installs what it needs (Python packages into ./.venv, cargo-fuzz, grpc-go's
-# interop binaries and grpcurl from the Go module proxy into target/go-bin),
+# interop binaries, grpcurl and h2spec from the Go module proxy into
+# target/go-bin),
 # builds the workspace once in release mode, and runs everything from that build:
 #   1. formatting and clippy (-D warnings)
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract),
@@ -12,7 +13,8 @@
 #      grpcurl through reflection, TLS; Python grpcio client and server; both
 #      clients also against `protoplane engine` (split mode); ConnectRPC's
 #      conformance suite (connectconformance, from the Go module proxy)
-#      against the server, monolithic and split, and against the client
+#      against the server, monolithic and split, and against the client;
+#      h2spec (HTTP/2 conformance) against the server, monolithic and split
 #   5. the socialnetwork example's binaries, monolithic and attached to
 #      `protoplane engine`
 #   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
@@ -55,6 +57,9 @@ if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else ba
 step "gRPC interop: Python grpcio client and server (also split mode)"
 if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
 
+step "HTTP/2 conformance: h2spec against the gRPC server (monolithic and split), count asserted"
+if tests/h2spec/run.sh --protoplane target/release/protoplane; then ok; else bad "h2spec"; fi
+
 step "gRPC conformance: ConnectRPC's suite against the server (monolithic and split) and the client"
 if tests/grpc-conformance/run.sh --bin target/release/protoplane-grpc-conformance; then
     ok
@@ -74,7 +79,7 @@ else
     bad "demo"; tail -20 target/demo.txt
 fi
 if target/release/protoplane bench rpc --rounds 1 --seconds 0.5 --concurrency 1,8 \
-    --impls protoplane-grpc,protoplane-lean >target/bench-rpc-smoke.md 2>/dev/null \
+    --impls protoplane-grpc,protoplane-h2,protoplane-lean --no-ghz >target/bench-rpc-smoke.md 2>/dev/null \
     && ! grep -q 'load failed' target/bench-rpc-smoke.md; then
     ok
 else

@@ -18,6 +18,14 @@
 //!   see `fuzz_targets/lean.rs`).
 //! * `CORPUS/grpc`: framed gRPC streams (two control bytes, then the
 //!   stream; see `fuzz_targets/grpc.rs`) and header values.
+//! * `CORPUS/http2_frame`: a client's bytes to an HTTP/2 server connection
+//!   (one control byte, then the bytes; see `fuzz_targets/http2_frame.rs`):
+//!   gRPC requests as frames (HPACK-coded headers, a message in DATA),
+//!   after the harness's preface or with the client's own, then every other
+//!   frame type, and a connection error followed by more frames.
+//! * `CORPUS/hpack`: the header blocks of RFC 7541 Appendix C.3 to C.6 as
+//!   raw decoder input, and their fields as encoder programs (one control
+//!   byte, then the body; see `fuzz_targets/hpack.rs`).
 //! * `CORPUS/tables`: the serialized table sets of the fuzzed schemas, of the
 //!   dataset's descriptor set and of every dataset `.proto`.
 //! * `CORPUS/ring`: op sequences (see `protoplane_fuzz::ring`): well-formed
@@ -255,8 +263,10 @@ fn main() {
     }
 
     let ring = ring_seeds(corpus);
+    let http2 = http2_seeds(corpus);
+    let hpack = hpack_seeds(corpus);
 
-    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean, &ring] {
+    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }
@@ -390,5 +400,263 @@ fn ring_seeds(corpus: &Path) -> Dir {
         assert!(out.detached.is_some(), "hostile ring seed {name} was not detached");
         dir.put(name, &input);
     }
+    dir
+}
+
+/// Seeds of the `http2_frame` target. Control bits: 1 the harness's
+/// preface, 2 small limits, 4 the harness answers requests, bits 3..=7 the
+/// read size.
+fn http2_seeds(corpus: &Path) -> Dir {
+    use protoplane_rpc::http2::frame::{self, flag, kind, setting, Reason, PREFACE};
+    use protoplane_rpc::http2::hpack::{Encoder, Index};
+
+    const PREFIX: u8 = 1;
+    const SMALL: u8 = 2;
+    const SERVE: u8 = 4;
+
+    let mut enc = Encoder::new();
+    let mut block = |path: &[u8], timeout: &[u8]| {
+        let mut b = Vec::new();
+        enc.begin(&mut b);
+        for (name, value, index) in [
+            (&b":method"[..], &b"POST"[..], Index::Yes),
+            (b":scheme", b"http", Index::Yes),
+            (b":path", path, Index::Yes),
+            (b":authority", b"localhost:50051", Index::Yes),
+            (b"content-type", b"application/grpc", Index::Yes),
+            (b"te", b"trailers", Index::Yes),
+            (b"user-agent", b"grpc-seed/1.0", Index::Yes),
+            (b"grpc-timeout", timeout, Index::No),
+            (b"authorization", b"Bearer token", Index::Never),
+        ] {
+            enc.encode(name, value, index, &mut b);
+        }
+        b
+    };
+    let message = |body: &[u8]| {
+        let mut m = vec![0];
+        m.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    };
+    let put = |out: &mut Vec<u8>, k: u8, flags: u8, stream: u32, payload: &[u8]| {
+        frame::write_head(out, payload.len(), k, flags, stream);
+        out.extend_from_slice(payload);
+    };
+
+    // A unary call: one HEADERS, one DATA ending the stream.
+    let mut unary = Vec::new();
+    let b1 = block(b"/helloworld.Greeter/SayHello", b"1S");
+    put(&mut unary, kind::HEADERS, flag::END_HEADERS, 1, &b1);
+    put(&mut unary, kind::DATA, flag::END_STREAM, 1, &message(b"\x0a\x05world"));
+
+    // A second call on the same connection: the dynamic table in use, the
+    // block split over CONTINUATION, a padded DATA.
+    let mut second = Vec::new();
+    let b3 = block(b"/helloworld.Greeter/SayHello", b"250m");
+    let (first, rest) = b3.split_at(b3.len() / 2);
+    put(&mut second, kind::HEADERS, 0, 3, first);
+    put(&mut second, kind::CONTINUATION, flag::END_HEADERS, 3, rest);
+    let mut padded = vec![4];
+    padded.extend_from_slice(&message(b"\x0a\x03two"));
+    padded.extend_from_slice(&[0; 4]);
+    put(&mut second, kind::DATA, flag::PADDED | flag::END_STREAM, 3, &padded);
+
+    // Every other frame type, around a client-streaming call.
+    let mut others = Vec::new();
+    let values = [
+        (setting::INITIAL_WINDOW_SIZE, 1 << 20),
+        (setting::MAX_FRAME_SIZE, 1 << 15),
+        (setting::HEADER_TABLE_SIZE, 256),
+    ];
+    frame::write_settings(&mut others, &values);
+    frame::write_settings_ack(&mut others);
+    frame::write_window_update(&mut others, 0, 1 << 20);
+    frame::write_ping(&mut others, *b"pingpong", false);
+    let b5 = block(b"/routeguide.RouteGuide/RecordRoute", b"10S");
+    put(
+        &mut others,
+        kind::HEADERS,
+        flag::END_HEADERS | flag::PRIORITY,
+        5,
+        &[&[0, 0, 0, 0, 16][..], &b5].concat(),
+    );
+    put(&mut others, kind::PRIORITY, 0, 5, &[0, 0, 0, 0, 32]);
+    put(&mut others, kind::DATA, 0, 5, &message(b"\x08\x01"));
+    frame::write_window_update(&mut others, 5, 1000);
+    put(&mut others, kind::DATA, 0, 5, &[]);
+    put(&mut others, kind::DATA, flag::END_STREAM, 5, &message(b"\x08\x02"));
+    let b7 = block(b"/routeguide.RouteGuide/RouteChat", b"1M");
+    put(&mut others, kind::HEADERS, flag::END_HEADERS, 7, &b7);
+    frame::write_rst(&mut others, 7, Reason::CANCEL);
+    put(&mut others, 0xfa, 0xff, 0, b"unknown type");
+    frame::write_goaway(&mut others, 0, Reason::NO_ERROR, b"bye");
+
+    // A connection error (PING of 9 bytes), then frames that must not be
+    // taken any more.
+    let mut broken = unary.clone();
+    put(&mut broken, kind::PING, 0, 0, b"123456789");
+    frame::write_ping(&mut broken, *b"afterall", false);
+
+    let mut hello = PREFACE.to_vec();
+    frame::write_settings(&mut hello, &[(setting::ENABLE_PUSH, 0)]);
+
+    let mut dir = Dir::new(corpus, "http2_frame");
+    // `others` refers to table entries the earlier blocks added.
+    let all = [unary.clone(), second.clone(), others].concat();
+    for (name, control, body) in [
+        ("grpc-request", PREFIX | SERVE, unary.clone()),
+        ("grpc-request-own-preface", SERVE, [hello.clone(), unary.clone()].concat()),
+        ("grpc-request-small", PREFIX | SMALL | SERVE, unary.clone()),
+        ("grpc-request-cut-7", PREFIX | SERVE | 7 << 3, unary.clone()),
+        ("two-calls", PREFIX | SERVE, [unary.clone(), second].concat()),
+        ("every-frame", PREFIX | SERVE, all.clone()),
+        ("every-frame-small-cut-3", PREFIX | SMALL | SERVE | 3 << 3, all.clone()),
+        ("every-frame-unanswered", PREFIX, all.clone()),
+        ("error-then-more", PREFIX | SERVE, broken),
+        ("preface-only", 0, hello),
+    ] {
+        dir.put(name, &[&[control][..], &body].concat());
+    }
+    dir
+}
+
+/// Seeds of the `hpack` target: RFC 7541 Appendix C. Control: bit 0 the
+/// encoded mode, bits 1..=7 the advertised table size in 64-byte units.
+fn hpack_seeds(corpus: &Path) -> Dir {
+    use protoplane_fuzz::hpack::{encode, Indexing, Op, Program};
+
+    const TABLE_4096: u8 = 64 << 1;
+    const TABLE_256: u8 = 4 << 1;
+    const ENCODED: u8 = 1;
+
+    // C.3 (raw) and C.4 (Huffman): three requests on one connection.
+    let c3 = [
+        "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
+        "8286 84be 5808 6e6f 2d63 6163 6865",
+        "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
+    ];
+    let c4 = [
+        "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
+        "8286 84be 5886 a8eb 1064 9cbf",
+        "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
+    ];
+    // C.5 (raw) and C.6 (Huffman): three responses with a 256-byte table,
+    // signalled as HTTP/2 requires by a size update in the first block.
+    let c5 = [
+        "3fe101 4803 3330 3258 0770 7269 7661 7465 611d 4d6f 6e2c 2032 3120 4f63 7420 3230 \
+         3133 2032 303a 3133 3a32 3120 474d 546e 1768 7474 7073 3a2f 2f77 7777 2e65 \
+         7861 6d70 6c65 2e63 6f6d",
+        "4803 3330 37c1 c0bf",
+        "88c1 611d 4d6f 6e2c 2032 3120 4f63 7420 3230 3133 2032 303a 3133 3a32 3220 \
+         474d 54c0 5a04 677a 6970 7738 666f 6f3d 4153 444a 4b48 514b 425a 584f 5157 \
+         454f 5049 5541 5851 5745 4f49 553b 206d 6178 2d61 6765 3d33 3630 303b 2076 \
+         6572 7369 6f6e 3d31",
+    ];
+    let c6 = [
+        "3fe101 4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 \
+         82a6 2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
+        "4883 640e ffc1 c0bf",
+        "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b \
+         d9ab 77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 \
+         0fb5 291f 9587 3160 65c0 03ed 4ee5 b106 3d50 07",
+    ];
+    let raw = |control: u8, blocks: &[&str]| {
+        let mut out = vec![control];
+        for b in blocks {
+            let b = hex(b);
+            out.extend_from_slice(&(b.len() as u16).to_be_bytes());
+            out.extend_from_slice(&b);
+        }
+        out
+    };
+
+    let field = |name: &str, value: &str| Op::Field {
+        name: name.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        index: Indexing::Yes,
+    };
+    let requests: [&[(&str, &str)]; 3] = [
+        &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            (":authority", "www.example.com"),
+        ],
+        &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            (":authority", "www.example.com"),
+            ("cache-control", "no-cache"),
+        ],
+        &[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":path", "/index.html"),
+            (":authority", "www.example.com"),
+            ("custom-key", "custom-value"),
+        ],
+    ];
+    let date1 = "Mon, 21 Oct 2013 20:13:21 GMT";
+    let cookie = "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1";
+    let location = "https://www.example.com";
+    let responses: [&[(&str, &str)]; 3] = [
+        &[
+            (":status", "302"),
+            ("cache-control", "private"),
+            ("date", date1),
+            ("location", location),
+        ],
+        &[
+            (":status", "307"),
+            ("cache-control", "private"),
+            ("date", date1),
+            ("location", location),
+        ],
+        &[
+            (":status", "200"),
+            ("cache-control", "private"),
+            ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+            ("location", location),
+            ("content-encoding", "gzip"),
+            ("set-cookie", cookie),
+        ],
+    ];
+    let program = |size: Option<u16>, blocks: &[&[(&str, &str)]]| {
+        let mut ops: Vec<Op> = size.map(Op::TableSize).into_iter().collect();
+        for b in blocks {
+            ops.extend(b.iter().map(|(n, v)| field(n, v)));
+            ops.push(Op::End);
+        }
+        let bytes = encode(&ops);
+        assert_eq!(Program(&bytes).collect::<Vec<_>>(), ops, "an hpack seed does not read back");
+        bytes
+    };
+    // A field of every representation, a size change mid-connection.
+    let mixed = [
+        Op::Field { name: b"x-token".to_vec(), value: b"abc".to_vec(), index: Indexing::Yes },
+        Op::Field { name: b"x-token".to_vec(), value: b"abc".to_vec(), index: Indexing::No },
+        Op::Field { name: b"x-token".to_vec(), value: b"abd".to_vec(), index: Indexing::Never },
+        Op::Field { name: b":method".to_vec(), value: b"GET".to_vec(), index: Indexing::Never },
+        Op::End,
+        Op::TableSize(0),
+        Op::TableSize(100),
+        Op::End,
+        Op::Field { name: b"x-token".to_vec(), value: b"abc".to_vec(), index: Indexing::Yes },
+        Op::End,
+    ];
+
+    let mut dir = Dir::new(corpus, "hpack");
+    dir.put("c3-raw", &raw(TABLE_4096, &c3));
+    dir.put("c4-raw", &raw(TABLE_4096, &c4));
+    dir.put("c5-raw", &raw(TABLE_256, &c5));
+    dir.put("c6-raw", &raw(TABLE_256, &c6));
+    dir.put("c3-c4-program", &[&[TABLE_4096 | ENCODED][..], &program(None, &requests)].concat());
+    dir.put(
+        "c5-c6-program",
+        &[&[TABLE_256 | ENCODED][..], &program(Some(256), &responses)].concat(),
+    );
+    dir.put("mixed-program", &[&[TABLE_4096 | ENCODED][..], &encode(&mixed)].concat());
     dir
 }

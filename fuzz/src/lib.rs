@@ -7,10 +7,12 @@
 //! schema) and the hostile-input test schema of `crates/wire/tests`.
 //!
 //! [`ring`] is the `ring` target's interpreter, shared the same way: the
-//! seeds are op sequences it encodes and runs.
+//! seeds are op sequences it encodes and runs. [`hpack`] is the program
+//! format of the `hpack` target's encoded mode, for its seeds.
 
 use std::sync::OnceLock;
 
+pub mod hpack;
 pub mod ring;
 
 use protoplane_schema::{ProtoSource, TableSet};

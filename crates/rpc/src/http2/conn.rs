@@ -522,6 +522,10 @@ struct Stream {
     /// A header block arrived (the next one is trailers).
     got_headers: bool,
     send_window: i64,
+    /// The largest `send_window` so far: credit below it returns what our
+    /// DATA used (progress), credit on top of it is a grant nothing asked
+    /// for.
+    send_peak: i64,
     recv_window: i64,
     /// Received bytes consumed but not yet returned as credit.
     recv_unacked: u32,
@@ -549,6 +553,7 @@ impl Stream {
             send_closed: false,
             got_headers: false,
             send_window: send_window.into(),
+            send_peak: send_window.into(),
             recv_window: recv_window.into(),
             recv_unacked: 0,
             held: 0,
@@ -634,6 +639,8 @@ pub struct Conn {
     /// Streams we opened that are still open (client).
     local_open: u32,
     send_window: i64,
+    /// The largest `send_window` so far (see `Stream::send_peak`).
+    send_peak: i64,
     recv_window: i64,
     recv_unacked: u32,
     /// Streams with pending data waiting for connection credit.
@@ -649,6 +656,9 @@ pub struct Conn {
     idle_frames: u32,
     /// Our SETTINGS not yet acknowledged.
     settings_unacked: u32,
+    /// The connection error that ended the connection: every later call
+    /// of `next_event` returns it, so nothing after it is taken.
+    dead: Option<ConnError>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -691,6 +701,7 @@ impl Conn {
             next_local: 1,
             local_open: 0,
             send_window: frame::DEFAULT_WINDOW.into(),
+            send_peak: frame::DEFAULT_WINDOW.into(),
             recv_window: frame::DEFAULT_WINDOW.into(),
             recv_unacked: 0,
             blocked: VecDeque::new(),
@@ -704,6 +715,7 @@ impl Conn {
             reset_credit: cfg.reset_budget,
             idle_frames: 0,
             settings_unacked: 1,
+            dead: None,
             cfg,
         };
         let buf = &mut c.out.buf;
@@ -777,7 +789,9 @@ impl Conn {
 
     fn fail(&mut self, reason: Reason, detail: &'static str) -> ConnError {
         self.go_away(reason, detail);
-        ConnError { reason, detail }
+        let e = ConnError { reason, detail };
+        self.dead = Some(e.clone());
+        e
     }
 
     /// Resets stream `id` with `reason` (we no longer want it); frames
@@ -880,6 +894,9 @@ impl Conn {
     /// connection is dead: flush the output (it ends with GOAWAY) and
     /// close.
     pub fn next_event(&mut self, input: &mut BytesMut) -> Result<Option<Event>, ConnError> {
+        if let Some(e) = &self.dead {
+            return Err(e.clone());
+        }
         loop {
             match self.phase {
                 Phase::Preface => {
@@ -934,7 +951,7 @@ impl Conn {
             kind::HEADERS => self.on_headers(head, payload),
             kind::CONTINUATION => self.on_continuation(head, payload),
             kind::SETTINGS => self.on_settings(head, payload).map(|_| None),
-            kind::WINDOW_UPDATE => self.on_window_update(head, payload).map(|_| None),
+            kind::WINDOW_UPDATE => self.on_window_update(head, payload),
             kind::PING => {
                 if head.stream != 0 {
                     return Err(self.fail(Reason::PROTOCOL_ERROR, "PING on a stream"));
@@ -942,8 +959,9 @@ impl Conn {
                 let Ok(p) = <[u8; 8]>::try_from(payload) else {
                     return Err(self.fail(Reason::FRAME_SIZE_ERROR, "PING not 8 bytes"));
                 };
+                // An acknowledgement is no progress either: we send no PING.
+                self.idle_frame()?;
                 if !head.has(flag::ACK) {
-                    self.idle_frame()?;
                     frame::write_ping(&mut self.out.buf, p, true);
                 }
                 Ok(None)
@@ -1284,6 +1302,10 @@ impl Conn {
             if !payload.is_empty() {
                 return Err(self.fail(Reason::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"));
             }
+            if self.settings_unacked == 0 {
+                // An acknowledgement of nothing.
+                self.idle_frame()?;
+            }
             self.settings_unacked = self.settings_unacked.saturating_sub(1);
             return Ok(());
         }
@@ -1291,6 +1313,8 @@ impl Conn {
             return Err(self.fail(Reason::FRAME_SIZE_ERROR, "SETTINGS length not a multiple of 6"));
         }
         self.idle_frame()?;
+        // INITIAL_WINDOW_SIZE: (largest, last) value in this frame.
+        let mut initial: Option<(u32, u32)> = None;
         for kv in payload.chunks_exact(6) {
             let id = u16::from_be_bytes([kv[0], kv[1]]);
             let v = u32::from_be_bytes([kv[2], kv[3], kv[4], kv[5]]);
@@ -1306,16 +1330,7 @@ impl Conn {
                             self.fail(Reason::FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
                         );
                     }
-                    let delta = i64::from(v) - i64::from(self.peer.initial_window);
-                    self.peer.initial_window = v;
-                    let mut overflow = false;
-                    for s in self.streams.values_mut() {
-                        s.send_window += delta;
-                        overflow |= s.send_window > frame::MAX_WINDOW;
-                    }
-                    if overflow {
-                        return Err(self.fail(Reason::FLOW_CONTROL_ERROR, "stream window overflow"));
-                    }
+                    initial = Some(initial.map_or((v, v), |(largest, _)| (largest.max(v), v)));
                 }
                 setting::MAX_FRAME_SIZE => {
                     if !(frame::DEFAULT_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&v) {
@@ -1326,13 +1341,31 @@ impl Conn {
                 _ => {} // MAX_HEADER_LIST_SIZE is advisory; unknown ids are ignored.
             }
         }
+        if let Some((largest, last)) = initial {
+            // Every value applies to every stream, in order; one pass for
+            // the frame, not one per value, keeps a SETTINGS frame's cost
+            // linear. A stream's window is largest under the largest value,
+            // so that is where an overflow would show.
+            let old = i64::from(self.peer.initial_window);
+            let (to_largest, to_last) = (i64::from(largest) - old, i64::from(last) - old);
+            self.peer.initial_window = last;
+            let mut overflow = false;
+            for s in self.streams.values_mut() {
+                overflow |= s.send_window + to_largest > frame::MAX_WINDOW;
+                s.send_window += to_last;
+                s.send_peak += to_last;
+            }
+            if overflow {
+                return Err(self.fail(Reason::FLOW_CONTROL_ERROR, "stream window overflow"));
+            }
+        }
         frame::write_settings_ack(&mut self.out.buf);
         // A larger initial window may unblock pending data.
         self.flush_all();
         Ok(())
     }
 
-    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
+    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> Result<Option<Event>, ConnError> {
         if payload.len() != 4 {
             return Err(self.fail(Reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes"));
         }
@@ -1343,12 +1376,17 @@ impl Conn {
             if inc == 0 {
                 return Err(self.fail(Reason::PROTOCOL_ERROR, "WINDOW_UPDATE of 0"));
             }
+            let granted = self.send_window >= self.send_peak;
             self.send_window += i64::from(inc);
             if self.send_window > frame::MAX_WINDOW {
                 return Err(self.fail(Reason::FLOW_CONTROL_ERROR, "connection window overflow"));
             }
+            self.send_peak = self.send_peak.max(self.send_window);
+            if granted {
+                self.idle_frame()?;
+            }
             self.flush_blocked();
-            return Ok(());
+            return Ok(None);
         }
         let Some(s) = self.streams.get_mut(&id) else {
             if self.idle_stream(id) {
@@ -1359,20 +1397,28 @@ impl Conn {
             // unless we reset the stream ourselves (no reset ping-pong).
             if inc == 0 && !self.reset_by_us.has(id) {
                 self.stream_error(id, Reason::PROTOCOL_ERROR)?;
+            } else {
+                // Credit for a stream that is gone moves nothing.
+                self.idle_frame()?;
             }
-            return Ok(());
+            return Ok(None);
         };
         if inc == 0 {
             self.stream_error(id, Reason::PROTOCOL_ERROR)?;
-            return Ok(());
+            return Ok(self.reset_event(id, Reason::PROTOCOL_ERROR));
         }
+        let granted = s.send_window >= s.send_peak;
         s.send_window += i64::from(inc);
         if s.send_window > frame::MAX_WINDOW {
             self.stream_error(id, Reason::FLOW_CONTROL_ERROR)?;
-            return Ok(());
+            return Ok(self.reset_event(id, Reason::FLOW_CONTROL_ERROR));
+        }
+        s.send_peak = s.send_peak.max(s.send_window);
+        if granted {
+            self.idle_frame()?;
         }
         self.flush_stream(id);
-        Ok(())
+        Ok(None)
     }
 
     fn on_rst(&mut self, head: Head, payload: &[u8]) -> Result<Option<Event>, ConnError> {
@@ -1390,7 +1436,11 @@ impl Conn {
         let Some(s) = self.streams.remove(&id) else {
             // Our reset and theirs crossed: nothing more may come on the
             // stream now, so a later frame on it is an error, not a frame
-            // in flight.
+            // in flight. A reset of a stream that ended otherwise moves
+            // nothing.
+            if !self.reset_by_us.has(id) {
+                self.idle_frame()?;
+            }
             self.reset_by_us.remove(id);
             return Ok(None);
         };

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use protoplane_rpc::lean::LeanChannel;
-use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Code, Metadata, Schema, Status};
+use protoplane_rpc::{
+    CallOptions, Channel, ChannelOptions, Code, GrpcTransport, Metadata, Schema, Status,
+};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
@@ -72,6 +74,10 @@ pub(crate) struct LoadArgs {
     /// (protoplane servers only; unary methods).
     #[arg(long, value_enum, default_value_t = Transport::Grpc)]
     transport: Transport,
+    /// The HTTP/2 implementation of the gRPC client: protoplane's own
+    /// (native) or the h2 crate's (h2, kept for comparison).
+    #[arg(long, value_name = "native|h2", default_value = "native")]
+    grpc_client: GrpcTransport,
     /// A .proto file declaring the service (repeatable).
     #[arg(long = "proto", value_name = "FILE")]
     protos: Vec<PathBuf>,
@@ -138,6 +144,8 @@ pub(crate) struct LoadConfig {
     pub(crate) target: String,
     /// The protocol.
     pub(crate) transport: Transport,
+    /// The gRPC client's HTTP/2 implementation.
+    pub(crate) grpc_client: GrpcTransport,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
     /// Calls go round-robin over every (method, message) pair.
     pub(crate) calls: Vec<(String, Vec<Bytes>)>,
@@ -168,6 +176,7 @@ impl LoadConfig {
         LoadConfig {
             target: target.into(),
             transport: Transport::Grpc,
+            grpc_client: GrpcTransport::Native,
             calls,
             concurrency: 1,
             connections: 1,
@@ -610,10 +619,18 @@ enum Outcome {
     Lost,
 }
 
-async fn connect(target: &str, transport: Transport) -> Result<Conn, Status> {
+async fn connect(
+    target: &str,
+    transport: Transport,
+    grpc_client: GrpcTransport,
+) -> Result<Conn, Status> {
     match transport {
         Transport::Grpc => {
-            let opts = ChannelOptions { connect_timeout: CONNECT_TIMEOUT, ..Default::default() };
+            let opts = ChannelOptions {
+                connect_timeout: CONNECT_TIMEOUT,
+                transport: grpc_client,
+                ..Default::default()
+            };
             Channel::connect_with(target, opts).await.map(Conn::Grpc)
         }
         Transport::Lean => {
@@ -648,11 +665,8 @@ impl Conn {
     async fn call(&self, path: &str, msg: &[u8], opts: &CallOptions) -> Outcome {
         match self {
             Conn::Grpc(ch) => match ch.start(path, opts.clone()).await {
-                Ok(mut call) => match call.send(msg).await {
-                    Ok(()) => {
-                        call.close_send();
-                        Outcome::Done(call.finish_status().await.code)
-                    }
+                Ok(mut call) => match call.send_last(msg).await {
+                    Ok(()) => Outcome::Done(call.finish_status().await.code),
                     Err(s) => Outcome::Done(s.code),
                 },
                 // Waiting for stream capacity used up the deadline: the
@@ -675,6 +689,7 @@ impl Conn {
 struct Link {
     target: String,
     transport: Transport,
+    grpc_client: GrpcTransport,
     state: tokio::sync::Mutex<LinkState>,
 }
 
@@ -707,7 +722,7 @@ impl Link {
         if let Some(t) = st.retry_at.filter(|t| *t > now) {
             return Recovery::Wait(t);
         }
-        match connect(&self.target, self.transport).await {
+        match connect(&self.target, self.transport, self.grpc_client).await {
             Ok(c) => {
                 st.generation += 1;
                 st.channel = c.clone();
@@ -835,7 +850,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
 
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
-        let channel = connect(&cfg.target, cfg.transport)
+        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client)
             .await
             .map_err(|e| format!("connection {} to {}: {}", i + 1, cfg.target, e.message))?;
         if let Conn::Lean(ch) = &channel {
@@ -848,6 +863,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         links.push(Link {
             target: cfg.target.clone(),
             transport: cfg.transport,
+            grpc_client: cfg.grpc_client,
             state: tokio::sync::Mutex::new(LinkState {
                 generation: 0,
                 channel,
@@ -1264,6 +1280,7 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
     Ok(LoadConfig {
         target: args.target.clone(),
         transport: args.transport,
+        grpc_client: args.grpc_client,
         calls,
         concurrency: args.concurrency,
         connections: args.connections,

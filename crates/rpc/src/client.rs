@@ -27,9 +27,12 @@ use tokio::net::TcpStream;
 use crate::call::{Message, Request};
 use crate::codec::{self, Encoding, ACCEPT_ENCODING};
 use crate::frame::FrameDecoder;
+use crate::http2::client::{self as native, Fields};
+use crate::http2::conn::FieldSink;
+use crate::http2::hpack::Index;
 use crate::metadata::Metadata;
 use crate::schema::Schema;
-use crate::server::{h2_status, write_data};
+use crate::server::{h2_status, write_data, GrpcTransport};
 use crate::status::{Code, Status};
 use crate::timeout;
 
@@ -49,6 +52,9 @@ pub struct ChannelOptions {
     pub tls: Option<ClientTls>,
     /// Time allowed for TCP connect, TLS and HTTP/2 handshakes.
     pub connect_timeout: Duration,
+    /// The HTTP/2 implementation: protoplane's own (the default) or the
+    /// `h2` crate, kept for comparison.
+    pub transport: GrpcTransport,
 }
 
 /// TLS settings of a client.
@@ -88,6 +94,7 @@ impl Default for ChannelOptions {
             connection_window: 4 << 20,
             tls: None,
             connect_timeout: Duration::from_secs(20),
+            transport: GrpcTransport::Native,
         }
     }
 }
@@ -95,10 +102,28 @@ impl Default for ChannelOptions {
 /// One HTTP/2 connection to a gRPC server.
 #[derive(Clone, Debug)]
 pub struct Channel {
-    send: SendRequest<Bytes>,
+    link: Link,
     authority: String,
     scheme: &'static str,
     opts: Arc<ChannelOptions>,
+}
+
+/// The connection under a channel.
+#[derive(Clone, Debug)]
+enum Link {
+    Native(Arc<NativeHandle>),
+    H2(SendRequest<Bytes>),
+}
+
+/// The last clone of a channel going away lets its connection close once
+/// the calls still running end.
+#[derive(Debug)]
+struct NativeHandle(Arc<native::Link>);
+
+impl Drop for NativeHandle {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
 }
 
 /// Per-call settings.
@@ -115,6 +140,25 @@ pub struct CallOptions {
 fn unavailable(what: impl std::fmt::Display) -> Status {
     Status::new(Code::Unavailable, what.to_string())
 }
+
+fn deadline_exceeded() -> Status {
+    Status::new(Code::DeadlineExceeded, "deadline exceeded")
+}
+
+/// Runs `f` until `deadline`, then fails with DEADLINE_EXCEEDED.
+async fn timed<T>(
+    deadline: Option<Instant>,
+    f: impl Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match deadline {
+        None => f.await,
+        Some(d) => {
+            tokio::time::timeout_at(d.into(), f).await.unwrap_or_else(|_| Err(deadline_exceeded()))
+        }
+    }
+}
+
+const USER_AGENT: &str = "protoplane-rpc/0.1";
 
 impl Channel {
     /// Connects to `target` (`host:port`, optionally with an `http://` or
@@ -170,56 +214,92 @@ impl Channel {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (send, conn) = h2::client::Builder::new()
-            .initial_window_size(opts.stream_window)
-            .initial_connection_window_size(opts.connection_window)
-            .max_send_buffer_size(1 << 20)
-            .handshake::<IO, Bytes>(io)
-            .await
-            .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
-        // The connection task reads and writes frames until the connection
-        // closes; calls on it then fail with UNAVAILABLE.
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(Channel { send, authority, scheme, opts: Arc::new(opts) })
+        let link = match opts.transport {
+            GrpcTransport::Native => {
+                let link = native::Link::start(io, opts.stream_window, opts.connection_window);
+                Link::Native(Arc::new(NativeHandle(link)))
+            }
+            GrpcTransport::H2 => {
+                let (send, conn) = h2::client::Builder::new()
+                    .initial_window_size(opts.stream_window)
+                    .initial_connection_window_size(opts.connection_window)
+                    .max_send_buffer_size(1 << 20)
+                    .handshake::<IO, Bytes>(io)
+                    .await
+                    .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
+                // The connection task reads and writes frames until the
+                // connection closes; calls on it then fail with UNAVAILABLE.
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                Link::H2(send)
+            }
+        };
+        Ok(Channel { link, authority, scheme, opts: Arc::new(opts) })
     }
 
     /// Starts a call on `path` (`/package.Service/Method`).
     pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
         let deadline = call.timeout.map(|t| Instant::now() + t);
-        let mut req = HttpRequest::builder()
-            .method("POST")
-            .uri(format!("{}://{}{}", self.scheme, self.authority, path))
-            .body(())
-            .map_err(|e| Status::new(Code::InvalidArgument, format!("bad path {path:?}: {e}")))?;
-        let h = req.headers_mut();
-        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        h.insert(http::header::TE, HeaderValue::from_static("trailers"));
-        h.insert(http::header::USER_AGENT, HeaderValue::from_static("protoplane-rpc/0.1"));
-        h.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT_ENCODING));
-        if call.compress {
-            h.insert("grpc-encoding", HeaderValue::from_static("gzip"));
-        }
-        if let Some(t) = call.timeout {
-            if let Ok(v) = HeaderValue::from_str(&timeout::format(t)) {
-                h.insert("grpc-timeout", v);
+        let grpc_timeout = call.timeout.map(timeout::format);
+        let io = match &self.link {
+            Link::Native(link) => {
+                if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(Status::new(Code::InvalidArgument, format!("bad path {path:?}")));
+                }
+                let (md, compress, t) = (&call.metadata, call.compress, grpc_timeout.as_deref());
+                let fields = move |sink: &mut dyn FieldSink| {
+                    sink.field(b"content-type", b"application/grpc", Index::Yes);
+                    sink.field(b"te", b"trailers", Index::Yes);
+                    sink.field(b"user-agent", USER_AGENT.as_bytes(), Index::Yes);
+                    sink.field(b"grpc-accept-encoding", ACCEPT_ENCODING.as_bytes(), Index::Yes);
+                    if compress {
+                        sink.field(b"grpc-encoding", b"gzip", Index::Yes);
+                    }
+                    if let Some(t) = t {
+                        sink.field(b"grpc-timeout", t.as_bytes(), Index::No);
+                    }
+                    md.each_field(|k, v| sink.field(k, v, Index::No));
+                };
+                let open = link.0.open(
+                    self.scheme.as_bytes(),
+                    self.authority.as_bytes(),
+                    path.as_bytes(),
+                    &fields,
+                );
+                Io::Native(timed(deadline, open).await?)
             }
-        }
-        call.metadata.write_headers(h);
-        let ready = async {
-            let mut send = self.send.clone().ready().await.map_err(|e| h2_status(&e))?;
-            send.send_request(req, false).map_err(|e| h2_status(&e))
-        };
-        let (response, stream) = match deadline {
-            Some(d) => tokio::time::timeout_at(d.into(), ready)
-                .await
-                .map_err(|_| Status::new(Code::DeadlineExceeded, "deadline exceeded"))??,
-            None => ready.await?,
+            Link::H2(send) => {
+                let mut req = HttpRequest::builder()
+                    .method("POST")
+                    .uri(format!("{}://{}{}", self.scheme, self.authority, path))
+                    .body(())
+                    .map_err(|e| {
+                        Status::new(Code::InvalidArgument, format!("bad path {path:?}: {e}"))
+                    })?;
+                let h = req.headers_mut();
+                h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+                h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                h.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+                h.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT_ENCODING));
+                if call.compress {
+                    h.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+                }
+                if let Some(v) = grpc_timeout.and_then(|t| HeaderValue::from_str(&t).ok()) {
+                    h.insert("grpc-timeout", v);
+                }
+                call.metadata.write_headers(h);
+                let ready = async {
+                    let mut send = send.clone().ready().await.map_err(|e| h2_status(&e))?;
+                    send.send_request(req, false).map_err(|e| h2_status(&e))
+                };
+                let (response, stream) = timed(deadline, ready).await?;
+                Io::H2 { send: Some(stream), response: Some(response), body: None }
+            }
         };
         Ok(ClientCall {
-            send: Some(stream),
-            state: RecvState::Waiting(response),
+            io,
+            phase: Phase::Head,
             frames: FrameDecoder::new(self.opts.max_recv_message),
             encoding: Encoding::Identity,
             limit: self.opts.max_recv_message,
@@ -235,27 +315,164 @@ impl Channel {
     }
 }
 
-enum RecvState {
-    Waiting(ResponseFuture),
-    Body(RecvStream),
-    Done,
+/// A call's stream, on either transport.
+enum Io {
+    Native(native::Stream),
+    H2 {
+        send: Option<SendStream<Bytes>>,
+        response: Option<ResponseFuture>,
+        body: Option<RecvStream>,
+    },
 }
 
-impl std::fmt::Debug for RecvState {
+impl std::fmt::Debug for Io {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            RecvState::Waiting(_) => "Waiting",
-            RecvState::Body(_) => "Body",
-            RecvState::Done => "Done",
+            Io::Native(_) => "Native",
+            Io::H2 { .. } => "H2",
         })
     }
+}
+
+fn h2_fields(http: u16, ends: bool, headers: &HeaderMap) -> Fields {
+    Fields::parse(http, ends, || headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))
+}
+
+impl Io {
+    /// The response header block and whether it also ended the call.
+    async fn head(&mut self) -> Result<(Fields, bool), Status> {
+        match self {
+            Io::Native(s) => poll_fn(|cx| s.poll_head(cx)).await,
+            Io::H2 { response, body, .. } => {
+                let Some(fut) = response.take() else {
+                    return Err(Status::new(Code::Internal, "response headers taken"));
+                };
+                let resp = fut.await.map_err(|e| h2_status(&e))?;
+                let (parts, b) = resp.into_parts();
+                let ends = b.is_end_stream();
+                let f = h2_fields(parts.status.as_u16(), ends, &parts.headers);
+                if !ends {
+                    *body = Some(b);
+                }
+                Ok((f, ends))
+            }
+        }
+    }
+
+    /// The next chunk of the response body; `None` at its end.
+    async fn data(&mut self) -> Option<Result<Bytes, Status>> {
+        match self {
+            Io::Native(s) => poll_fn(|cx| s.poll_data(cx)).await,
+            Io::H2 { body, .. } => {
+                let b = body.as_mut()?;
+                match b.data().await? {
+                    Ok(chunk) => {
+                        let _ = b.flow_control().release_capacity(chunk.len());
+                        Some(Ok(chunk))
+                    }
+                    Err(e) => Some(Err(h2_status(&e))),
+                }
+            }
+        }
+    }
+
+    /// The trailers after the body; `None` if the stream ended without.
+    async fn trailers(&mut self) -> Result<Option<Fields>, Status> {
+        match self {
+            Io::Native(s) => poll_fn(|cx| s.poll_trailers(cx)).await,
+            Io::H2 { body, .. } => {
+                let Some(b) = body.as_mut() else { return Ok(None) };
+                let t = poll_fn(|cx| b.poll_trailers(cx)).await.map_err(|e| h2_status(&e))?;
+                Ok(t.map(|h| h2_fields(0, true, &h)))
+            }
+        }
+    }
+
+    fn can_send(&self) -> bool {
+        match self {
+            Io::Native(s) => s.can_send(),
+            Io::H2 { send, .. } => send.is_some(),
+        }
+    }
+
+    /// Sends one message (`end`: the last), compressed if asked.
+    async fn send(&mut self, message: &[u8], gzip: bool, end: bool) -> Result<(), Status> {
+        match self {
+            Io::Native(s) => {
+                if gzip {
+                    s.send_message(&codec::gzip(message), true, end).await
+                } else {
+                    s.send_message(message, false, end).await
+                }
+            }
+            Io::H2 { send, .. } => {
+                let frame = codec::frame_message(message, gzip, usize::MAX)?;
+                let Some(stream) = send.as_mut() else {
+                    return Err(Status::new(Code::Internal, "request stream closed"));
+                };
+                write_data(stream, frame).await?;
+                if end {
+                    if let Some(mut s) = send.take() {
+                        let _ = s.send_data(Bytes::new(), true);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// No more requests (END_STREAM).
+    fn close_send(&mut self) {
+        match self {
+            Io::Native(s) => s.close_send(),
+            Io::H2 { send, .. } => {
+                if let Some(mut s) = send.take() {
+                    let _ = s.send_data(Bytes::new(), true);
+                }
+            }
+        }
+    }
+
+    /// The request side is over without END_STREAM (the call ended).
+    fn drop_send(&mut self) {
+        match self {
+            Io::Native(_) => {}
+            Io::H2 { send, .. } => *send = None,
+        }
+    }
+
+    /// Cancels the stream (RST_STREAM(CANCEL)) unless it ended.
+    fn reset(&mut self) {
+        match self {
+            Io::Native(s) => s.reset(),
+            Io::H2 { send, response, body } => {
+                if let Some(s) = send.as_mut() {
+                    s.send_reset(h2::Reason::CANCEL);
+                }
+                *send = None;
+                *response = None;
+                *body = None;
+            }
+        }
+    }
+}
+
+/// Where a call's response is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the response headers.
+    Head,
+    /// Reading messages.
+    Body,
+    /// Ended (status known).
+    Done,
 }
 
 /// One call in progress, from the client's side.
 #[derive(Debug)]
 pub struct ClientCall {
-    send: Option<SendStream<Bytes>>,
-    state: RecvState,
+    io: Io,
+    phase: Phase,
     frames: FrameDecoder,
     encoding: Encoding,
     limit: usize,
@@ -270,24 +487,12 @@ pub struct ClientCall {
 }
 
 impl ClientCall {
-    /// Runs `f` under the call's deadline; when it passes, the call is
-    /// reset and ends with DEADLINE_EXCEEDED.
-    async fn timed<T>(&mut self, f: impl Future<Output = Result<T, Status>>) -> Result<T, Status> {
-        match self.deadline {
-            None => f.await,
-            Some(d) => match tokio::time::timeout_at(d.into(), f).await {
-                Ok(r) => r,
-                Err(_) => Err(Status::new(Code::DeadlineExceeded, "deadline exceeded")),
-            },
-        }
-    }
-
     fn fail(&mut self, mut st: Status) -> Status {
         // A server whose deadline passed first resets the stream; what the
         // application must see is still its deadline, as in other gRPC
         // clients.
         if st.code == Code::Cancelled && self.deadline.is_some_and(|d| Instant::now() >= d) {
-            st = Status::new(Code::DeadlineExceeded, "deadline exceeded");
+            st = deadline_exceeded();
         }
         if self.status.is_none() {
             self.status = Some(st.clone());
@@ -299,25 +504,40 @@ impl ClientCall {
     }
 
     fn reset(&mut self) {
-        if let Some(s) = self.send.as_mut() {
-            s.send_reset(h2::Reason::CANCEL);
-        }
-        self.send = None;
-        self.state = RecvState::Done;
+        self.io.reset();
+        self.phase = Phase::Done;
     }
 
     /// Sends one encoded request message. Fails with the call's status if
     /// the server has already ended it.
     pub async fn send(&mut self, message: &[u8]) -> Result<(), Status> {
-        let frame = codec::frame_message(message, self.compress, self.send_limit)?;
-        let Some(mut stream) = self.send.take() else {
+        self.send_inner(message, false).await
+    }
+
+    /// Sends the last request message and half-closes, in one step (for
+    /// a unary call: the request's HEADERS and DATA leave together).
+    pub async fn send_last(&mut self, message: &[u8]) -> Result<(), Status> {
+        self.send_inner(message, true).await
+    }
+
+    async fn send_inner(&mut self, message: &[u8], end: bool) -> Result<(), Status> {
+        if message.len() > self.send_limit {
+            return Err(Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "message of {} bytes exceeds the send limit of {} bytes",
+                    message.len(),
+                    self.send_limit
+                ),
+            ));
+        }
+        if !self.io.can_send() {
             return Err(self
                 .status
                 .clone()
                 .unwrap_or_else(|| Status::new(Code::Internal, "request stream closed")));
-        };
-        let r = self.timed(write_data(&mut stream, frame)).await;
-        self.send = Some(stream);
+        }
+        let r = timed(self.deadline, self.io.send(message, self.compress, end)).await;
         match r {
             Ok(()) => Ok(()),
             Err(st)
@@ -327,7 +547,7 @@ impl ClientCall {
             {
                 // The server ended the call (or the stream): the real
                 // reason is in its status.
-                self.send = None;
+                self.io.drop_send();
                 match self.finish_status().await {
                     s if s.code != Code::Ok => Err(s),
                     _ => Err(st),
@@ -339,9 +559,7 @@ impl ClientCall {
 
     /// Half-closes: no more requests.
     pub fn close_send(&mut self) {
-        if let Some(mut s) = self.send.take() {
-            let _ = s.send_data(Bytes::new(), true);
-        }
+        self.io.close_send();
     }
 
     /// Cancels the call (`RST_STREAM(CANCEL)`); it ends with CANCELLED.
@@ -354,63 +572,55 @@ impl ClientCall {
 
     /// Waits for the response headers; returns the initial metadata.
     pub async fn headers(&mut self) -> Result<&Metadata, Status> {
-        let state = std::mem::replace(&mut self.state, RecvState::Done);
-        let fut = match state {
-            RecvState::Waiting(fut) => Some(fut),
-            other => {
-                self.state = other;
-                None
-            }
-        };
-        if let Some(fut) = fut {
-            let resp = match self.timed(async { fut.await.map_err(|e| h2_status(&e)) }).await {
-                Ok(r) => r,
-                Err(st) => return Err(self.fail(st)),
+        if self.phase == Phase::Head {
+            let (f, ends) = match timed(self.deadline, self.io.head()).await {
+                Ok(h) => h,
+                Err(st) => {
+                    self.phase = Phase::Done;
+                    return Err(self.fail(st));
+                }
             };
-            let (parts, body) = resp.into_parts();
-            if parts.status != http::StatusCode::OK {
-                let st = Status::new(
-                    Code::from_http(parts.status.as_u16()),
-                    format!("HTTP status {}", parts.status),
-                );
+            self.phase = Phase::Body;
+            if f.http != 200 {
+                let st = Status::new(Code::from_http(f.http), format!("HTTP status {}", f.http));
+                self.phase = Phase::Done;
                 return Err(self.fail(st));
             }
-            self.headers = Some(Metadata::from_headers(&parts.headers).unwrap_or_default());
-            if let Some(v) = parts.headers.get("grpc-encoding") {
-                match Encoding::from_header(v.as_bytes()) {
+            self.headers = Some(f.metadata.clone());
+            if let Some(enc) = f.encoding {
+                match enc {
                     Some(e) => self.encoding = e,
                     None => {
                         let st =
                             Status::new(Code::Internal, "server used an unsupported grpc-encoding");
+                        self.phase = Phase::Done;
                         return Err(self.fail(st));
                     }
                 }
             }
-            if body.is_end_stream() {
+            if ends {
                 // Trailers-only response (a HEADERS frame with END_STREAM):
                 // that frame is the trailers, and the call had no response
                 // headers (as grpc-go and gRPC C++ report it). A
                 // `grpc-status` in headers that do not end the stream means
                 // nothing: the status comes from the real trailers.
                 self.headers = Some(Metadata::new());
-                self.end_with(&parts.headers);
+                self.end_with(f);
             } else {
-                let ct = parts.headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes());
-                match codec::content_type(ct) {
-                    codec::ContentType::Proto => {}
+                let problem = match &f.content_type {
+                    codec::ContentType::Proto => None,
                     codec::ContentType::NotGrpc => {
-                        let st = Status::new(Code::Unknown, "response is not application/grpc");
-                        return Err(self.fail(st));
+                        Some(Status::new(Code::Unknown, "response is not application/grpc"))
                     }
-                    codec::ContentType::OtherCodec(name) => {
-                        let st = Status::new(
-                            Code::Internal,
-                            format!("response in codec {name:?}, not the protobuf asked for"),
-                        );
-                        return Err(self.fail(st));
-                    }
+                    codec::ContentType::OtherCodec(name) => Some(Status::new(
+                        Code::Internal,
+                        format!("response in codec {name:?}, not the protobuf asked for"),
+                    )),
+                };
+                if let Some(st) = problem {
+                    self.phase = Phase::Done;
+                    return Err(self.fail(st));
                 }
-                self.state = RecvState::Body(body);
             }
         }
         match &self.headers {
@@ -422,25 +632,14 @@ impl ClientCall {
         }
     }
 
-    fn end_with(&mut self, trailers: &HeaderMap) {
-        let st = Status::from_trailers(
-            trailers.get("grpc-status").map(|v| v.as_bytes()),
-            trailers.get("grpc-message").map(|v| v.as_bytes()),
-        );
-        let md = Metadata::from_headers(trailers).unwrap_or_default();
-        // Details that are not base64 are dropped, not fatal: the code and
-        // message still tell the call's outcome.
-        let details = trailers
-            .get(crate::status::DETAILS_KEY)
-            .and_then(|v| crate::metadata::decode_binary(v.as_bytes()))
-            .map(Bytes::from)
-            .unwrap_or_default();
+    fn end_with(&mut self, f: Fields) {
+        let st = f.status.unwrap_or_else(|| Status::from_trailers(None, None));
         if self.status.is_none() {
-            self.status = Some(Status { metadata: md.clone(), details, ..st });
+            self.status = Some(st);
         }
-        self.trailers = Some(md);
-        self.state = RecvState::Done;
-        self.send = None;
+        self.trailers = Some(f.metadata);
+        self.phase = Phase::Done;
+        self.io.drop_send();
     }
 
     /// The next response message (its bytes, decompressed); `Ok(None)` when
@@ -452,24 +651,16 @@ impl ClientCall {
                 self.last_compressed = z;
                 return Ok(Some(m));
             }
-            let RecvState::Body(body) = &mut self.state else {
+            if self.phase != Phase::Body {
                 let st = self.status.clone().unwrap_or_else(Status::ok);
                 return if st.code == Code::Ok { Ok(None) } else { Err(st) };
-            };
-            let next = match self.deadline {
-                None => body.data().await,
-                Some(d) => match tokio::time::timeout_at(d.into(), body.data()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        return Err(
-                            self.fail(Status::new(Code::DeadlineExceeded, "deadline exceeded"))
-                        )
-                    }
-                },
+            }
+            let next = match timed(self.deadline, async { Ok(self.io.data().await) }).await {
+                Ok(n) => n,
+                Err(st) => return Err(self.fail(st)),
             };
             match next {
                 Some(Ok(chunk)) => {
-                    let _ = body.flow_control().release_capacity(chunk.len());
                     let mut frames = Vec::new();
                     if let Err(e) = self.frames.push(&chunk, &mut frames) {
                         let st = e.status();
@@ -487,36 +678,30 @@ impl ClientCall {
                         }
                     }
                 }
-                Some(Err(e)) => return Err(self.fail(h2_status(&e))),
+                Some(Err(st)) => {
+                    self.phase = Phase::Done;
+                    return Err(self.fail(st));
+                }
                 None => {
                     if let Err(e) = self.frames.finish() {
+                        self.reset();
                         return Err(self.fail(e.status()));
                     }
-                    let t = self.timed_trailers().await;
-                    match t {
-                        Ok(Some(h)) => self.end_with(&h),
+                    match timed(self.deadline, self.io.trailers()).await {
+                        Ok(Some(f)) => self.end_with(f),
                         Ok(None) => {
                             let st = Status::new(Code::Internal, "stream ended without trailers");
-                            self.state = RecvState::Done;
+                            self.phase = Phase::Done;
                             return Err(self.fail(st));
                         }
-                        Err(st) => return Err(self.fail(st)),
+                        Err(st) => {
+                            self.phase = Phase::Done;
+                            return Err(self.fail(st));
+                        }
                     }
                 }
             }
         }
-    }
-
-    async fn timed_trailers(&mut self) -> Result<Option<HeaderMap>, Status> {
-        let RecvState::Body(body) = &mut self.state else { return Ok(None) };
-        let f = poll_fn(|cx| body.poll_trailers(cx));
-        let r = match self.deadline {
-            None => f.await,
-            Some(d) => tokio::time::timeout_at(d.into(), f)
-                .await
-                .map_err(|_| Status::new(Code::DeadlineExceeded, "deadline exceeded"))?,
-        };
-        r.map_err(|e| h2_status(&e))
     }
 
     /// Reads to the end and returns the call's status (responses not yet
@@ -555,9 +740,8 @@ impl ClientCall {
 
 impl Drop for ClientCall {
     fn drop(&mut self) {
-        // A call dropped before its end is cancelled (h2 resets a stream
-        // whose handles are all dropped while it is open).
-        if !matches!(self.state, RecvState::Done) {
+        // A call dropped before its end is cancelled.
+        if self.phase != Phase::Done {
             self.reset();
         }
     }
@@ -628,8 +812,7 @@ impl Client {
             compress: false,
         };
         let mut call = self.start(method, opts).await?;
-        call.send(request.message).await?;
-        call.call.close_send();
+        call.send_last(request.message).await?;
         // No response, or a second one, to a unary call is a cardinality
         // violation: UNIMPLEMENTED, as gRPC's status code table says, not
         // something to drop silently.
@@ -653,6 +836,15 @@ impl Client {
 impl TypedCall {
     /// Encodes and sends one request block.
     pub async fn send(&mut self, block: &Block) -> Result<(), Status> {
+        self.send_block(block, false).await
+    }
+
+    /// Encodes and sends the last request block, half-closing with it.
+    pub async fn send_last(&mut self, block: &Block) -> Result<(), Status> {
+        self.send_block(block, true).await
+    }
+
+    async fn send_block(&mut self, block: &Block, last: bool) -> Result<(), Status> {
         if block.type_index() != Some(self.input) {
             return Err(Status::new(Code::InvalidArgument, "request block of the wrong type"));
         }
@@ -665,8 +857,10 @@ impl TypedCall {
                 &EncodeOptions::default(),
             )
             .map_err(|e| Status::new(Code::InvalidArgument, format!("unencodable request: {e}")))?;
-        let bytes = bytes.to_vec();
-        self.call.send(&bytes).await
+        match last {
+            true => self.call.send_last(bytes).await,
+            false => self.call.send(bytes).await,
+        }
     }
 
     /// The next response, decoded (view mode); `Ok(None)` at a successful end.

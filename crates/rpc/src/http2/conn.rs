@@ -1472,6 +1472,11 @@ impl Conn {
         Some(id)
     }
 
+    /// Whether the peer sent GOAWAY: no new stream may be opened, ever.
+    pub fn peer_gone_away(&self) -> bool {
+        self.goaway_received.is_some()
+    }
+
     /// Whether another stream may be opened now.
     pub fn can_open(&self) -> bool {
         self.goaway_received.is_none()

@@ -1,6 +1,6 @@
 //! HTTP/2 for gRPC, protoplane's own: frames ([`frame`]), header
 //! compression ([`hpack`]), the connection state machine without I/O
-//! ([`conn`]), and the gRPC server on top ([`server`]).
+//! ([`conn`]), and the gRPC server and client on top (`server`, `client`).
 //!
 //! Why not the general-purpose `h2` crate: gRPC uses a small corner of
 //! HTTP/2 (POST, a fixed header set, trailers, no push, no priorities),
@@ -10,6 +10,7 @@
 //! every call coming from HPACK's dynamic table, and every frame of a
 //! read buffer handled before the next system call.
 
+pub(crate) mod client;
 pub mod conn;
 pub mod frame;
 pub mod hpack;

@@ -213,6 +213,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             self.wake_credit_waiters();
             self.run_ready();
             self.expire(Instant::now());
+            if self.eof {
+                self.drop_stalled();
+            }
             if self.dead || (self.eof && self.live_calls() == 0) {
                 break;
             }
@@ -257,7 +260,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 self.input.reserve(READ_CHUNK);
             }
             match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                Poll::Ready(Err(_)) => {
+                    // Reset: nothing sent from now on would arrive.
+                    self.dead = true;
+                    progress = true;
+                }
+                Poll::Ready(Ok(0)) => {
                     self.eof = true;
                     // Calls still running finish; their answers may still
                     // be read by a client that only half-closed.
@@ -613,6 +621,23 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 // `drive` lists the call again if it blocks again.
                 call.waits_credit = false;
                 self.drive(slot);
+            } else {
+                self.credit_waiters.push(slot);
+            }
+        }
+    }
+
+    /// After the client's EOF no WINDOW_UPDATE can come: calls waiting for
+    /// credit would wait forever, so they end here (their handlers are
+    /// dropped, which cancels them).
+    fn drop_stalled(&mut self) {
+        for slot in std::mem::take(&mut self.credit_waiters) {
+            let Some(call) = self.calls[slot as usize].call.as_ref() else { continue };
+            if !call.waits_credit {
+                continue;
+            }
+            if self.conn.pending(call.stream) > 0 {
+                self.free_slot(slot);
             } else {
                 self.credit_waiters.push(slot);
             }

@@ -1113,7 +1113,11 @@ impl Conn {
     /// Removes a stream closed both ways.
     fn maybe_remove(&mut self, id: u32) {
         if self.streams.get(&id).is_some_and(|s| s.recv_closed && s.send_closed) {
-            self.streams.remove(&id);
+            // Data the caller has not released yet is released here: its
+            // connection credit must not leak with the stream.
+            if let Some(s) = self.streams.remove(&id) {
+                self.return_connection_credit_of(&s);
+            }
             self.stream_gone(id);
             self.reset_credit = (self.reset_credit + 1).min(self.cfg.reset_budget);
         }

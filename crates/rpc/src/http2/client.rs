@@ -342,20 +342,20 @@ impl Stream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(Fields, bool), Status>> {
-        let mut st = self.link.lock();
-        let global = st.error.clone();
+        let mut guard = self.link.lock();
+        let st = &mut *guard;
         let Some(inbox) = st.inboxes.get_mut(&self.id) else {
             return Poll::Ready(Err(Status::new(Code::Internal, "the call has ended")));
         };
         if let Some(h) = inbox.head.take() {
             if h.1 {
-                drop(st);
+                drop(guard);
                 self.finish();
             }
             return Poll::Ready(Ok(h));
         }
-        if let Some(e) = inbox.error.clone().or(global) {
-            drop(st);
+        if let Some(e) = inbox.error.clone().or_else(|| st.error.clone()) {
+            drop(guard);
             self.finish();
             return Poll::Ready(Err(e));
         }
@@ -370,14 +370,14 @@ impl Stream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Status>>> {
-        let mut st = self.link.lock();
-        let global = st.error.clone();
+        let mut guard = self.link.lock();
+        let st = &mut *guard;
         let Some(inbox) = st.inboxes.get_mut(&self.id) else { return Poll::Ready(None) };
         if let Some(d) = inbox.data.pop_front() {
             let n = d.len();
             st.conn.release(self.id, n);
             let wake = !st.conn.output().is_empty();
-            drop(st);
+            drop(guard);
             if wake {
                 self.link.driver.wake();
             }
@@ -386,8 +386,8 @@ impl Stream {
         if inbox.end {
             return Poll::Ready(None);
         }
-        if let Some(e) = inbox.error.clone().or(global) {
-            drop(st);
+        if let Some(e) = inbox.error.clone().or_else(|| st.error.clone()) {
+            drop(guard);
             self.finish();
             return Poll::Ready(Some(Err(e)));
         }
@@ -401,21 +401,21 @@ impl Stream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Fields>, Status>> {
-        let mut st = self.link.lock();
-        let global = st.error.clone();
+        let mut guard = self.link.lock();
+        let st = &mut *guard;
         let Some(inbox) = st.inboxes.get_mut(&self.id) else { return Poll::Ready(Ok(None)) };
         if let Some(t) = inbox.trailers.take() {
-            drop(st);
+            drop(guard);
             self.finish();
             return Poll::Ready(Ok(Some(t)));
         }
         if inbox.end && inbox.data.is_empty() {
-            drop(st);
+            drop(guard);
             self.finish();
             return Poll::Ready(Ok(None));
         }
-        if let Some(e) = inbox.error.clone().or(global) {
-            drop(st);
+        if let Some(e) = inbox.error.clone().or_else(|| st.error.clone()) {
+            drop(guard);
             self.finish();
             return Poll::Ready(Err(e));
         }

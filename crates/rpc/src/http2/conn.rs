@@ -797,13 +797,21 @@ impl Conn {
     /// Resets stream `id` with `reason` (we no longer want it); frames
     /// the peer already sent on it are then ignored.
     pub fn reset(&mut self, id: u32, reason: Reason) {
-        if let Some(s) = self.streams.remove(&id) {
-            self.return_connection_credit_of(&s);
-            self.stream_gone(id);
-            self.blocked.retain(|b| *b != id);
+        if self.forget(id).is_some() {
             frame::write_rst(&mut self.out.buf, id, reason);
             self.reset_by_us.add(id);
         }
+    }
+
+    /// Removes stream `id`: the connection credit of data the caller has
+    /// not released goes back, the id is remembered as closed, and it no
+    /// longer waits for connection credit.
+    fn forget(&mut self, id: u32) -> Option<Stream> {
+        let s = self.streams.remove(&id)?;
+        self.return_connection_credit_of(&s);
+        self.stream_gone(id);
+        self.blocked.retain(|b| *b != id);
+        Some(s)
     }
 
     fn stream_gone(&mut self, id: u32) {
@@ -820,11 +828,7 @@ impl Conn {
     /// A stream error provoked by the peer: RST_STREAM, and one unit of
     /// the reset budget.
     fn stream_error(&mut self, id: u32, reason: Reason) -> Result<(), ConnError> {
-        if let Some(s) = self.streams.remove(&id) {
-            self.return_connection_credit_of(&s);
-            self.stream_gone(id);
-            self.blocked.retain(|b| *b != id);
-        }
+        self.forget(id);
         frame::write_rst(&mut self.out.buf, id, reason);
         self.reset_by_us.add(id);
         self.spend_reset()
@@ -1115,10 +1119,7 @@ impl Conn {
         if self.streams.get(&id).is_some_and(|s| s.recv_closed && s.send_closed) {
             // Data the caller has not released yet is released here: its
             // connection credit must not leak with the stream.
-            if let Some(s) = self.streams.remove(&id) {
-                self.return_connection_credit_of(&s);
-            }
-            self.stream_gone(id);
+            self.forget(id);
             self.reset_credit = (self.reset_credit + 1).min(self.cfg.reset_budget);
         }
     }
@@ -1437,7 +1438,7 @@ impl Conn {
             return Err(self.fail(Reason::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
         }
         let reason = Reason(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]));
-        let Some(s) = self.streams.remove(&id) else {
+        let Some(s) = self.forget(id) else {
             // Our reset and theirs crossed: nothing more may come on the
             // stream now, so a later frame on it is an error, not a frame
             // in flight. A reset of a stream that ended otherwise moves
@@ -1448,9 +1449,6 @@ impl Conn {
             self.reset_by_us.remove(id);
             return Ok(None);
         };
-        self.return_connection_credit_of(&s);
-        self.stream_gone(id);
-        self.blocked.retain(|b| *b != id);
         // A stream the peer abandons before it finished costs budget.
         if !(s.recv_closed && s.send_closed) {
             self.spend_reset()?;
@@ -1564,12 +1562,7 @@ impl Conn {
     fn after_send_end(&mut self, id: u32) {
         let Some(s) = self.streams.get(&id) else { return };
         if !s.recv_closed && self.cfg.role == Role::Server && !s.read_to_end {
-            if let Some(s) = self.streams.remove(&id) {
-                self.return_connection_credit_of(&s);
-            }
-            self.stream_gone(id);
-            frame::write_rst(&mut self.out.buf, id, Reason::NO_ERROR);
-            self.reset_by_us.add(id);
+            self.reset(id, Reason::NO_ERROR);
             self.reset_credit = (self.reset_credit + 1).min(self.cfg.reset_budget);
             return;
         }

@@ -79,7 +79,7 @@ else
     bad "demo"; tail -20 target/demo.txt
 fi
 if target/release/protoplane bench rpc --rounds 1 --seconds 0.5 --concurrency 1,8 \
-    --impls protoplane-grpc,protoplane-h2,protoplane-lean --no-ghz >target/bench-rpc-smoke.md 2>/dev/null \
+    --impls protoplane-grpc,protoplane-grpc-spin,protoplane-h2,protoplane-lean --load-spin --no-ghz >target/bench-rpc-smoke.md 2>/dev/null \
     && ! grep -q 'load failed' target/bench-rpc-smoke.md; then
     ok
 else

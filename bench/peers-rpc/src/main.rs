@@ -3,7 +3,7 @@
 //! handlers protoplane's benchmark server uses, so a load generator pointed
 //! at either one measures the RPC stack, not the application code.
 //!
-//! usage: `pp-tonic-server [--port N] [--threads N]`
+//! usage: `pp-tonic-server [--port N] [--threads N] [--spin]`
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -24,10 +24,12 @@ use pb::{
     StorePostRequest,
 };
 
-const USAGE: &str = "usage: pp-tonic-server [--port N] [--threads N]
+const USAGE: &str = "usage: pp-tonic-server [--port N] [--threads N] [--spin]
 
   --port N      listen on 127.0.0.1:N; 0 (the default) picks a free port
   --threads N   tokio worker threads (default 1: a current-thread runtime)
+  --spin        busy-poll: the runtime's threads never sleep waiting for the
+                network (the same mode as `protoplane serve --spin`)
 
 Prints `listening on 127.0.0.1:PORT` on stdout once bound, then serves until
 SIGTERM or ctrl-c.";
@@ -36,10 +38,11 @@ SIGTERM or ctrl-c.";
 struct Args {
     port: u16,
     threads: usize,
+    spin: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { port: 0, threads: 1 };
+    let mut args = Args { port: 0, threads: 1, spin: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -54,6 +57,7 @@ fn parse_args() -> Result<Args, String> {
                     return Err("--threads must be at least 1".into());
                 }
             }
+            "--spin" => args.spin = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -130,9 +134,22 @@ fn main() -> ExitCode {
             .enable_all()
             .build()
     };
-    let result = runtime
-        .map_err(|e| format!("cannot start the tokio runtime: {e}"))
-        .and_then(|runtime| runtime.block_on(serve(args.port)));
+    let result =
+        runtime.map_err(|e| format!("cannot start the tokio runtime: {e}")).and_then(|runtime| {
+            if args.spin {
+                // As protoplane's `host::busy_poll`: a task per worker that
+                // only yields keeps the scheduler polling the reactor with
+                // a zero timeout instead of sleeping in epoll_wait.
+                for _ in 0..args.threads {
+                    runtime.spawn(async {
+                        loop {
+                            tokio::task::yield_now().await;
+                        }
+                    });
+                }
+            }
+            runtime.block_on(serve(args.port))
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -21,6 +21,17 @@ pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String>
     b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))
 }
 
+/// Makes `rt`'s workers busy-poll instead of sleeping in `epoll_wait`
+/// ([`protoplane_rpc::busy::spin`], one spinner per worker): forever
+/// (`window: None`) or while protoplane's transports read data at least
+/// once per `window`. On a multi-thread runtime the spinners are spread by
+/// work stealing, which usually, not certainly, gives every worker one.
+pub(crate) fn busy_poll(rt: &tokio::runtime::Runtime, window: Option<std::time::Duration>) {
+    for _ in 0..rt.metrics().num_workers() {
+        rt.spawn(protoplane_rpc::busy::spin(window));
+    }
+}
+
 /// `utime + stime` of a `/proc/.../stat` line, in seconds.
 fn parse_stat_cpu(stat: &str) -> Option<f64> {
     // The command name (field 2) is in parentheses and may hold spaces and

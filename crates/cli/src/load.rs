@@ -126,6 +126,11 @@ pub(crate) struct LoadArgs {
     /// Tokio worker threads for the generator (1: a single-threaded runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Busy-poll: the generator's threads never sleep waiting for
+    /// responses (each holds its core at 100%), so a response is seen as
+    /// soon as it arrives; for latency at low concurrency.
+    #[arg(long)]
+    spin: bool,
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -1317,6 +1322,9 @@ fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
 pub(crate) fn main(args: &LoadArgs) -> Result<String, String> {
     let cfg = config_of(args)?;
     let rt = crate::host::runtime(args.threads)?;
+    if args.spin {
+        crate::host::busy_poll(&rt, None);
+    }
     let report = rt.block_on(run(&cfg))?;
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report.to_json())

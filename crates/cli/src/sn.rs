@@ -114,25 +114,36 @@ pub(crate) struct ServeArgs {
     /// (split mode: no port of its own).
     #[arg(long, value_name = "PATH")]
     attach: Option<std::path::PathBuf>,
-    /// With --attach: spin this many µs after work before parking.
-    #[arg(long, default_value_t = 20, requires = "attach")]
-    spin_us: u64,
+    /// Spin this many µs after the last data read before sleeping (with
+    /// --attach: after the last request on the ring; default 20 there,
+    /// no spinning otherwise).
+    #[arg(long, value_name = "US")]
+    spin_us: Option<u64>,
     /// HTTP/2 under gRPC: `native` (protoplane's own) or `h2` (the h2
     /// crate, for comparison).
     #[arg(long, default_value = "native")]
     grpc_transport: protoplane_rpc::GrpcTransport,
+    /// Busy-poll: the runtime's threads never sleep waiting for the
+    /// network (each holds its core at 100%); lowest latency at low load.
+    #[arg(long, conflicts_with_all = ["attach", "spin_us"])]
+    spin: bool,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
 pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.attach {
         let svc = Arc::new(SocialNetwork::new(schema()?)?);
-        let spin = std::time::Duration::from_micros(args.spin_us);
+        let spin = std::time::Duration::from_micros(args.spin_us.unwrap_or(20));
         return protoplane_app::attach(path).spin(spin).serve(svc);
     }
     let router =
         router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
     let rt = crate::host::runtime(args.threads)?;
+    if args.spin {
+        crate::host::busy_poll(&rt, None);
+    } else if let Some(us) = args.spin_us {
+        crate::host::busy_poll(&rt, Some(std::time::Duration::from_micros(us)));
+    }
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await

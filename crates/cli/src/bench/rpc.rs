@@ -39,8 +39,20 @@ use std::process::{Command, Stdio};
 use super::servers::{monolithic, Servers};
 
 /// What `--impls` can name, in the default order.
-const IMPLS: [&str; 6] =
-    ["protoplane-grpc", "protoplane-h2", "protoplane-lean", "tonic", "grpc-go", "grpc-cpp"];
+const IMPLS: [&str; 8] = [
+    "protoplane-grpc",
+    "protoplane-grpc-spin",
+    "protoplane-h2",
+    "protoplane-lean",
+    "tonic",
+    "tonic-spin",
+    "grpc-go",
+    "grpc-cpp",
+];
+
+/// The suffix of an implementation run in busy-poll mode (`--spin`): the
+/// server's thread never sleeps waiting for the network.
+const SPIN: &str = "-spin";
 
 /// The peer servers and their build scripts (relative to the repository
 /// root), each of which prints the binary's path on stdout.
@@ -64,13 +76,15 @@ pub(crate) struct RpcArgs {
     /// Calls in flight, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     concurrency: Vec<usize>,
-    /// Implementations: protoplane-grpc, protoplane-h2 (`protoplane serve
+    /// Implementations: protoplane-grpc, protoplane-grpc-spin (`protoplane
+    /// serve --spin`: busy-polling), protoplane-h2 (`protoplane serve
     /// --grpc-transport h2`: HTTP/2 from the h2 crate), protoplane-lean,
-    /// tonic, grpc-go, grpc-cpp.
+    /// tonic, tonic-spin (the tonic server busy-polling the same way),
+    /// grpc-go, grpc-cpp.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "protoplane-grpc,protoplane-h2,protoplane-lean,tonic,grpc-go,grpc-cpp",
+        default_value = "protoplane-grpc,protoplane-grpc-spin,protoplane-h2,protoplane-lean,tonic,tonic-spin,grpc-go,grpc-cpp",
         value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
     )]
     impls: Vec<String>,
@@ -88,6 +102,10 @@ pub(crate) struct RpcArgs {
         value_parser = clap::builder::PossibleValuesParser::new(METHODS),
     )]
     ghz_method: String,
+    /// The load generator busy-polls too (`protoplane load --spin`; ghz
+    /// has no such mode).
+    #[arg(long)]
+    load_spin: bool,
     /// Core the server is pinned to.
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
@@ -181,13 +199,14 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
     let mut impls: Vec<String> = Vec::new();
     let mut peers: HashMap<String, PathBuf> = HashMap::new();
     for imp in &args.impls {
-        if impls.contains(imp) || peers.contains_key(imp) {
+        if impls.contains(imp) {
             continue;
         }
-        match PEERS.iter().find(|(name, _)| name == imp) {
-            Some((_, script)) => match built(&repo, script) {
+        let base = imp.strip_suffix(SPIN).unwrap_or(imp);
+        match PEERS.iter().find(|(name, _)| *name == base) {
+            Some((_, script)) => match peers.get(base).cloned().or_else(|| built(&repo, script)) {
                 Some(bin) => {
-                    peers.insert(imp.clone(), bin);
+                    peers.insert(base.to_string(), bin);
                     impls.push(imp.clone());
                 }
                 None => notes.push(format!("{imp} server did not build ({script}): left out")),
@@ -288,7 +307,10 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                 s.p99,
                 s.cpu_us,
                 s.errors,
-                s.load.name()
+                match s.load {
+                    Load::Protoplane if args.load_spin => "protoplane-spin",
+                    load => load.name(),
+                }
             );
         }
         std::fs::write(p, csv).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -314,7 +336,8 @@ fn start(
     peers: &HashMap<String, PathBuf>,
     cpu: usize,
 ) -> Result<Servers, String> {
-    let mut c = match peers.get(imp) {
+    let base = imp.strip_suffix(SPIN).unwrap_or(imp);
+    let mut c = match peers.get(base) {
         Some(bin) => pinned(cpu, bin),
         None => {
             let mut c = pinned(cpu, exe);
@@ -326,6 +349,9 @@ fn start(
         }
     };
     c.args(["--port", "0", "--threads", "1"]);
+    if base != imp {
+        c.arg("--spin");
+    }
     monolithic(c)
 }
 
@@ -352,6 +378,7 @@ fn protoplane_load(
         .args(load_args)
         .args(["--concurrency", &conc.to_string()])
         .args(["--duration", &args.seconds.to_string(), "--quiet"])
+        .args(args.load_spin.then_some("--spin"))
         .arg("--json")
         .arg(&json)
         .stdout(Stdio::null())
@@ -532,7 +559,10 @@ fn report(
         args.seconds,
         args.rounds.max(1)
     );
-    md += "Load: `protoplane load` (all five methods, round-robin)\n\n";
+    md += "Servers named *-spin busy-poll (`--spin`): their core runs at 100% whatever the \
+           load, so their CPU per call is wall time per call at low load.\n\n";
+    let spin = if args.load_spin { ", busy-polling (`--spin`)" } else { "" };
+    md += &format!("Load: `protoplane load` (all five methods, round-robin){spin}\n\n");
     md += &table(args, impls, samples, Load::Protoplane);
     if let Some(title) = ghz {
         md += &format!("\nLoad: {title}\n\n");

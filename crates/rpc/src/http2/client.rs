@@ -509,6 +509,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     return Poll::Ready(Status::new(Code::Unavailable, format!("connection: {e}")))
                 }
                 Poll::Ready(Ok(_)) => {
+                    crate::busy::note_read();
                     progress = true;
                     if let Err(st) = self.process() {
                         return Poll::Ready(st);

@@ -277,7 +277,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     }
                     progress = true;
                 }
-                Poll::Ready(Ok(_)) => progress = true,
+                Poll::Ready(Ok(_)) => {
+                    crate::busy::note_read();
+                    progress = true;
+                }
                 Poll::Pending => {}
             }
         }

@@ -387,7 +387,7 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, inner: Arc<Inner>) {
         match rd.read_buf(&mut buf).await {
             Ok(0) => break unavailable("the server closed the connection"),
             Err(e) => break unavailable(format!("connection error: {e}")),
-            Ok(_) => {}
+            Ok(_) => crate::busy::note_read(),
         }
     };
     // Fail every open call; new ones fail at once.

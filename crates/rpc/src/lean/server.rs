@@ -142,7 +142,7 @@ where
                             o.requests = None;
                         }
                     }
-                    Ok(_) => {}
+                    Ok(_) => crate::busy::note_read(),
                 }
             }
         }

@@ -695,7 +695,16 @@ GRAY = ["unknown_in_map_entry"]
 # Usually malformed; Python decides.
 MALFORMED = ["truncate", "truncate_nested", "bad_wire_type", "field_zero", "len_overrun",
              "varint_overflow", "stray_end_group", "open_group", "mismatched_end_group",
-             "bad_utf8", "field_number_too_large"]
+             "bad_utf8", "field_number_too_large", "overlong_tag"]
+# Where protoplane follows protobuf C++ rather than upb (the Python oracle),
+# so the expectation is C++'s, not Python's verdict:
+# * a length prefix padded past five bytes is malformed (C++'s ReadSize takes
+#   at most five bytes; upb reads ten and only checks the value);
+# * an undeclared value of a packed closed enum goes to the unknown fields
+#   with the 64 bits the sender wrote (C++ writes the int32 sign-extended,
+#   the same bytes for the sign-extended values the rewriter sends; upb
+#   re-encodes only the low 32 bits, so -2 would read back as 4294967294).
+# Mutator.overlong_length and cpp_closed_enums() make those expectations.
 
 
 class Mutator:
@@ -963,7 +972,15 @@ class Mutator:
         """Set bits 32..63 of 32-bit varints (parsers truncate to 32 bits;
         bools are true for any non-zero value)."""
         for rec in self._scalar_targets(recs):
-            if rec.fd.type in NARROW_VARINT_TYPES and self.chance(0.4):
+            fd = rec.fd
+            if (fd.type == F.TYPE_ENUM and fd.enum_type.is_closed
+                    and to_int32(rec.value) not in {v.number for v in fd.enum_type.values}):
+                # An undeclared closed-enum value with arbitrary high bits
+                # has three readings: upb keeps the low 32 bits, C++ their
+                # sign extension, protoplane all 64 bits as sent.  Only the
+                # sign-extended form, which all agree on, is sent.
+                continue
+            if fd.type in NARROW_VARINT_TYPES and self.chance(0.4):
                 high = self.rng.choice([0, 1, 0xFFFFFFFF, self.rng.getrandbits(32)])
                 if rec.fd.type == F.TYPE_BOOL:
                     rec.value = rec.value | (high << 32) if rec.value else rec.value
@@ -981,7 +998,8 @@ class Mutator:
                 rec.value = struct.pack("<Q", bits)
 
     def make_overlong(self, recs: list[Rec]) -> None:
-        """Pad varint values and lengths to at most 10 bytes, tags to at most 5."""
+        """Pad varint values to at most 10 bytes, tags and lengths to at most
+        5 (protobuf C++ rejects longer tags and lengths, upb longer tags)."""
         for rec in walk(recs):
             if rec.wt == VARINT and self.chance(0.3):
                 room = 10 - varint_size(rec.value)
@@ -993,7 +1011,7 @@ class Mutator:
         # the length that its prefix has to encode.
         for rec in reversed(list(walk(recs))):
             if rec.wt == LEN and self.chance(0.3):
-                room = 10 - varint_size(len(len_payload(rec)))
+                room = 5 - varint_size(len(len_payload(rec)))
                 rec.len_pad = self.rng.randint(1, room) if room > 0 else 0
 
     # -- malformed inputs ----------------------------------------------
@@ -1038,9 +1056,47 @@ class Mutator:
             "mismatched_end_group": lambda: (encode_varint(num << 3 | SGROUP)
                                              + encode_varint((num + 1 if num < MAX_FIELD_NUMBER else num - 1) << 3 | EGROUP)),
             "field_number_too_large": lambda: encode_varint(self.rng.randint(1 << 29, 1 << 32) << 3) + b"\x01",
+            # A valid tag padded to 6..10 bytes: both C++ and upb reject it.
+            "overlong_tag": lambda: (encode_varint(num << 3, self.rng.randint(6, 10) - varint_size(num << 3))
+                                     + b"\x01"),
         }[kind]()
         level.insert(pos, raw(junk))
         return encode_records(recs), kind
+
+    def overlong_length(self, recs: list[Rec]) -> Optional[bytes]:
+        """One length prefix padded to 6..10 bytes (see the note on protobuf
+        C++ semantics beside MALFORMED), or
+        None when the message has no length-delimited record."""
+        lens = [r for r in walk(recs) if r.wt == LEN]
+        if not lens:
+            return None
+        victim = self.rng.choice(lens)
+        size = varint_size(len(len_payload(victim)))
+        victim.len_pad = self.rng.randint(6, 10) - size
+        return encode_records(recs)
+
+
+def to_int32(value: int) -> int:
+    """The int32 a varint's low 32 bits read as."""
+    value &= MASK32
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def cpp_closed_enums(data: bytes, desc: Descriptor) -> bytes:
+    """Python's output with the undeclared packed closed-enum values that upb
+    cut to 32 bits widened back to the sign-extended 64 bits the rewriter
+    sent (see the note beside MALFORMED).  upb writes such a value as a varint record of
+    the enum's field number with a value in [2^31, 2^32); a declared value
+    never takes that form (upb writes a negative one sign-extended), nor
+    does an unpacked undeclared one (upb keeps its bytes as they came)."""
+    changed = False
+    for rec in walk(recs := parse_records(data, desc)):
+        fd = rec.fd
+        if (rec.wt == VARINT and fd is not None and fd.type == F.TYPE_ENUM
+                and fd.enum_type.is_closed and (1 << 31) <= rec.value < (1 << 32) and not rec.pad):
+            rec.value = (rec.value - (1 << 32)) & MASK64
+            changed = True
+    return encode_records(recs) if changed else data
 
 
 # ---------------------------------------------------------------------------
@@ -1362,7 +1418,10 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
         if verdict == REJECT:
             selfcheck.check(False, f"{type_name}: Python rejected valid rewrite {origin}: {data.hex()}")
         elif verdict is not None:
-            mutated.append(Case(data, origin, oracle.normalize(cls, verdict)))
+            expected = oracle.normalize(cls, verdict)
+            if "closed_enum_unknown" in plan:
+                expected = cpp_closed_enums(expected, desc)
+            mutated.append(Case(data, origin, expected))
 
         # Occasionally a malformed variant.
         if rng.random() < 0.15:
@@ -1373,6 +1432,11 @@ def build_corpus(schema: Schema, proto: str, type_name: str, count: int, seed: i
                     corpus.rejected.append(Case(data, f"malformed[{kind}]", REJECT))
             elif verdict is not None:
                 mutated.append(Case(data, f"malformed-but-accepted[{kind}]", oracle.normalize(cls, verdict)))
+        # Occasionally an input upb accepts and protobuf C++ rejects.
+        if rng.random() < 0.05 and len(corpus.rejected) < max_rejects:
+            data = mut.overlong_length(parse_records(canonical, desc))
+            if data is not None:
+                corpus.rejected.append(Case(data, "cpp-semantics[overlong_length]", REJECT))
     corpus.accepted.extend(mutated)
     return corpus
 

@@ -236,7 +236,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
             }
             let start = self.pos;
             self.field = 0;
-            let tag = self.varint(start)?;
+            let tag = self.short(start)?;
             // Fast path: a known field in its canonical encoding (the tag
             // the encoder writes), one `match` on the precomputed op.
             // Everything else (field 0, end-group, unknown numbers, wire
@@ -467,28 +467,24 @@ impl<'a, M: BlockMem> Run<'a, M> {
         Ok(())
     }
 
-    /// Reads a varint inside the current message.
+    /// Reads a varint value inside the current message.
     #[inline(always)]
     fn varint(&mut self, at: usize) -> Result<u64, DecodeError> {
-        varint::read(&self.input[..self.end], &mut self.pos).map_err(|e| {
-            let kind = match e {
-                VarintError::Truncated => DecodeErrorKind::Truncated,
-                VarintError::TooLong => DecodeErrorKind::VarintTooLong,
-            };
-            self.err(kind, at)
-        })
+        varint::read(&self.input[..self.end], &mut self.pos).map_err(|e| self.err(e.into(), at))
+    }
+
+    /// Reads a tag or a length prefix: at most five bytes.
+    #[inline(always)]
+    fn short(&mut self, at: usize) -> Result<u64, DecodeError> {
+        varint::read_short(&self.input[..self.end], &mut self.pos)
+            .map_err(|e| self.err(e.into(), at))
     }
 
     /// Reads a varint value (not a tag): see [`varint::read_value`].
     #[inline(always)]
     fn value(&mut self, at: usize) -> Result<u64, DecodeError> {
-        varint::read_value(&self.input[..self.end], &mut self.pos).map_err(|e| {
-            let kind = match e {
-                VarintError::Truncated => DecodeErrorKind::Truncated,
-                VarintError::TooLong => DecodeErrorKind::VarintTooLong,
-            };
-            self.err(kind, at)
-        })
+        varint::read_value(&self.input[..self.end], &mut self.pos)
+            .map_err(|e| self.err(e.into(), at))
     }
 
     #[inline(always)]
@@ -507,7 +503,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
     /// Reads a length prefix and checks the payload is inside the message.
     #[inline(always)]
     fn length(&mut self, at: usize) -> Result<usize, DecodeError> {
-        let len = self.varint(at)?;
+        let len = self.short(at)?;
         if len > (self.end - self.pos) as u64 {
             return Err(self.err(DecodeErrorKind::LengthOutOfBounds, at));
         }
@@ -737,12 +733,14 @@ impl<'a, M: BlockMem> Run<'a, M> {
                     if closed
                         && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
                     {
-                        // Unknown closed-enum value: kept as an unpacked unknown field.
+                        // Unknown closed-enum value: kept as an unpacked
+                        // unknown field with all 64 bits the sender wrote
+                        // (as protobuf C++ and upb keep it): a reader that
+                        // declares the field int64 must still read -2 as -2.
                         rejected += 1;
                         let mut rec = Vec::with_capacity(15);
                         varint::push(&mut rec, (f.number as u64) << 3);
-                        // upb re-encodes the value truncated to 32 bits.
-                        varint::push(&mut rec, raw as u32 as u64);
+                        varint::push(&mut rec, raw);
                         self.append_unknown(&rec, start)?;
                         continue;
                     }
@@ -793,7 +791,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
                 return Err(self.err(DecodeErrorKind::UnterminatedGroup, start));
             }
             let at = self.pos;
-            let tag = self.varint(at)?;
+            let tag = self.short(at)?;
             if tag > u32::MAX as u64 {
                 return Err(self.err(DecodeErrorKind::TagTooLarge, at));
             }

@@ -14,6 +14,8 @@ pub enum DecodeErrorKind {
     VarintTooLong,
     /// A tag's value does not fit 32 bits.
     TagTooLarge,
+    /// A tag or a length prefix encoded in more than five bytes.
+    OverlongTagOrLength,
     /// Field number 0.
     FieldNumberZero,
     /// Wire type 6 or 7.
@@ -40,6 +42,16 @@ pub enum DecodeErrorKind {
     UnknownType,
 }
 
+impl From<crate::varint::VarintError> for DecodeErrorKind {
+    fn from(e: crate::varint::VarintError) -> Self {
+        match e {
+            crate::varint::VarintError::Truncated => DecodeErrorKind::Truncated,
+            crate::varint::VarintError::TooLong => DecodeErrorKind::VarintTooLong,
+            crate::varint::VarintError::Overlong => DecodeErrorKind::OverlongTagOrLength,
+        }
+    }
+}
+
 impl DecodeErrorKind {
     fn text(self) -> &'static str {
         use DecodeErrorKind::*;
@@ -47,6 +59,7 @@ impl DecodeErrorKind {
             Truncated => "truncated input",
             VarintTooLong => "varint longer than 10 bytes",
             TagTooLarge => "tag does not fit 32 bits",
+            OverlongTagOrLength => "tag or length prefix longer than 5 bytes",
             FieldNumberZero => "field number 0",
             InvalidWireType => "invalid wire type (6 or 7)",
             LengthOutOfBounds => "length exceeds the enclosing message",

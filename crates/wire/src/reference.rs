@@ -77,13 +77,20 @@ impl Reader<'_, '_> {
         field: u32,
     ) -> Result<u64, DecodeError> {
         let start = *pos;
-        varint::read(&self.input[..end], pos).map_err(|e| {
-            let kind = match e {
-                varint::VarintError::Truncated => DecodeErrorKind::Truncated,
-                varint::VarintError::TooLong => DecodeErrorKind::VarintTooLong,
-            };
-            self.fail(at, kind, field, start)
-        })
+        varint::read(&self.input[..end], pos).map_err(|e| self.fail(at, e.into(), field, start))
+    }
+
+    /// A tag or a length prefix: at most five bytes.
+    fn short(
+        &self,
+        at: MessageBuilder,
+        pos: &mut usize,
+        end: usize,
+        field: u32,
+    ) -> Result<u64, DecodeError> {
+        let start = *pos;
+        varint::read_short(&self.input[..end], pos)
+            .map_err(|e| self.fail(at, e.into(), field, start))
     }
 
     fn take(
@@ -120,7 +127,7 @@ impl Reader<'_, '_> {
                 break;
             }
             let start = pos;
-            let tag = self.varint(at, &mut pos, end, 0)?;
+            let tag = self.short(at, &mut pos, end, 0)?;
             if tag > u32::MAX as u64 {
                 return Err(self.fail(at, DecodeErrorKind::TagTooLarge, 0, start));
             }
@@ -187,7 +194,7 @@ impl Reader<'_, '_> {
                     varint::push(&mut rec, (n as u64) << 3);
                     let mut p = elem_start;
                     let raw = varint::read(self.input, &mut p).unwrap_or(0);
-                    varint::push(&mut rec, raw as u32 as u64);
+                    varint::push(&mut rec, raw); // all 64 bits, as sent
                     self.b
                         .push_unknown(at, &rec)
                         .map_err(|_| self.fail(at, DecodeErrorKind::TooLong, n, start))?;
@@ -303,7 +310,7 @@ impl Reader<'_, '_> {
         n: u32,
         start: usize,
     ) -> Result<usize, DecodeError> {
-        let len = self.varint(at, pos, end, n).map_err(|e| DecodeError { offset: start, ..e })?;
+        let len = self.short(at, pos, end, n).map_err(|e| DecodeError { offset: start, ..e })?;
         if len > (end - *pos) as u64 {
             return Err(self.fail(at, DecodeErrorKind::LengthOutOfBounds, n, start));
         }
@@ -363,7 +370,7 @@ impl Reader<'_, '_> {
                 return Err(self.fail(at, DecodeErrorKind::UnterminatedGroup, g, pos));
             }
             let start = pos;
-            let tag = self.varint(at, &mut pos, end, g)?;
+            let tag = self.short(at, &mut pos, end, g)?;
             if tag > u32::MAX as u64 {
                 return Err(self.fail(at, DecodeErrorKind::TagTooLarge, g, start));
             }

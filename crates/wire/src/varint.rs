@@ -9,6 +9,8 @@ pub(crate) enum VarintError {
     Truncated,
     /// Ten bytes and the continuation bit still set.
     TooLong,
+    /// A tag or a length prefix in more than five bytes (see [`read_short`]).
+    Overlong,
 }
 
 /// Reads a varint at `*pos`, advancing it. Up to ten bytes; bits past 64 are
@@ -31,6 +33,45 @@ pub(crate) fn read(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
         }
     }
     read_slow(buf, pos)
+}
+
+/// Reads a tag or a length prefix at `*pos`, advancing it: a varint of at
+/// most five bytes. Both are 32-bit quantities, and protobuf C++ and upb
+/// reject a longer encoding (a small value padded with 0x80 bytes) as
+/// malformed, so a decoder that accepted it would read inputs they refuse.
+#[inline(always)]
+pub(crate) fn read_short(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let p = *pos;
+    match buf.get(p) {
+        Some(&b) if b < 0x80 => {
+            *pos = p + 1;
+            return Ok(b as u64);
+        }
+        None => return Err(VarintError::Truncated),
+        _ => {}
+    }
+    if let Some(&b1) = buf.get(p + 1) {
+        if b1 < 0x80 {
+            *pos = p + 2;
+            return Ok((buf[p] as u64 & 0x7f) | (b1 as u64) << 7);
+        }
+    }
+    read_short_slow(buf, pos)
+}
+
+#[cold]
+fn read_short_slow(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let p = *pos;
+    let mut value = 0u64;
+    for i in 0..5 {
+        let Some(&b) = buf.get(p + i) else { return Err(VarintError::Truncated) };
+        value |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            *pos = p + i + 1;
+            return Ok(value);
+        }
+    }
+    Err(VarintError::Overlong)
 }
 
 /// Reads a varint whose length is unpredictable (a value rather than a tag):
@@ -189,6 +230,29 @@ mod tests {
         let mut pos = 0;
         assert_eq!(read(&[0x81, 0x80, 0x80, 0x00], &mut pos), Ok(1));
         assert_eq!(pos, 4);
+    }
+
+    #[test]
+    fn tags_and_lengths_take_at_most_five_bytes() {
+        let mut pos = 0;
+        assert_eq!(read_short(&[0x08], &mut pos), Ok(8));
+        let mut pos = 0;
+        // Five bytes: the largest a 32-bit tag or length needs.
+        assert_eq!(
+            read_short(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0xaa], &mut pos),
+            Ok(u32::MAX as u64)
+        );
+        assert_eq!(pos, 5);
+        // Padding to five bytes is accepted, to six is not (protobuf C++, upb).
+        let mut pos = 0;
+        assert_eq!(read_short(&[0x88, 0x80, 0x80, 0x80, 0x00], &mut pos), Ok(8));
+        assert_eq!(pos, 5);
+        assert_eq!(
+            read_short(&[0x88, 0x80, 0x80, 0x80, 0x80, 0x00], &mut 0),
+            Err(VarintError::Overlong)
+        );
+        assert_eq!(read_short(&[0x88, 0x80, 0x80], &mut 0), Err(VarintError::Truncated));
+        assert_eq!(read_short(&[], &mut 0), Err(VarintError::Truncated));
     }
 
     #[test]

@@ -529,8 +529,57 @@ fn truncated_scalars_report_the_field() {
 fn overlong_varints_and_tags_fail() {
     let eleven = padded(0, 11);
     let cases: Vec<(&str, &str, Vec<u8>, Fail)> = vec![
-        ("11-byte tag", "hostile.R", padded(2 << 3, 11), fail(VarintTooLong, "hostile.R", 0, 0)),
-        ("all-ones tag", "hostile.R", vec![0xff; 11], fail(VarintTooLong, "hostile.R", 0, 0)),
+        (
+            "11-byte tag",
+            "hostile.R",
+            padded(2 << 3, 11),
+            fail(OverlongTagOrLength, "hostile.R", 0, 0),
+        ),
+        ("all-ones tag", "hostile.R", vec![0xff; 11], fail(OverlongTagOrLength, "hostile.R", 0, 0)),
+        // Tags and lengths are 32-bit: past five bytes they are malformed
+        // however they end (protobuf C++ and upb reject them too).
+        (
+            "6-byte padded tag",
+            "hostile.R",
+            padded(2 << 3, 6),
+            fail(OverlongTagOrLength, "hostile.R", 0, 0),
+        ),
+        (
+            "6-byte padded tag after a field",
+            "hostile.R",
+            wire![int(2, 1), padded(2 << 3, 6), varint(1)],
+            fail(OverlongTagOrLength, "hostile.R", 0, 2),
+        ),
+        (
+            "6-byte padded length",
+            "hostile.R",
+            wire![tag(1, LEN), padded(2, 6), int(2, 1)],
+            fail(OverlongTagOrLength, "hostile.R", 1, 0),
+        ),
+        (
+            "6-byte padded length of a packed run",
+            "hostile.P2",
+            wire![tag(7, LEN), padded(1, 6), varint(1)],
+            fail(OverlongTagOrLength, "hostile.P2", 7, 0),
+        ),
+        (
+            "6-byte padded string length",
+            "hostile3.S3",
+            wire![tag(9, LEN), padded(1, 6), b"a"],
+            fail(OverlongTagOrLength, "hostile3.S3", 9, 0),
+        ),
+        (
+            "6-byte padded length of an unknown field",
+            "hostile.R",
+            wire![tag(9, LEN), padded(1, 6), b"a"],
+            fail(OverlongTagOrLength, "hostile.R", 9, 0),
+        ),
+        (
+            "6-byte padded tag in an unknown group",
+            "hostile.R",
+            wire![tag(10, SGROUP), padded(1 << 3, 6), varint(1), tag(10, EGROUP)],
+            fail(OverlongTagOrLength, "hostile.R", 10, 1),
+        ),
         (
             "11-byte value",
             "hostile.R",
@@ -541,13 +590,13 @@ fn overlong_varints_and_tags_fail() {
             "11-byte length",
             "hostile.R",
             wire![tag(1, LEN), eleven],
-            fail(VarintTooLong, "hostile.R", 1, 0),
+            fail(OverlongTagOrLength, "hostile.R", 1, 0),
         ),
         (
             "11-byte string length",
             "hostile3.S3",
             wire![tag(9, LEN), eleven],
-            fail(VarintTooLong, "hostile3.S3", 9, 0),
+            fail(OverlongTagOrLength, "hostile3.S3", 9, 0),
         ),
         (
             "11-byte unknown value",
@@ -559,7 +608,7 @@ fn overlong_varints_and_tags_fail() {
             "11-byte unknown length",
             "hostile.R",
             wire![tag(9, LEN), eleven],
-            fail(VarintTooLong, "hostile.R", 9, 0),
+            fail(OverlongTagOrLength, "hostile.R", 9, 0),
         ),
         (
             "11-byte value in an unknown group",
@@ -571,7 +620,7 @@ fn overlong_varints_and_tags_fail() {
             "11-byte tag in an unknown group",
             "hostile.R",
             wire![tag(10, SGROUP), eleven],
-            fail(VarintTooLong, "hostile.R", 10, 1),
+            fail(OverlongTagOrLength, "hostile.R", 10, 1),
         ),
         (
             "11-byte value in a sub-message",
@@ -592,7 +641,7 @@ fn overlong_varints_and_tags_fail() {
             fail(VarintTooLong, "hostile.P2", 4, 0),
         ),
         ("tag 2^32", "hostile.R", varint(1 << 32), fail(TagTooLarge, "hostile.R", 0, 0)),
-        ("tag 2^64-1", "hostile.R", varint(u64::MAX), fail(TagTooLarge, "hostile.R", 0, 0)),
+        ("tag 2^64-1", "hostile.R", varint(u64::MAX), fail(OverlongTagOrLength, "hostile.R", 0, 0)),
         (
             "tag 2^32 + field 2",
             "hostile.R",
@@ -602,7 +651,7 @@ fn overlong_varints_and_tags_fail() {
         (
             "tag 2^32 in a sub-message",
             "hostile.R",
-            delimited(3, &varint(1 << 35)),
+            delimited(3, &varint(1 << 34)),
             fail(TagTooLarge, "hostile.R", 0, 2),
         ),
         (
@@ -625,12 +674,15 @@ fn overlong_varints_and_tags_fail() {
 
 #[test]
 fn overlong_but_terminated_varints_are_accepted() {
-    // Ten bytes is the limit, not the shortest form: padded tags, values
-    // and lengths decode; the encoder writes the shortest form.
-    let input = wire![padded(2 << 3, 10), padded(5, 10)];
+    // The limit is ten bytes for a value and five for a tag or a length,
+    // not the shortest form: padded ones decode; the encoder writes the
+    // shortest form.
+    let input = wire![padded(2 << 3, 5), padded(5, 10)];
     expect_encodes("padded tag and value", "hostile.R", &input, DEFAULTS, &int(2, 5));
-    let input = wire![tag(1, LEN), padded(2, 10), int(2, 1)];
+    let input = wire![tag(1, LEN), padded(2, 5), int(2, 1)];
     expect_encodes("padded length", "hostile.R", &input, DEFAULTS, &delimited(1, &int(2, 1)));
+    let input = wire![tag(10, SGROUP), padded(1 << 3, 5), varint(1), tag(10, EGROUP)];
+    expect_roundtrip("padded tag in an unknown group", "hostile.R", &input);
     // Bits past 64 are dropped, as every protobuf implementation does.
     let input = wire![tag(4, VARINT), [0xff; 9], [0x7f]];
     expect_encodes("bits past 64", "hostile.S2", &input, DEFAULTS, &int(4, u64::MAX));
@@ -731,9 +783,11 @@ fn invalid_wire_types_and_field_zero_fail() {
 
 /// Inputs whose one length prefix is `len`, followed by two payload bytes:
 /// (case, type, input, expected failure when `len` > 2 would be out of bounds).
+/// A length that needs more than five bytes is malformed before it is out
+/// of bounds.
 fn length_cases(len: u64) -> Vec<(&'static str, &'static str, Vec<u8>, Fail)> {
     let l = varint(len);
-    let oob = LengthOutOfBounds;
+    let oob = if l.len() > 5 { OverlongTagOrLength } else { LengthOutOfBounds };
     vec![
         ("sub-message", "hostile.R", wire![tag(1, LEN), l, b"ab"], fail(oob, "hostile.R", 1, 0)),
         (
@@ -826,7 +880,7 @@ fn lengths_past_the_end_fail_without_allocating() {
             // ends with is the most any hostile length made it take.
             for opts in [DecodeOptions::default(), DecodeOptions::view()] {
                 let r = decoder.decode_into(ts, ty(type_name), &input, &opts, &mut block);
-                assert_eq!(r.map_err(|e| e.kind), Err(LengthOutOfBounds), "{case}");
+                assert_eq!(r.map_err(|e| e.kind), Err(want.kind), "{case}");
                 // What was decoded before the bad length: a few objects.
                 let used = block.as_bytes().len();
                 assert!(used <= 1024, "{case}: block of {used} bytes");
@@ -1198,7 +1252,7 @@ fn depth_bombs_fail_fast_without_recursion() {
             // A bomb whose every level claims the rest of the input.
             "LEN, lying lengths",
             "hostile.R",
-            wire![tag(1, LEN), varint(1 << 40)].repeat(LEVELS),
+            wire![tag(1, LEN), varint(1 << 34)].repeat(LEVELS),
             fail(LengthOutOfBounds, "hostile.R", 1, 0),
         ),
     ];
@@ -1377,6 +1431,22 @@ fn packed_and_unpacked_input_are_both_accepted() {
     let input = wire![int(3, 1), delimited(10, &wire![varint(1), varint(7), varint(2)])];
     let canonical = wire![int(3, 1), delimited(10, &wire![varint(1), varint(2)]), int(10, 7)];
     expect_encodes("closed enum run", "hostile.P2", &input, DEFAULTS, &canonical);
+    // An undeclared value keeps all 64 bits the sender wrote: -2 is a
+    // ten-byte varint on the wire and stays one in the unknown fields (as
+    // in protobuf C++ and upb), so a reader declaring the field int64 still
+    // reads -2, not 4294967294.
+    let minus_two = -2i64 as u64;
+    let input = wire![int(3, 1), delimited(10, &wire![varint(1), varint(minus_two)])];
+    let canonical = wire![int(3, 1), delimited(10, &varint(1)), int(10, minus_two)];
+    assert_eq!(int(10, minus_two).len(), 11);
+    expect_encodes("closed enum run, -2", "hostile.P2", &input, DEFAULTS, &canonical);
+    let input = wire![int(3, 1), int(4, minus_two)];
+    expect_roundtrip("singular closed enum, -2", "hostile.P2", &input);
+    // Whether a value is declared is decided on its low 32 bits, as an
+    // int32 (protobuf C++ and upb): 2^32 + 1 is GREEN.
+    let input = wire![int(3, 1), delimited(10, &varint(1 << 32 | 1))];
+    let canonical = wire![int(3, 1), delimited(10, &varint(1))];
+    expect_encodes("closed enum run, 2^32 + 1", "hostile.P2", &input, DEFAULTS, &canonical);
 }
 
 // ---------------------------------------------------------------------------
@@ -1709,7 +1779,9 @@ const FAILING: &[(&str, &str, &str, DecodeErrorKind, &str, u32, usize)] = &[
     ("fixed32 cut",             "hostile3.S3", "3d 01 02 03",                   Truncated,         "hostile3.S3", 7, 0),
     ("fixed64 cut",             "hostile3.S3", "31 01 02 03 04 05 06 07",       Truncated,         "hostile3.S3", 6, 0),
     ("length cut",              "hostile.R",   "0a 80",                         Truncated,         "hostile.R",   1, 0),
-    ("11-byte tag",             "hostile.R",   "80 80 80 80 80 80 80 80 80 80 00", VarintTooLong, "hostile.R",   0, 0),
+    ("11-byte tag",             "hostile.R",   "80 80 80 80 80 80 80 80 80 80 00", OverlongTagOrLength, "hostile.R", 0, 0),
+    ("6-byte padded tag",       "hostile.R",   "90 80 80 80 80 00 01",          OverlongTagOrLength, "hostile.R", 0, 0),
+    ("6-byte padded length",    "hostile.R",   "0a 82 80 80 80 80 00 10 01",    OverlongTagOrLength, "hostile.R", 1, 0),
     ("11-byte value",           "hostile.R",   "10 ff ff ff ff ff ff ff ff ff ff 01", VarintTooLong, "hostile.R", 2, 0),
     ("tag 2^32",                "hostile.R",   "80 80 80 80 10",                TagTooLarge,       "hostile.R",   0, 0),
     ("wire type 6",             "hostile.R",   "0e",                            InvalidWireType,   "hostile.R",   1, 0),
@@ -1718,7 +1790,7 @@ const FAILING: &[(&str, &str, &str, DecodeErrorKind, &str, u32, usize)] = &[
     ("field 0 end group",       "hostile.R",   "04",                            FieldNumberZero,   "hostile.R",   0, 0),
     ("length past end",         "hostile.R",   "0a 05 10 01",                   LengthOutOfBounds, "hostile.R",   1, 0),
     ("length 2^32",             "hostile.P2",  "0a 80 80 80 80 10 61",          LengthOutOfBounds, "hostile.P2",  1, 0),
-    ("length 2^64-1",           "hostile.R",   "0a ff ff ff ff ff ff ff ff ff 01", LengthOutOfBounds, "hostile.R", 1, 0),
+    ("length 2^64-1",           "hostile.R",   "0a ff ff ff ff ff ff ff ff ff 01", OverlongTagOrLength, "hostile.R", 1, 0),
     ("end group, no start",     "hostile.R",   "2c",                            UnmatchedEndGroup, "hostile.R",   5, 0),
     ("wrong end group",         "hostile.R",   "23 2c",                         UnmatchedEndGroup, "hostile.R.G", 5, 1),
     ("group never closed",      "hostile.R",   "23 28 01",                      UnterminatedGroup, "hostile.R.G", 4, 3),

@@ -112,7 +112,7 @@ class Context:
 
     def __init__(self, pb, target: str, rpc_timeout: float) -> None:
         self.pb = pb
-        self.m = pb.messages_pb2
+        self.m = pb.messages
         self.target = target
         self.timeout = rpc_timeout
         self._cleanup: list[Callable[[], None]] = []
@@ -123,7 +123,7 @@ class Context:
         return ch
 
     def stub(self, target: str | None = None):
-        return self.pb.test_pb2_grpc.TestServiceStub(self.channel(target))
+        return self.pb.services.TestServiceStub(self.channel(target))
 
     def sniffed_stub(self):
         """A stub whose (private) connection goes through a sniffing proxy."""
@@ -167,8 +167,8 @@ def case(fn: Callable[[Context], None]) -> Callable[[Context], None]:
 @case
 def empty_unary(c: Context) -> None:
     """EmptyCall with an empty request returns an empty response."""
-    reply = c.stub().EmptyCall(c.pb.empty_pb2.Empty(), timeout=c.timeout)
-    check(reply == c.pb.empty_pb2.Empty(), f"got {reply!r}")
+    reply = c.stub().EmptyCall(c.pb.messages.Empty(), timeout=c.timeout)
+    check(reply == c.pb.messages.Empty(), f"got {reply!r}")
 
 
 @case
@@ -363,7 +363,7 @@ def cancel_after_begin(c: Context) -> None:
     future.cancel()
     feeder.close()
     check(future.cancelled() or future.code() == grpc.StatusCode.CANCELLED, f"status {future.code()}")
-    stub.EmptyCall(c.pb.empty_pb2.Empty(), timeout=c.timeout)
+    stub.EmptyCall(c.pb.messages.Empty(), timeout=c.timeout)
 
 
 @case
@@ -379,7 +379,7 @@ def cancel_after_first_response(c: Context) -> None:
         expect_rpc_error(lambda: next(call), grpc.StatusCode.CANCELLED)
     finally:
         feeder.close()
-    stub.EmptyCall(c.pb.empty_pb2.Empty(), timeout=c.timeout)
+    stub.EmptyCall(c.pb.messages.Empty(), timeout=c.timeout)
 
 
 # --- status codes and messages -----------------------------------------------
@@ -521,16 +521,16 @@ def unimplemented_method(c: Context) -> None:
     """TestService/UnimplementedCall -> UNIMPLEMENTED."""
     stub = c.stub()
     expect_rpc_error(
-        lambda: stub.UnimplementedCall(c.pb.empty_pb2.Empty(), timeout=c.timeout), grpc.StatusCode.UNIMPLEMENTED
+        lambda: stub.UnimplementedCall(c.pb.messages.Empty(), timeout=c.timeout), grpc.StatusCode.UNIMPLEMENTED
     )
 
 
 @case
 def unimplemented_service(c: Context) -> None:
     """UnimplementedService/UnimplementedCall -> UNIMPLEMENTED."""
-    stub = c.pb.test_pb2_grpc.UnimplementedServiceStub(c.channel())
+    stub = c.pb.services.UnimplementedServiceStub(c.channel())
     expect_rpc_error(
-        lambda: stub.UnimplementedCall(c.pb.empty_pb2.Empty(), timeout=c.timeout), grpc.StatusCode.UNIMPLEMENTED
+        lambda: stub.UnimplementedCall(c.pb.messages.Empty(), timeout=c.timeout), grpc.StatusCode.UNIMPLEMENTED
     )
 
 
@@ -566,7 +566,6 @@ def main() -> int:
     ap.add_argument("--skip", action="append", default=[], help="skip this case (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--rpc-timeout", type=float, default=30.0, help="deadline for ordinary RPCs, seconds")
-    ap.add_argument("--proto-root", type=Path, default=None, help="grpc-testing proto root (default ../shared/...)")
     args = ap.parse_args()
 
     if args.list:
@@ -579,7 +578,7 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown case(s): {', '.join(unknown)} (see --list)")
 
-    pb = grpcio_stubs.load(args.proto_root)
+    pb = grpcio_stubs.load()
     names = [n for n in (args.case or CASES) if n not in args.skip]
     failed = []
     for name in names:

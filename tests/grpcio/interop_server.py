@@ -164,7 +164,7 @@ class TestService:
     def _payload(self, context: grpc.ServicerContext, size: int):
         if size < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"negative response size {size}")
-        return self.pb.messages_pb2.Payload(body=bytes(size))
+        return self.pb.messages.Payload(body=bytes(size))
 
     @staticmethod
     def _termination_event(context: grpc.ServicerContext) -> threading.Event:
@@ -187,7 +187,7 @@ class TestService:
                 return  # call cancelled or deadline passed while sleeping
             if not ended.is_set() and not p.compressed.value:
                 context.disable_next_message_compression()
-            yield self.pb.messages_pb2.StreamingOutputCallResponse(payload=self._payload(context, p.size))
+            yield self.pb.messages.StreamingOutputCallResponse(payload=self._payload(context, p.size))
 
     def _streaming_start(self, context: grpc.ServicerContext) -> threading.Event:
         """Common prologue of the server-streaming methods.
@@ -206,7 +206,7 @@ class TestService:
     def EmptyCall(self, incoming: Incoming, context):
         self.oracle.was_compressed(context, incoming)  # claim the wire record
         self._echo_metadata(context)
-        return self.pb.empty_pb2.Empty()
+        return self.pb.messages.Empty()
 
     def UnaryCall(self, incoming: Incoming, context):
         req = incoming.msg
@@ -216,7 +216,7 @@ class TestService:
         self._echo_metadata(context)
         self.oracle.check_expected(context, incoming, req.expect_compressed)
         self._maybe_fail(context, req.response_status)
-        return self.pb.messages_pb2.SimpleResponse(payload=self._payload(context, req.response_size))
+        return self.pb.messages.SimpleResponse(payload=self._payload(context, req.response_size))
 
     # The cacheable variant only differs in HTTP caching, which has no meaning here.
     CacheableUnaryCall = UnaryCall
@@ -234,7 +234,7 @@ class TestService:
         for incoming in requests:
             self.oracle.check_expected(context, incoming, incoming.msg.expect_compressed)
             total += len(incoming.msg.payload.body)
-        return self.pb.messages_pb2.StreamingInputCallResponse(aggregated_payload_size=total)
+        return self.pb.messages.StreamingInputCallResponse(aggregated_payload_size=total)
 
     def FullDuplexCall(self, requests: Iterator[Incoming], context):
         ended = self._streaming_start(context)
@@ -256,8 +256,8 @@ class TestService:
 
     # -- registration ------------------------------------------------------
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        m = self.pb.messages_pb2
-        empty = self.pb.empty_pb2.Empty
+        m = self.pb.messages
+        empty = self.pb.messages.Empty
 
         def handler(kind, fn, request_class):
             make = getattr(grpc, f"{kind}_rpc_method_handler")
@@ -285,10 +285,9 @@ def main() -> int:
     ap.add_argument("--no-sniff", action="store_true", help="bind grpcio directly (no expect_compressed checks)")
     ap.add_argument("--max-message-mib", type=int, default=32, help="max message size both ways (default 32)")
     ap.add_argument("--workers", type=int, default=64, help="handler threads (one per active stream)")
-    ap.add_argument("--proto-root", type=Path, default=None, help="grpc-testing proto root (default ../shared/...)")
     args = ap.parse_args()
 
-    pb = grpcio_stubs.load(args.proto_root)
+    pb = grpcio_stubs.load()
     limit = args.max_message_mib * 1024 * 1024
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=args.workers),

@@ -20,9 +20,9 @@
 #
 # One line per case, `PASS name (1.234s)` or `FAIL name (1.234s)`, then a
 # summary; exit status 1 if anything failed.  Logs of the last run are kept in
-# target/grpcio-interop/.  Skips (exit 0, `skipped: ...`) when the interop
-# schemas ../shared/protos/grpc-testing are absent; they are read from there at
-# test time and compiled into target/grpcio-gen/, never copied into the repo.
+# target/grpcio-interop/.  The Python side's stubs are compiled from the
+# repository's own interop schema, protos/interop/grpc_testing.proto, into
+# target/grpcio-gen/ (grpcio_stubs.py).
 #
 # --server-cmd / --client-cmd replace `PATH interop-server` / `PATH
 # interop-client` with any command taking the same flags, e.g. grpc-go's
@@ -64,13 +64,6 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 case "$ONLY" in ""|server|client|split) ;; *) echo "run.sh: --only takes server, client or split" >&2; exit 2 ;; esac
-
-PROTO_ROOT="${GRPC_TESTING_PROTO_ROOT:-$ROOT/../shared/protos/grpc-testing}"
-if [[ ! -f "$PROTO_ROOT/grpc/testing/test.proto" ]]; then
-    echo "skipped: no ../shared/protos/grpc-testing (gRPC interop schemas)"
-    exit 0
-fi
-export GRPC_TESTING_PROTO_ROOT="$PROTO_ROOT"   # read by grpcio_stubs.py
 
 if [[ -n "$SERVER_CMD" ]]; then read -r -a SERVER <<<"$SERVER_CMD"; else SERVER=("$PROTOPLANE" interop-server); fi
 if [[ -n "$CLIENT_CMD" ]]; then read -r -a CLIENT <<<"$CLIENT_CMD"; else CLIENT=("$PROTOPLANE" interop-client); fi

@@ -20,7 +20,9 @@ use super::jobs::{geomean, Job, Schema};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct WireArgs {
-    /// Directory holding `hyperprotobench/` and `socialnetwork/` (default: ../shared/datasets).
+    /// Directory holding `hyperprotobench/` and `socialnetwork/` (default:
+    /// ../shared/datasets). Without `socialnetwork/`, generated requests
+    /// stand in for it; without `hyperprotobench/`, that part is left out.
     #[arg(long, value_name = "DIR")]
     datasets: Option<PathBuf>,
     /// Benchmark your own schema instead: the .proto file…
@@ -87,14 +89,15 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
     let repo = std::env::current_dir().map_err(|e| e.to_string())?;
     let work = repo.join("target/bench");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let (schemas, jobs, dominated) = plan(args, &repo)?;
+    let mut notes = Vec::new();
+    let (schemas, jobs, dominated) = plan(args, &repo, &work, &mut notes)?;
     if jobs.is_empty() {
         return Err("no messages to benchmark (see --datasets / --proto)".into());
     }
     let jobs_file = work.join("jobs.tsv");
     let schemas_file = work.join("schemas.tsv");
-    write(&jobs_file, &jobs.iter().map(Job::to_line).collect::<String>())?;
-    write(&schemas_file, &schemas.iter().map(Schema::to_line).collect::<String>())?;
+    write(&jobs_file, jobs.iter().map(Job::to_line).collect::<String>())?;
+    write(&schemas_file, schemas.iter().map(Schema::to_line).collect::<String>())?;
 
     let (rounds, min_time, samples) =
         if args.quick { (1, 1, 3) } else { (args.rounds.max(1), args.min_time_ms, args.samples) };
@@ -106,7 +109,6 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
         "--samples".into(),
         samples.to_string(),
     ];
-    let mut notes = Vec::new();
     let workers =
         build_workers(args, &repo, &work, &schemas, &schemas_file, &timing_args, &mut notes);
     let pin =
@@ -175,17 +177,18 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
     Ok(format!("{report}\nreport written to {}\n", md.display()))
 }
 
-/// Writes `text` to `path` unless it already holds exactly that: the peer
+/// Writes `bytes` to `path` unless it already holds exactly that: the peer
 /// workers' build scripts watch the schema list, and rewriting it unchanged
 /// would make cargo regenerate and re-link them (minutes, fat LTO) each run.
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), String> {
+    let bytes = bytes.as_ref();
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn which(prog: &str) -> bool {
@@ -196,7 +199,16 @@ fn which(prog: &str) -> bool {
 /// plus the (bench, message) pairs whose payload is > 90% string / bytes.
 type Plan = (Vec<Schema>, Vec<Job>, BTreeSet<(String, String)>);
 
-fn plan(args: &WireArgs, repo: &Path) -> Result<Plan, String> {
+/// Generated requests per social-network type when the recorded ones are
+/// absent: as many as the recorded set holds.
+const GENERATED_PER_TYPE: usize = 200;
+
+fn plan(
+    args: &WireArgs,
+    repo: &Path,
+    work: &Path,
+    notes: &mut Vec<String>,
+) -> Result<Plan, String> {
     if let (Some(proto), Some(ty)) = (&args.proto, &args.type_name) {
         let mut includes = args.includes.clone();
         if includes.is_empty() {
@@ -234,7 +246,16 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<Plan, String> {
     let mut jobs = Vec::new();
     let mut dominated = BTreeSet::new();
     let hpb = root.join("hyperprotobench");
-    if let Ok(manifest) = std::fs::read_to_string(hpb.join("manifest.tsv")) {
+    let manifest = std::fs::read_to_string(hpb.join("manifest.tsv"));
+    let social_only = !args.only.is_empty() && args.only.iter().all(|o| o == "socialnetwork");
+    if manifest.is_err() && !social_only {
+        // Third-party data the repository does not carry. One line on
+        // stderr (smoke runs discard the report) and one in the report.
+        let note = format!("hyperprotobench: left out, no {}", hpb.join("manifest.tsv").display());
+        eprintln!("{note}");
+        notes.push(note);
+    }
+    if let Ok(manifest) = manifest {
         let mut seen = BTreeSet::new();
         for line in manifest.lines().skip(1) {
             let c: Vec<&str> = line.split('\t').collect();
@@ -265,10 +286,11 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<Plan, String> {
             });
         }
     }
+    if !wanted("socialnetwork", "socialnetwork") {
+        return Ok((schemas, jobs, dominated));
+    }
     let sn = root.join("socialnetwork");
-    if let (Ok(manifest), true) =
-        (std::fs::read_to_string(sn.join("manifest.tsv")), wanted("socialnetwork", "socialnetwork"))
-    {
+    if let Ok(manifest) = std::fs::read_to_string(sn.join("manifest.tsv")) {
         schemas.push(Schema {
             key: "socialnetwork".into(),
             proto: sn.join("social_network.proto"),
@@ -290,6 +312,42 @@ fn plan(args: &WireArgs, repo: &Path) -> Result<Plan, String> {
                 path: sn.join(c[5]),
             });
         }
+    } else {
+        // The schema is the repository's own, so the requests can be made
+        // here: the demo's generated ones, written as the recorded set is.
+        let dir = work.join("socialnetwork");
+        let proto = repo.join("protos/socialnetwork/social_network.proto");
+        schemas.push(Schema {
+            key: "socialnetwork".into(),
+            proto: abs(&proto),
+            includes: vec![abs(&repo.join("protos/socialnetwork"))],
+        });
+        let schema = crate::sn::schema()?;
+        let ts = schema.tables();
+        for (_, ty, messages) in crate::demo::requests(ts, None, GENERATED_PER_TYPE)? {
+            let type_name = ts.message_name(ty).to_string();
+            let short = type_name.rsplit('.').next().unwrap_or(&type_name).to_string();
+            let path = dir.join(format!("{short}.ldelim"));
+            let mut bytes = Vec::new();
+            let framing = crate::stream::Framing::new(true);
+            for m in &messages {
+                framing.put(&mut bytes, m);
+            }
+            write(&path, &bytes)?;
+            jobs.push(Job {
+                dataset: "socialnetwork".into(),
+                bench: "socialnetwork".into(),
+                schema: "socialnetwork".into(),
+                type_name,
+                message: short,
+                delimited: true,
+                path,
+            });
+        }
+        notes.push(format!(
+            "socialnetwork: {GENERATED_PER_TYPE} generated requests per type (no {})",
+            sn.join("manifest.tsv").display()
+        ));
     }
     Ok((schemas, jobs, dominated))
 }

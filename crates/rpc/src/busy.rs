@@ -19,12 +19,16 @@
 //! transports (native HTTP/2 on both sides, lean); a server on the `h2`
 //! crate does not count them, so the window there only ever runs out.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-/// Reads that returned data, process-wide.
+/// Spinners with a window, the only readers of READS: while there are
+/// none, the transports do not count (no shared cache line written on
+/// every read of every connection).
+static WATCHERS: AtomicUsize = AtomicUsize::new(0);
+/// Reads that returned data, process-wide, while somebody watches.
 static READS: AtomicU64 = AtomicU64::new(0);
 /// Spinners asleep waiting for a read.
 static ASLEEP: AtomicUsize = AtomicUsize::new(0);
@@ -33,9 +37,12 @@ static WAKE: Notify = Notify::const_new();
 
 /// Called by the transports after a read that returned data.
 ///
-/// Cost when nobody spins: one atomic increment and one load.
+/// Cost when no spinner has a window: one load.
 #[inline]
 pub(crate) fn note_read() {
+    if WATCHERS.load(Relaxed) == 0 {
+        return;
+    }
     // SeqCst pairs with the spinner's store to ASLEEP and load of READS:
     // either it sees this read, or this sees it asleep and wakes it.
     READS.fetch_add(1, SeqCst);
@@ -54,6 +61,19 @@ pub fn reads() -> u64 {
 /// sleeping in between. Never returns; spawn one per worker thread and drop
 /// the runtime to stop it.
 pub async fn spin(window: Option<Duration>) {
+    /// Counts a windowed spinner for as long as it lives (it ends when its
+    /// runtime drops it).
+    struct Watching;
+    impl Drop for Watching {
+        fn drop(&mut self) {
+            WATCHERS.fetch_sub(1, SeqCst);
+        }
+    }
+    // Counted before the first look at READS.
+    let _watching = window.map(|_| {
+        WATCHERS.fetch_add(1, SeqCst);
+        Watching
+    });
     let mut seen = reads();
     let mut until = window.map(|w| Instant::now() + w);
     loop {

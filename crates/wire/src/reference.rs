@@ -76,8 +76,7 @@ impl Reader<'_, '_> {
         end: usize,
         field: u32,
     ) -> Result<u64, DecodeError> {
-        let start = *pos;
-        varint::read(&self.input[..end], pos).map_err(|e| self.fail(at, e.into(), field, start))
+        self.read_with(varint::read, at, pos, end, field)
     }
 
     /// A tag or a length prefix: at most five bytes.
@@ -88,9 +87,19 @@ impl Reader<'_, '_> {
         end: usize,
         field: u32,
     ) -> Result<u64, DecodeError> {
+        self.read_with(varint::read_short, at, pos, end, field)
+    }
+
+    fn read_with(
+        &self,
+        read: fn(&[u8], &mut usize) -> Result<u64, varint::VarintError>,
+        at: MessageBuilder,
+        pos: &mut usize,
+        end: usize,
+        field: u32,
+    ) -> Result<u64, DecodeError> {
         let start = *pos;
-        varint::read_short(&self.input[..end], pos)
-            .map_err(|e| self.fail(at, e.into(), field, start))
+        read(&self.input[..end], pos).map_err(|e| self.fail(at, e.into(), field, start))
     }
 
     fn take(

@@ -17,22 +17,7 @@ pub(crate) enum VarintError {
 /// dropped, as every protobuf implementation does.
 #[inline(always)]
 pub(crate) fn read(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
-    let p = *pos;
-    match buf.get(p) {
-        Some(&b) if b < 0x80 => {
-            *pos = p + 1;
-            return Ok(b as u64);
-        }
-        None => return Err(VarintError::Truncated),
-        _ => {}
-    }
-    if let Some(&b1) = buf.get(p + 1) {
-        if b1 < 0x80 {
-            *pos = p + 2;
-            return Ok((buf[p] as u64 & 0x7f) | (b1 as u64) << 7);
-        }
-    }
-    read_slow(buf, pos)
+    read_then(buf, pos, read_slow)
 }
 
 /// Reads a tag or a length prefix at `*pos`, advancing it: a varint of at
@@ -41,6 +26,17 @@ pub(crate) fn read(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
 /// malformed, so a decoder that accepted it would read inputs they refuse.
 #[inline(always)]
 pub(crate) fn read_short(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    read_then(buf, pos, read_short_slow)
+}
+
+/// The one- and two-byte varints that most tags, lengths and small values
+/// are, inline; `slow` reads any longer one from `*pos`.
+#[inline(always)]
+fn read_then(
+    buf: &[u8],
+    pos: &mut usize,
+    slow: fn(&[u8], &mut usize) -> Result<u64, VarintError>,
+) -> Result<u64, VarintError> {
     let p = *pos;
     match buf.get(p) {
         Some(&b) if b < 0x80 => {
@@ -56,7 +52,7 @@ pub(crate) fn read_short(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError
             return Ok((buf[p] as u64 & 0x7f) | (b1 as u64) << 7);
         }
     }
-    read_short_slow(buf, pos)
+    slow(buf, pos)
 }
 
 #[cold]

@@ -184,6 +184,7 @@ impl<'g> Generator<'g> {
             }
         }
         self.layout_check(&mut w, &markers);
+        self.decoder_list(&mut w, &scope, package, files)?;
         w.blank();
         w.lines(SUPPORT);
         self.foreign_elems(&mut w, &scope, files)?;
@@ -260,6 +261,50 @@ impl<'g> Generator<'g> {
             w.dedent();
         }
         w.close();
+    }
+
+    /// `GENERATED_DECODERS`: every message of the package (map entries
+    /// aside) with its generated decoder, for code that picks a type at run
+    /// time (the benchmark worker, the fuzz target, the equivalence tests).
+    fn decoder_list(
+        &self,
+        w: &mut CodeWriter,
+        scope: &Scope,
+        package: &str,
+        files: &[&FileDescriptorProto],
+    ) -> Result<(), Error> {
+        let mut entries = Vec::new();
+        let mut stack: Vec<(String, &DescriptorProto)> = Vec::new();
+        for file in files {
+            for m in file.message_type.iter().rev() {
+                stack.push((join(package, m.name()), m));
+            }
+        }
+        while let Some((full, m)) = stack.pop() {
+            let loc = self.types.get(&full)?;
+            if !loc.map_entry {
+                entries.push(scope.path(loc, ""));
+            }
+            for n in m.nested_type.iter().rev() {
+                stack.push((join(&full, n.name()), n));
+            }
+        }
+        w.blank();
+        w.doc(
+            "Every message type of this package (map entries aside) with its generated\n\
+             decoder: `(type index, decoder)`, for code that picks the type at run time.",
+        );
+        w.line("#[doc(hidden)]");
+        w.line("pub const GENERATED_DECODERS: &[(u32, ::protoplane_wire::gen::Fields)] = &[");
+        w.indent();
+        for m in &entries {
+            w.line(format!(
+                "({m}::TYPE_INDEX, {m}::decode_fields as ::protoplane_wire::gen::Fields),"
+            ));
+        }
+        w.dedent();
+        w.line("];");
+        Ok(())
     }
 
     fn collect_markers(
@@ -442,6 +487,8 @@ impl<'g> Generator<'g> {
         if loc.map_entry {
             return Ok(());
         }
+        w.blank();
+        crate::decoder::emit(w, self, scope, &info, &loc)?;
         let inner = scope.nested(loc.inner_module(desc.name()));
         w.blank();
         crate::view::emit(w, self, scope, &inner, &info, &loc)?;
@@ -564,9 +611,10 @@ impl<'g> Generator<'g> {
             w.close();
             w.blank();
             w.doc(&format!(
-                "Decodes wire bytes into a new block with this message as its root. In view\n\
-                 mode (`DecodeOptions::view()`) the block references `wire`: read it with\n\
-                 [`{base}View::from_block`]`(block.as_bytes(), wire)`."
+                "Decodes wire bytes into a new block with this message as its root, with\n\
+                 the generated decoder (the same block `protoplane_wire::decode` makes). In\n\
+                 view mode (`DecodeOptions::view()`) the block references `wire`: read it\n\
+                 with [`{base}View::from_block`]`(block.as_bytes(), wire)`."
             ));
             w.line("pub fn decode(");
             w.indent();
@@ -574,7 +622,36 @@ impl<'g> Generator<'g> {
             w.line("opts: &::protoplane_wire::DecodeOptions,");
             w.dedent();
             w.open(") -> Result<::protoplane_wire::Block, ::protoplane_wire::DecodeError>");
-            w.line(format!("::protoplane_wire::decode({tables}(), Self::TYPE_INDEX, wire, opts)"));
+            w.call(
+                "::protoplane_wire::gen::decode",
+                &[format!("{tables}()"), "Self::TYPE_INDEX".into(), "Self::decode_fields".into()]
+                    .into_iter()
+                    .chain(["wire", "opts"].map(String::from))
+                    .collect::<Vec<_>>(),
+                "",
+            );
+            w.close();
+            w.blank();
+            w.doc(
+                "Like `decode`, into a reused block with a reused decoder (no allocation\n\
+                 once both have warmed up). On error the block's content is unspecified.",
+            );
+            w.line("pub fn decode_into(");
+            w.indent();
+            w.line("decoder: &mut ::protoplane_wire::Decoder,");
+            w.line("wire: &[u8],");
+            w.line("opts: &::protoplane_wire::DecodeOptions,");
+            w.line("out: &mut ::protoplane_wire::Block,");
+            w.dedent();
+            w.open(") -> Result<(), ::protoplane_wire::DecodeError>");
+            w.call(
+                "::protoplane_wire::gen::decode_into",
+                &[format!("{tables}()"), "Self::TYPE_INDEX".into(), "Self::decode_fields".into()]
+                    .into_iter()
+                    .chain(["decoder", "wire", "opts", "out"].map(String::from))
+                    .collect::<Vec<_>>(),
+                "",
+            );
             w.close();
         }
         w.close();

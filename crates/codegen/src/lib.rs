@@ -112,6 +112,7 @@
 //! services; `view.rs` and `builder.rs` emit the two faces of a message.
 
 mod builder;
+mod decoder;
 mod generator;
 mod model;
 mod names;

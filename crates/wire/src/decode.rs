@@ -162,11 +162,58 @@ impl Decoder {
             group: 0,
             field: 0,
             required_seen: false,
+            depth0: 0,
         };
         if input.len() > max_block {
             return Err(run.err(DecodeErrorKind::BlockTooLarge, 0));
         }
         run.run()
+    }
+}
+
+impl Decoder {
+    /// Decodes the one field whose tag starts at `pos` of object `obj` (of
+    /// type `msg_index`, ending at `end`) into a private block, all of it,
+    /// at nesting `depth`: how generated code hands over what it has no
+    /// arm for. Returns the position after the field and whether a message
+    /// type with `required` fields was finished inside it.
+    #[allow(clippy::too_many_arguments)] // one frame's state, passed flat
+    pub(crate) fn field_at(
+        &mut self,
+        tables: &TableSet,
+        input: &[u8],
+        opts: &DecodeOptions,
+        out: &mut Vec<u8>,
+        (msg_index, obj, depth): (u32, usize, usize),
+        pos: usize,
+        end: usize,
+    ) -> Result<(usize, bool), DecodeError> {
+        self.stack.clear();
+        self.groups.clear();
+        let msg = tables.message(msg_index);
+        let mut run = Run {
+            ts: tables,
+            input,
+            opts,
+            max_block: opts.max_block.min(u32::MAX as usize),
+            out,
+            stack: &mut self.stack,
+            groups: &mut self.groups,
+            pos,
+            end,
+            obj,
+            msg_index,
+            msg,
+            fields: tables.fields(msg),
+            ops: tables.ops(msg),
+            next: 0,
+            group: 0,
+            field: 0,
+            required_seen: false,
+            depth0: depth,
+        };
+        run.one_field()?;
+        Ok((run.pos, run.required_seen))
     }
 }
 
@@ -199,6 +246,8 @@ struct Run<'a, M: BlockMem> {
     field: u32,
     /// A message type with `required` fields was decoded somewhere.
     required_seen: bool,
+    /// Nesting of the first frame (0 unless generated code called in).
+    depth0: usize,
 }
 
 const VARINT: u32 = WireType::Varint as u32;
@@ -234,52 +283,76 @@ impl<'a, M: BlockMem> Run<'a, M> {
                 }
                 continue;
             }
-            let start = self.pos;
-            self.field = 0;
-            let tag = self.short(start)?;
-            // Fast path: a known field in its canonical encoding (the tag
-            // the encoder writes), one `match` on the precomputed op.
-            // Everything else (field 0, end-group, unknown numbers, wire
-            // types that differ from the declaration, packed/unpacked
-            // mismatches, closed enums) takes the general path below.
-            let number = (tag >> 3) as u32;
-            let ts = self.ts;
-            let predicted = self.ops.get(self.next).filter(|op| tag == op.tag as u64);
-            let slot = match predicted {
-                Some(_) => Some(self.next),
-                None => ts.field_slot(self.msg, number),
-            };
-            if let Some(i) = slot {
-                if let Some(op) = self.ops.get(i) {
-                    if tag == op.tag as u64 && op.value != ValueOp::ClosedEnum {
-                        self.field = number;
-                        let repeated = matches!(op.card, Card::Repeated | Card::Packed);
-                        self.next = if repeated { i } else { i + 1 };
-                        self.fast(op, i, start)?;
-                        continue;
-                    }
+            self.step()?;
+        }
+    }
+
+    /// Decodes the one field at `pos` of the current object, all of it: a
+    /// sub-message or group it opens is decoded to its end (the entry of
+    /// generated code into the table-driven path, see `gen.rs`).
+    fn one_field(&mut self) -> Result<(), DecodeError> {
+        self.step()?;
+        while !self.stack.is_empty() {
+            if self.pos >= self.end {
+                if self.group != 0 {
+                    self.field = self.group;
+                    return Err(self.err(DecodeErrorKind::UnterminatedGroup, self.pos));
                 }
-            }
-            if tag > u32::MAX as u64 {
-                return Err(self.err(DecodeErrorKind::TagTooLarge, start));
-            }
-            let wt = (tag & 7) as u32;
-            self.field = number;
-            if number == 0 {
-                return Err(self.err(DecodeErrorKind::FieldNumberZero, start));
-            }
-            if wt == END_GROUP {
-                if self.group != number {
-                    return Err(self.err(DecodeErrorKind::UnmatchedEndGroup, start));
-                }
-                self.group = 0; // closed: pop() must not see it as open
                 self.pop()?;
                 continue;
             }
-            match ts.field_by_number(self.msg, number) {
-                Some(f) => self.known(f, wt, start)?,
-                None => self.unknown(wt, start)?,
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// One tag and its value (a sub-message or group: just its opening).
+    #[inline(always)]
+    fn step(&mut self) -> Result<(), DecodeError> {
+        let start = self.pos;
+        self.field = 0;
+        let tag = self.short(start)?;
+        // Fast path: a known field in its canonical encoding (the tag
+        // the encoder writes), one `match` on the precomputed op.
+        // Everything else (field 0, end-group, unknown numbers, wire
+        // types that differ from the declaration, packed/unpacked
+        // mismatches, closed enums) takes the general path below.
+        let number = (tag >> 3) as u32;
+        let ts = self.ts;
+        let predicted = self.ops.get(self.next).filter(|op| tag == op.tag as u64);
+        let slot = match predicted {
+            Some(_) => Some(self.next),
+            None => ts.field_slot(self.msg, number),
+        };
+        if let Some(i) = slot {
+            if let Some(op) = self.ops.get(i) {
+                if tag == op.tag as u64 && op.value != ValueOp::ClosedEnum {
+                    self.field = number;
+                    let repeated = matches!(op.card, Card::Repeated | Card::Packed);
+                    self.next = if repeated { i } else { i + 1 };
+                    return self.fast(op, i, start);
+                }
             }
+        }
+        if tag > u32::MAX as u64 {
+            return Err(self.err(DecodeErrorKind::TagTooLarge, start));
+        }
+        let wt = (tag & 7) as u32;
+        self.field = number;
+        if number == 0 {
+            return Err(self.err(DecodeErrorKind::FieldNumberZero, start));
+        }
+        if wt == END_GROUP {
+            if self.group != number {
+                return Err(self.err(DecodeErrorKind::UnmatchedEndGroup, start));
+            }
+            self.group = 0; // closed: pop() must not see it as open
+            self.pop()?;
+            return Ok(());
+        }
+        match ts.field_by_number(self.msg, number) {
+            Some(f) => self.known(f, wt, start),
+            None => self.unknown(wt, start),
         }
     }
 
@@ -454,11 +527,8 @@ impl<'a, M: BlockMem> Run<'a, M> {
     /// first (protobuf semantics), so only the merged result can miss one.
     #[cold]
     fn check_required(&mut self) -> Result<(), DecodeError> {
-        let src = Source { block: self.out.bytes(), wire: self.input };
-        let root_type = crate::block::read_u32(self.out.bytes(), 4).unwrap_or(0);
-        let missing = MessageView::new(self.ts, src, root_type)
-            .and_then(|v| v.missing_required(self.opts.max_depth + 1))
-            .map_err(|_| self.err(DecodeErrorKind::DepthExceeded, self.pos))?;
+        let missing = missing_required(self.ts, self.out.bytes(), self.input, self.opts)
+            .map_err(|()| self.err(DecodeErrorKind::DepthExceeded, self.pos))?;
         if let Some((ty, field)) = missing {
             self.msg_index = ty;
             self.field = field;
@@ -637,7 +707,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
         group: u32,
         start: usize,
     ) -> Result<(), DecodeError> {
-        if self.stack.len() >= self.opts.max_depth as usize {
+        if self.depth0 + self.stack.len() >= self.opts.max_depth as usize {
             return Err(self.err(DecodeErrorKind::DepthExceeded, start));
         }
         let sub = self.ts.message(f.sub);
@@ -692,65 +762,46 @@ impl<'a, M: BlockMem> Run<'a, M> {
         let len = self.length(start)?;
         let payload = &self.input[self.pos..self.pos + len];
         self.pos += len;
+        let slot = self.obj + f.offset as usize;
+        if !f.flags.has(FieldFlags::CLOSED_ENUM) {
+            append_packed(self.out, slot, f.kind, payload).map_err(|kind| self.err(kind, start))?;
+            return self.check_block(start);
+        }
         if len == 0 {
             return Ok(());
         }
-        let slot = self.obj + f.offset as usize;
-        let too_long = |s: &Self| s.err(DecodeErrorKind::TooLong, start);
-        match f.kind.wire_type() {
-            WireType::Fixed32 | WireType::Fixed64 => {
-                let size = f.kind.slot_size() as usize;
-                if len % size != 0 {
-                    return Err(self.err(DecodeErrorKind::PackedLength, start));
-                }
-                let n = u32::try_from(len / size).map_err(|_| too_long(self))?;
-                let at = self.out.grow_array(slot, size, n).map_err(|()| too_long(self))?;
-                // Wire and slot are both little endian: one copy.
-                self.out.bytes_mut()[at..at + len].copy_from_slice(payload);
+        if payload[len - 1] >= 0x80 {
+            return Err(self.err(DecodeErrorKind::Truncated, start));
+        }
+        let n = payload.iter().filter(|&&b| b < 0x80).count() as u32;
+        let size = f.kind.slot_size();
+        let mut at = self
+            .out
+            .grow_array(slot, size as usize, n)
+            .map_err(|()| self.err(DecodeErrorKind::TooLong, start))?;
+        let mut rejected = 0u32;
+        let mut p = 0;
+        while p < len {
+            let raw = varint::read(payload, &mut p)
+                .map_err(|_| self.err(DecodeErrorKind::VarintTooLong, start))?;
+            let bits = varint_bits(f.kind, raw);
+            if !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32) {
+                // Unknown closed-enum value: kept as an unpacked unknown
+                // field with all 64 bits the sender wrote (as protobuf C++
+                // and upb keep it): a reader that declares the field int64
+                // must still read -2 as -2.
+                rejected += 1;
+                let mut rec = Vec::with_capacity(15);
+                varint::push(&mut rec, (f.number as u64) << 3);
+                varint::push(&mut rec, raw);
+                self.append_unknown(&rec, start)?;
+                continue;
             }
-            _ => {
-                if payload[len - 1] >= 0x80 {
-                    return Err(self.err(DecodeErrorKind::Truncated, start));
-                }
-                let n = payload.iter().filter(|&&b| b < 0x80).count() as u32;
-                let size = f.kind.slot_size();
-                let mut at =
-                    self.out.grow_array(slot, size as usize, n).map_err(|()| too_long(self))?;
-                let closed = f.flags.has(FieldFlags::CLOSED_ENUM);
-                if !closed {
-                    let dst = &mut self.out.bytes_mut()[at..at + n as usize * size as usize];
-                    return match unpack_varints(payload, dst, f.kind) {
-                        Ok(()) => self.check_block(start),
-                        Err(_) => Err(self.err(DecodeErrorKind::VarintTooLong, start)),
-                    };
-                }
-                let mut rejected = 0u32;
-                let mut p = 0;
-                while p < len {
-                    let raw = varint::read(payload, &mut p)
-                        .map_err(|_| self.err(DecodeErrorKind::VarintTooLong, start))?;
-                    let bits = varint_bits(f.kind, raw);
-                    if closed
-                        && !self.ts.enum_contains(self.ts.enum_type(f.sub), bits as u32 as i32)
-                    {
-                        // Unknown closed-enum value: kept as an unpacked
-                        // unknown field with all 64 bits the sender wrote
-                        // (as protobuf C++ and upb keep it): a reader that
-                        // declares the field int64 must still read -2 as -2.
-                        rejected += 1;
-                        let mut rec = Vec::with_capacity(15);
-                        varint::push(&mut rec, (f.number as u64) << 3);
-                        varint::push(&mut rec, raw);
-                        self.append_unknown(&rec, start)?;
-                        continue;
-                    }
-                    self.out.put_scalar(at, size, bits);
-                    at += size as usize;
-                }
-                if rejected > 0 {
-                    self.out.shrink_array(slot, rejected);
-                }
-            }
+            self.out.put_scalar(at, size, bits);
+            at += size as usize;
+        }
+        if rejected > 0 {
+            self.out.shrink_array(slot, rejected);
         }
         self.check_block(start)
     }
@@ -783,7 +834,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
         self.groups.clear();
         self.groups.push(number);
         while let Some(&open) = self.groups.last() {
-            if self.stack.len() + self.groups.len() > self.opts.max_depth as usize {
+            if self.depth0 + self.stack.len() + self.groups.len() > self.opts.max_depth as usize {
                 return Err(self.err(DecodeErrorKind::DepthExceeded, start));
             }
             if self.pos >= self.end {
@@ -843,12 +894,61 @@ impl<'a, M: BlockMem> Run<'a, M> {
     }
 }
 
+/// The first `required` field missing in a decoded block, as `(message
+/// type, field number)`; `Err` if the block nests too deep to check.
+#[cold]
+pub(crate) fn missing_required(
+    ts: &TableSet,
+    block: &[u8],
+    input: &[u8],
+    opts: &DecodeOptions,
+) -> Result<Option<(u32, u32)>, ()> {
+    let src = Source { block, wire: input };
+    let root_type = crate::block::read_u32(block, 4).unwrap_or(0);
+    MessageView::new(ts, src, root_type)
+        .and_then(|v| v.missing_required(opts.max_depth + 1))
+        .map_err(|_| ())
+}
+
 /// Whether `data` is valid UTF-8. Most strings on the wire are ASCII, which
 /// `is_ascii` confirms a word at a time, far cheaper than the full
 /// validation for the short strings of typical requests.
 #[inline(always)]
-fn utf8(data: &[u8]) -> bool {
+pub(crate) fn utf8(data: &[u8]) -> bool {
     data.is_ascii() || std::str::from_utf8(data).is_ok()
+}
+
+/// Appends a packed run of a repeated scalar that is not a closed enum
+/// (every value is kept) to the array whose reference slot is at `slot`.
+#[inline]
+pub(crate) fn append_packed<M: BlockMem>(
+    out: &mut M,
+    slot: usize,
+    kind: Kind,
+    payload: &[u8],
+) -> Result<(), DecodeErrorKind> {
+    let len = payload.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let size = kind.slot_size() as usize;
+    if matches!(kind.wire_type(), WireType::Fixed32 | WireType::Fixed64) {
+        if len % size != 0 {
+            return Err(DecodeErrorKind::PackedLength);
+        }
+        let n = u32::try_from(len / size).map_err(|_| DecodeErrorKind::TooLong)?;
+        let at = out.grow_array(slot, size, n).map_err(|()| DecodeErrorKind::TooLong)?;
+        // Wire and slot are both little endian: one copy.
+        out.bytes_mut()[at..at + len].copy_from_slice(payload);
+        return Ok(());
+    }
+    if payload[len - 1] >= 0x80 {
+        return Err(DecodeErrorKind::Truncated);
+    }
+    let n = payload.iter().filter(|&&b| b < 0x80).count() as u32;
+    let at = out.grow_array(slot, size, n).map_err(|()| DecodeErrorKind::TooLong)?;
+    let dst = &mut out.bytes_mut()[at..at + n as usize * size];
+    unpack_varints(payload, dst, kind).map_err(|_| DecodeErrorKind::VarintTooLong)
 }
 
 /// Decodes a packed run of varints into `dst`, an array of exactly as many

@@ -15,6 +15,8 @@ mod builder;
 mod decode;
 mod encode;
 mod error;
+#[doc(hidden)]
+pub mod gen;
 pub mod json;
 pub mod reference;
 mod sink;

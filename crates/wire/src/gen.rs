@@ -1,0 +1,382 @@
+//! The runtime of generated decoders: what `protoplane-codegen` emits per
+//! message calls into this module, and nothing else should.
+//!
+//! A generated decoder is one function per message type, a loop over tags
+//! with one `match` arm per field in its canonical encoding (the tag the
+//! encoders write): slot offsets, hasbit words and masks, tags and value
+//! conversions are constants in the code, and a sub-message is a direct
+//! call of its type's function. That is the code prost, buffa and protobuf
+//! C++ generate, minus their per-type structs: it writes the same
+//! linearized block the table-driven decoder writes, byte for byte (the
+//! tests and a fuzz target compare the two on every input).
+//!
+//! Everything the arms do not cover goes to [`Dec::field`], which runs the
+//! table-driven decoder over that one field of the current object: unknown
+//! fields, wire types that differ from the declaration, packed input for an
+//! unpacked field (and the reverse), closed enums (their unknown values
+//! become unknown fields), maps (a map entry with unknown fields becomes one
+//! of the parent's unknown fields) and groups. One engine owns protobuf's
+//! rare rules; generated code only runs the common ones faster.
+//!
+//! Generated decoders write private (heap) blocks. A block that lives in
+//! lent memory (a region shared with an engine) is decoded by the
+//! table-driven path: same result, no second copy of that machinery.
+//!
+//! Every primitive below is `#[inline(always)]` and takes the message type
+//! and field number only to name them in an error: constants at each call
+//! site, free after inlining. Errors are built out of line.
+
+use protoplane_schema::{Kind, TableSet};
+
+use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
+use crate::decode::{append_packed, missing_required, DecodeOptions, Decoder};
+use crate::error::{DecodeError, DecodeErrorKind};
+use crate::varint;
+
+/// A generated message decoder: decodes the fields of the object at `obj`
+/// from `pos` to `end` and returns where it stopped (`end`).
+pub type Fields = fn(&mut Dec<'_>, usize, usize, usize) -> Result<usize, DecodeError>;
+
+/// One generated decode in progress.
+#[allow(missing_debug_implementations)] // a cursor over borrowed buffers
+pub struct Dec<'a> {
+    input: &'a [u8],
+    out: &'a mut Vec<u8>,
+    ts: &'a TableSet,
+    opts: &'a DecodeOptions,
+    max_block: usize,
+    depth: u32,
+    required_seen: bool,
+    fallback: &'a mut Decoder,
+}
+
+/// Decodes `input` as message `type_index` of `ts` with the generated
+/// decoder `fields`, replacing the content of `out` (see the module docs).
+pub fn decode_into(
+    ts: &TableSet,
+    type_index: u32,
+    fields: Fields,
+    dec: &mut Decoder,
+    input: &[u8],
+    opts: &DecodeOptions,
+    out: &mut Block,
+) -> Result<(), DecodeError> {
+    let Store::Heap(mem) = out.mem() else {
+        return dec.decode_into(ts, type_index, input, opts, out);
+    };
+    let msg = ts.message(type_index);
+    let root = mem.start(type_index, msg.size, if opts.view { BLOCK_VIEW } else { 0 });
+    let max_block = opts.max_block.min(u32::MAX as usize);
+    let mut d =
+        Dec { input, out: mem, ts, opts, max_block, depth: 0, required_seen: false, fallback: dec };
+    if input.len() > max_block {
+        return Err(d.err(DecodeErrorKind::BlockTooLarge, type_index, 0, 0));
+    }
+    fields(&mut d, root, 0, input.len())?;
+    if d.required_seen && opts.check_required {
+        match missing_required(ts, d.out, input, opts) {
+            Ok(None) => {}
+            Ok(Some((ty, field))) => {
+                return Err(d.err(DecodeErrorKind::MissingRequired, ty, field, input.len()))
+            }
+            Err(()) => {
+                return Err(d.err(DecodeErrorKind::DepthExceeded, type_index, 0, input.len()))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes `input` into a fresh block (see [`decode_into`]).
+pub fn decode(
+    ts: &TableSet,
+    type_index: u32,
+    fields: Fields,
+    input: &[u8],
+    opts: &DecodeOptions,
+) -> Result<Block, DecodeError> {
+    let mut block = Block::with_capacity(input.len() + input.len() / 2 + 64);
+    decode_into(ts, type_index, fields, &mut Decoder::new(), input, opts, &mut block)?;
+    Ok(block)
+}
+
+impl Dec<'_> {
+    #[cold]
+    #[inline(never)]
+    pub fn err(&self, kind: DecodeErrorKind, msg: u32, field: u32, at: usize) -> DecodeError {
+        DecodeError { kind, message: self.ts.message_name(msg).to_owned(), field, offset: at }
+    }
+
+    /// Any field the generated arms do not cover, decoded whole by the
+    /// table-driven path; returns the position after it.
+    #[inline(never)]
+    pub fn field(
+        &mut self,
+        msg: u32,
+        obj: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<usize, DecodeError> {
+        let frame = (msg, obj, self.depth as usize);
+        let (pos, required) =
+            self.fallback.field_at(self.ts, self.input, self.opts, self.out, frame, start, end)?;
+        self.required_seen |= required;
+        Ok(pos)
+    }
+
+    /// A message type with `required` fields was finished.
+    #[inline(always)]
+    pub fn saw_required(&mut self) {
+        self.required_seen = true;
+    }
+
+    /// Reads a tag (at most five bytes).
+    #[inline(always)]
+    pub fn tag(&self, pos: &mut usize, end: usize, msg: u32) -> Result<u64, DecodeError> {
+        let at = *pos;
+        varint::read_short(&self.input[..end], pos).map_err(|e| self.err(e.into(), msg, 0, at))
+    }
+
+    /// Reads a varint value.
+    #[inline(always)]
+    pub fn value(
+        &self,
+        pos: &mut usize,
+        end: usize,
+        (msg, field, at): (u32, u32, usize),
+    ) -> Result<u64, DecodeError> {
+        varint::read_value(&self.input[..end], pos).map_err(|e| self.err(e.into(), msg, field, at))
+    }
+
+    /// Reads a little-endian fixed-width value of `N` bytes (4 or 8).
+    #[inline(always)]
+    pub fn fixed<const N: usize>(
+        &self,
+        pos: &mut usize,
+        end: usize,
+        (msg, field, at): (u32, u32, usize),
+    ) -> Result<u64, DecodeError> {
+        match self.input[..end].get(*pos..*pos + N) {
+            Some(b) => {
+                *pos += N;
+                let mut w = [0u8; 8];
+                w[..N].copy_from_slice(b);
+                Ok(u64::from_le_bytes(w))
+            }
+            None => Err(self.err(DecodeErrorKind::Truncated, msg, field, at)),
+        }
+    }
+
+    /// Reads a length prefix and checks the payload lies inside `end`.
+    #[inline(always)]
+    pub fn length(
+        &self,
+        pos: &mut usize,
+        end: usize,
+        (msg, field, at): (u32, u32, usize),
+    ) -> Result<usize, DecodeError> {
+        let len = varint::read_short(&self.input[..end], pos)
+            .map_err(|e| self.err(e.into(), msg, field, at))?;
+        if len > (end - *pos) as u64 {
+            return Err(self.err(DecodeErrorKind::LengthOutOfBounds, msg, field, at));
+        }
+        Ok(len as usize)
+    }
+
+    /// A `string` (`utf8`) or `bytes` value: its packed reference, to the
+    /// input (view mode) or to a copy appended to the block.
+    #[inline(always)]
+    pub fn bytes(
+        &mut self,
+        pos: &mut usize,
+        end: usize,
+        utf8: bool,
+        site: (u32, u32, usize),
+    ) -> Result<u64, DecodeError> {
+        let (msg, field, at) = site;
+        let len = self.length(pos, end, site)?;
+        if len > MAX_LEN {
+            return Err(self.err(DecodeErrorKind::TooLong, msg, field, at));
+        }
+        let start = *pos;
+        let data = &self.input[start..start + len];
+        if utf8 && !crate::decode::utf8(data) {
+            return Err(self.err(DecodeErrorKind::InvalidUtf8, msg, field, at));
+        }
+        *pos += len;
+        if len == 0 {
+            return Ok(0);
+        }
+        if self.opts.view {
+            return Ok(
+                Ref { offset: start as u32, len: len as u32, wire: true, device: false }.pack()
+            );
+        }
+        let copy = self.out.alloc_copy(data);
+        self.check_block(site)?;
+        Ok(Ref { offset: copy as u32, len: len as u32, wire: false, device: false }.pack())
+    }
+
+    #[inline(always)]
+    pub fn put_u8(&mut self, at: usize, v: u8) {
+        self.out[at] = v;
+    }
+
+    #[inline(always)]
+    pub fn put_u32(&mut self, at: usize, v: u32) {
+        self.out.put_u32(at, v);
+    }
+
+    #[inline(always)]
+    pub fn put_u64(&mut self, at: usize, v: u64) {
+        self.out.put_u64(at, v);
+    }
+
+    /// Sets bits `mask` of the hasbit word at `at`.
+    #[inline(always)]
+    pub fn set_bits(&mut self, at: usize, mask: u32) {
+        let w = self.out.u32_at(at) | mask;
+        self.out.put_u32(at, w);
+    }
+
+    /// Appends one element of `SIZE` bytes (1, 4 or 8) to the array whose
+    /// reference slot is at `slot`.
+    #[inline(always)]
+    pub fn push<const SIZE: usize>(
+        &mut self,
+        slot: usize,
+        bits: u64,
+        site: (u32, u32, usize),
+    ) -> Result<(), DecodeError> {
+        let at = self.grow(slot, SIZE, 1, site)?;
+        self.out.put_scalar(at, SIZE as u32, bits);
+        self.check_block(site)
+    }
+
+    /// A packed run of a repeated scalar that is not a closed enum.
+    #[inline(always)]
+    pub fn packed(
+        &mut self,
+        slot: usize,
+        kind: Kind,
+        pos: &mut usize,
+        end: usize,
+        site: (u32, u32, usize),
+    ) -> Result<(), DecodeError> {
+        let (msg, field, at) = site;
+        let len = self.length(pos, end, site)?;
+        let payload = &self.input[*pos..*pos + len];
+        *pos += len;
+        append_packed(self.out, slot, kind, payload)
+            .map_err(|kind| self.err(kind, msg, field, at))?;
+        self.check_block(site)
+    }
+
+    /// Enters a sub-message: one level deeper, within the depth limit.
+    /// Pair with [`Dec::leave`].
+    #[inline(always)]
+    pub fn enter(&mut self, (msg, field, at): (u32, u32, usize)) -> Result<(), DecodeError> {
+        if self.depth >= self.opts.max_depth {
+            return Err(self.err(DecodeErrorKind::DepthExceeded, msg, field, at));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    #[inline(always)]
+    pub fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    /// The object of a singular sub-message field with a hasbit: the one
+    /// seen before (occurrences merge) or a new zeroed one of `size` bytes.
+    #[inline(always)]
+    pub fn sub(
+        &mut self,
+        slot: usize,
+        (word, mask): (usize, u32),
+        size: u32,
+        site: (u32, u32, usize),
+    ) -> Result<usize, DecodeError> {
+        let current = Ref::unpack(self.out.u64_at(slot));
+        if self.out.u32_at(word) & mask != 0 && current.offset != 0 {
+            return Ok(current.offset as usize);
+        }
+        let obj = self.new_object(size);
+        self.out.put_u64(slot, obj.1);
+        self.set_bits(word, mask);
+        self.check_block(site)?;
+        Ok(obj.0)
+    }
+
+    /// The object of a oneof member sub-message (case word at `case`).
+    #[inline(always)]
+    pub fn sub_oneof(
+        &mut self,
+        slot: usize,
+        (case, number): (usize, u32),
+        size: u32,
+        site: (u32, u32, usize),
+    ) -> Result<usize, DecodeError> {
+        let current = Ref::unpack(self.out.u64_at(slot));
+        if self.out.u32_at(case) == number && current.offset != 0 {
+            return Ok(current.offset as usize);
+        }
+        let obj = self.new_object(size);
+        self.out.put_u32(case, number);
+        self.out.put_u64(slot, obj.1);
+        self.check_block(site)?;
+        Ok(obj.0)
+    }
+
+    /// A new element object of a repeated sub-message field.
+    #[inline(always)]
+    pub fn sub_push(
+        &mut self,
+        slot: usize,
+        size: u32,
+        site: (u32, u32, usize),
+    ) -> Result<usize, DecodeError> {
+        let obj = self.new_object(size);
+        let at = self.grow(slot, 8, 1, site)?;
+        self.out.put_u64(at, obj.1);
+        self.check_block(site)?;
+        Ok(obj.0)
+    }
+
+    /// A zeroed object: its offset and its packed reference.
+    #[inline(always)]
+    fn new_object(&mut self, size: u32) -> (usize, u64) {
+        let obj = self.out.alloc_zeroed(size as usize);
+        (obj, Ref { offset: obj as u32, len: size, wire: false, device: false }.pack())
+    }
+
+    #[inline(always)]
+    fn grow(
+        &mut self,
+        slot: usize,
+        elem: usize,
+        n: u32,
+        (msg, field, at): (u32, u32, usize),
+    ) -> Result<usize, DecodeError> {
+        match self.out.grow_array(slot, elem, n) {
+            Ok(at) => Ok(at),
+            Err(()) => Err(self.err(DecodeErrorKind::TooLong, msg, field, at)),
+        }
+    }
+
+    #[inline(always)]
+    fn check_block(&self, (msg, field, at): (u32, u32, usize)) -> Result<(), DecodeError> {
+        if self.out.len() > self.max_block {
+            return Err(self.err(DecodeErrorKind::BlockTooLarge, msg, field, at));
+        }
+        Ok(())
+    }
+}
+
+/// Converts a varint to the bits of a `kind` slot (as the table-driven
+/// decoder does).
+#[inline(always)]
+pub fn bits(kind: Kind, raw: u64) -> u64 {
+    crate::decode::varint_bits(kind, raw)
+}

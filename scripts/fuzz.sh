@@ -7,7 +7,8 @@
 # 2. seeds fuzz/corpus/<target>/ (fuzz/examples/seed.rs) from the shared
 #    datasets, ../shared beside the checkout (skipped if absent), and from
 #    tests/conformance/out (crosscheck.py --out-dir), if present;
-# 3. runs decode, block, grpc, lean, tables, json, ring (the engine's
+# 3. runs decode, decode_gen (the generated decoders against the
+#    table-driven one), block, grpc, lean, tables, json, ring (the engine's
 #    side of the shared-memory rings against a hostile application),
 #    http2_frame (the HTTP/2 server connection on a peer's bytes) and hpack
 #    (header compression, decoder alone and against the encoder), each for
@@ -26,7 +27,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode block grpc lean tables json ring http2_frame hpack)
+targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

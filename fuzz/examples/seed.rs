@@ -10,6 +10,9 @@
 //!   wrote. Their types are not fuzzed, so they are seeded as `hostile.P2`
 //!   (proto2 types) or `hostile3.S3` (proto3) inputs: realistic wire shapes,
 //!   most fields arriving unknown or with a mismatched wire type.
+//! * `CORPUS/decode_gen`: the `decode` seeds again, each prefixed with the
+//!   selector byte of its type among the generated decoders
+//!   (`protoplane_fuzz::generated`).
 //! * `CORPUS/json`: the JSON form of every `decode` seed that decodes, and
 //!   the conformance JSON lines (seeded like their wire messages).
 //! * `CORPUS/block`: the owned-mode block of every `decode` seed that decodes
@@ -38,7 +41,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use protoplane_fuzz::{hostile, selector, social, targets};
+use protoplane_fuzz::{generated, hostile, selector, social, targets};
 use protoplane_schema::TableSet;
 use protoplane_wire::{decode, json, DecodeOptions, MessageView, Source};
 
@@ -118,6 +121,15 @@ fn delimited(bytes: &[u8]) -> Vec<&[u8]> {
     out
 }
 
+/// Writes a `decode` seed (`sel`, then `msg`) to `wire`, and to `gen` (the
+/// `decode_gen` corpus) with the selector byte of the same type there.
+fn put_wire(wire: &mut Dir, gen: &mut Dir, name: &str, sel: u8, msg: &[u8]) {
+    wire.put_selected(name, sel, msg);
+    if let Some(g) = generated::selector(targets()[sel as usize].name) {
+        gen.put_selected(name, g, msg);
+    }
+}
+
 /// The JSON form of `wire` as type `sel`, if it decodes.
 fn to_json(sel: u8, wire: &[u8]) -> Option<String> {
     let t = &targets()[sel as usize];
@@ -151,6 +163,7 @@ fn main() {
     let (mut wire, mut text, mut tables) =
         (Dir::new(corpus, "decode"), Dir::new(corpus, "json"), Dir::new(corpus, "tables"));
     let mut blocks = Dir::new(corpus, "block");
+    let mut gen_wire = Dir::new(corpus, "decode_gen");
     let mut grpc = Dir::new(corpus, "grpc");
     for (name, stream) in [
         ("empty", Vec::new()),
@@ -171,7 +184,7 @@ fn main() {
         if let Err(e) = decode(t.tables, t.type_index, &msg, &DecodeOptions::default()) {
             panic!("seed {name} {h}: {e}");
         }
-        wire.put_selected(name, s, &msg);
+        put_wire(&mut wire, &mut gen_wire, name, s, &msg);
         text.put_selected(name, s, to_json(s, &msg).unwrap_or_default().as_bytes());
         blocks.put_selected(name, s, &block_of(s, &msg).unwrap_or_default());
     }
@@ -186,7 +199,7 @@ fn main() {
             let (Some(&ty), Some(&path)) = (cols.first(), cols.last()) else { continue };
             let (Some(s), Ok(bytes)) = (selector(ty), fs::read(sn.join(path))) else { continue };
             for msg in delimited(&bytes) {
-                wire.put_selected(ty, s, msg);
+                put_wire(&mut wire, &mut gen_wire, ty, s, msg);
                 if let Some(j) = to_json(s, msg) {
                     text.put_selected(ty, s, j.as_bytes());
                 }
@@ -223,7 +236,7 @@ fn main() {
             for file in ["canonical", "mutated", "rejected"] {
                 let bytes = fs::read(dir.join(format!("{file}.delimited"))).unwrap_or_default();
                 for msg in delimited(&bytes).into_iter().take(200) {
-                    wire.put_selected(&format!("{name}-{file}"), s, msg);
+                    put_wire(&mut wire, &mut gen_wire, &format!("{name}-{file}"), s, msg);
                     if let Some(b) = block_of(s, msg).filter(|_| file == "canonical") {
                         blocks.put_selected(&format!("{name}-{file}"), s, &b);
                     }
@@ -266,7 +279,7 @@ fn main() {
     let http2 = http2_seeds(corpus);
     let hpack = hpack_seeds(corpus);
 
-    for dir in [&wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack] {
+    for dir in [&wire, &gen_wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }

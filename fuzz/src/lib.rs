@@ -9,9 +9,14 @@
 //! [`ring`] is the `ring` target's interpreter, shared the same way: the
 //! seeds are op sequences it encodes and runs. [`hpack`] is the program
 //! format of the `hpack` target's encoded mode, for its seeds.
+//!
+//! [`generated`] holds the code `protoplane-codegen` generates for the same
+//! two schemas (`build.rs`) and the list of generated decoders the
+//! `decode_gen` target's first input byte picks from.
 
 use std::sync::OnceLock;
 
+pub mod generated;
 pub mod hpack;
 pub mod ring;
 

@@ -1,6 +1,7 @@
-//! Generates prost and buffa code for every benchmark schema, plus the
-//! dispatch table that maps `(schema key, message type)` to a runner
-//! monomorphized for that type.
+//! Generates prost, buffa and protoplane code for every benchmark schema,
+//! plus the dispatch table that maps `(schema key, message type)` to a
+//! runner monomorphized for that type (prost, buffa) and to the schema's
+//! generated protoplane decoders (looked up by type at run time).
 //!
 //! Input: the TSV file named by `PP_BENCH_SCHEMAS`, one schema per line:
 //! `schema_key <TAB> proto_file <TAB> include_dir[,include_dir...]`
@@ -76,8 +77,19 @@ fn run() -> BoxResult<()> {
     let mut keys = Vec::new();
     for (index, schema) in schemas.iter().enumerate() {
         let module = format!("s{index}_{}", sanitize_key(&schema.key));
-        let types = generate_schema(schema, &out_dir.join(&module))?;
-        write_schema_module(&mut modules, &module, &schema.key);
+        let (types, packages) = generate_schema(schema, &out_dir.join(&module))?;
+        write_schema_module(&mut modules, &module, &schema.key, &packages);
+        // All packages of one schema share one table set; any one of them
+        // holds `tables()`, each its own messages' decoders.
+        let decoders = packages
+            .iter()
+            .map(|p| format!("{module}::pp_gen::{}::GENERATED_DECODERS", rust_path(p)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let tables = packages
+            .first()
+            .map(|p| format!("{module}::pp_gen::{}::tables", rust_path(p)))
+            .ok_or_else(|| format!("schema {:?}: no protoplane package", schema.key))?;
         for ty in &types {
             // Both runners are plain fn items; the generic parameters are the
             // generated types, so every arm is its own monomorphized copy.
@@ -85,7 +97,8 @@ fn run() -> BoxResult<()> {
                 arms,
                 "        ({key:?}, {name:?}) => Some(Runners {{\n            \
                  prost: crate::runners::run_prost::<{module}::prost_gen::{p}>,\n            \
-                 buffa: crate::runners::run_buffa::<{module}::buffa_gen::{b}>,\n        }}),",
+                 buffa: crate::runners::run_buffa::<{module}::buffa_gen::{b}>,\n            \
+                 protoplane: crate::runners::PpGen {{ tables: {tables}, decoders: &[{decoders}] }},\n        }}),",
                 key = schema.key,
                 name = ty.full_name,
                 p = ty.prost_path,
@@ -180,9 +193,10 @@ fn default_schemas(manifest_dir: &Path) -> Vec<Schema> {
         .collect()
 }
 
-/// Compiles one schema with protox, generates its prost and buffa code under
-/// `dir`, and returns its top-level message types.
-fn generate_schema(schema: &Schema, dir: &Path) -> BoxResult<Vec<MessageType>> {
+/// Compiles one schema with protox, generates its prost, buffa and
+/// protoplane code under `dir`, and returns its top-level message types and
+/// the protoplane packages generated (`""` for none).
+fn generate_schema(schema: &Schema, dir: &Path) -> BoxResult<(Vec<MessageType>, Vec<String>)> {
     let context = |e: &dyn std::fmt::Display| format!("schema {:?}: {e}", schema.key);
 
     if !schema.proto.is_file() {
@@ -226,7 +240,7 @@ fn generate_schema(schema: &Schema, dir: &Path) -> BoxResult<Vec<MessageType>> {
         .enable_type_names()
         .out_dir(&prost_dir)
         .include_file("mod.rs")
-        .compile_fds(fds)
+        .compile_fds(fds.clone())
         .map_err(|e| context(&e))?;
 
     // buffa: its build tool would run protoc, but it also takes a prebuilt
@@ -244,7 +258,31 @@ fn generate_schema(schema: &Schema, dir: &Path) -> BoxResult<Vec<MessageType>> {
         .compile()
         .map_err(|e| context(&e))?;
 
-    Ok(types)
+    // protoplane: one file per package (`_.rs` without a package), the
+    // tables beside them.
+    let pp_dir = dir.join("protoplane");
+    fs::create_dir_all(&pp_dir)?;
+    protoplane_codegen::configure()
+        .out_dir(&pp_dir)
+        .emit_rerun_if_changed(false)
+        .compile_fds(&fds)
+        .map_err(|e| context(&e))?;
+    let mut packages: Vec<String> = fs::read_dir(&pp_dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_owned))
+        .map(|p| if p == "_" { String::new() } else { p })
+        .collect();
+    packages.sort();
+
+    Ok((types, packages))
+}
+
+/// The module path of a protoplane package under `pp_gen` (`self` for none).
+fn rust_path(package: &str) -> String {
+    if package.is_empty() {
+        return "self".to_owned();
+    }
+    package.split('.').map(|s| heck::ToSnakeCase::to_snake_case(s)).collect::<Vec<_>>().join("::")
 }
 
 /// Where prost and buffa put top-level message `name` of package `package`.
@@ -287,8 +325,9 @@ fn sanitize_key(key: &str) -> String {
         .collect()
 }
 
-/// The module of one schema: its generated code, lints off (not ours to fix).
-fn write_schema_module(out: &mut String, module: &str, key: &str) {
+/// The module of one schema: its generated code, lints off (generated
+/// code, checked where it is generated).
+fn write_schema_module(out: &mut String, module: &str, key: &str, packages: &[String]) {
     let _ = write!(
         out,
         "/// Generated code of schema `{key}`.\n\
@@ -299,9 +338,28 @@ fn write_schema_module(out: &mut String, module: &str, key: &str) {
          }}\n    \
          pub mod buffa_gen {{\n        \
          include!(concat!(env!(\"OUT_DIR\"), \"/{module}/buffa/mod.rs\"));\n    \
-         }}\n\
-         }}\n\n"
+         }}\n    \
+         pub mod pp_gen {{\n"
     );
+    // Packages nest as modules (`a.b` in `a { b { .. } }`), so that
+    // references between packages resolve.
+    for p in packages {
+        let parts: Vec<String> = if p.is_empty() {
+            Vec::new()
+        } else {
+            p.split('.').map(|s| heck::ToSnakeCase::to_snake_case(s)).collect()
+        };
+        let file = if p.is_empty() { "_" } else { p.as_str() };
+        for part in &parts {
+            let _ = write!(out, "pub mod {part} {{ ");
+        }
+        let _ = write!(
+            out,
+            "include!(concat!(env!(\"OUT_DIR\"), \"/{module}/protoplane/{file}.rs\"));"
+        );
+        let _ = writeln!(out, "{}", " }".repeat(parts.len()));
+    }
+    out.push_str("    }\n}\n\n");
 }
 
 /// Writes `content` unless the file already holds it, so unchanged output

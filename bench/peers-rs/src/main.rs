@@ -25,16 +25,21 @@ use std::time::Duration;
 
 use jobs::{Job, Payload};
 use measure::Timing;
-use runners::{JobInput, Op, BUFFA_OPS, PROST_OPS};
+use runners::{JobInput, Op, BUFFA_OPS, PROST_OPS, PROTOPLANE_GEN_OPS};
 
-const USAGE: &str =
-    "usage: pp-peers-worker --jobs FILE [--ops LIST] [--min-time-ms N] [--samples K]";
+const USAGE: &str = "usage: pp-peers-worker --jobs FILE [--impls LIST] [--ops LIST] \
+                     [--min-time-ms N] [--samples K]";
+
+/// The impls this worker runs.
+const IMPLS: [&str; 3] = ["prost", "buffa", "protoplane-gen"];
 
 /// Parsed command line.
 #[derive(Debug)]
 struct Args {
     jobs: PathBuf,
     ops: Vec<Op>,
+    /// `prost`, `buffa`, `protoplane-gen`, in this order of running.
+    impls: Vec<String>,
     timing: Timing,
 }
 
@@ -76,8 +81,21 @@ fn run(args: &Args) -> Result<(), String> {
         let payload = Payload::load(&job.path, job.framing).map_err(|e| format!("{label}: {e}"))?;
         let messages = payload.messages();
         let input = JobInput { label: &label, ty: &job.ty, messages: &messages };
-        for (imp, run) in [("prost", runners.prost), ("buffa", runners.buffa)] {
-            for (op, ns) in run(&input, &args.ops, &args.timing)? {
+        for imp in &args.impls {
+            let results = match imp.as_str() {
+                "prost" => (runners.prost)(&input, &args.ops, &args.timing)?,
+                "buffa" => (runners.buffa)(&input, &args.ops, &args.timing)?,
+                _ => runners::run_protoplane_gen(
+                    &runners.protoplane,
+                    &input,
+                    &args.ops,
+                    &args.timing,
+                )?,
+            };
+            // Generated protoplane is protoplane: its rows say so, the op
+            // names tell the paths apart.
+            let imp = if imp == "protoplane-gen" { "protoplane" } else { imp.as_str() };
+            for (op, ns) in results {
                 let row = csv_row(imp, op, job, payload.mean_bytes(), ns);
                 // Flushed per row, so a driver reading the pipe sees progress.
                 writeln!(stdout, "{row}")
@@ -112,6 +130,7 @@ fn csv_field(field: &str) -> String {
 fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     let mut jobs = None;
     let mut ops: Option<Vec<Op>> = None;
+    let mut impls: Vec<String> = IMPLS.iter().map(|s| s.to_string()).collect();
     let mut min_time_ms: u64 = 5;
     let mut samples: usize = 7;
     while let Some(arg) = argv.next() {
@@ -130,6 +149,12 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, St
         match flag.as_str() {
             "--jobs" => jobs = Some(PathBuf::from(value()?)),
             "--ops" => ops = Some(parse_ops(&value()?)?),
+            "--impls" => {
+                impls = value()?.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+                if let Some(bad) = impls.iter().find(|i| !IMPLS.contains(&i.as_str())) {
+                    return Err(format!("--impls: unknown impl {bad:?} (known: {IMPLS:?})"));
+                }
+            }
             "--min-time-ms" => {
                 let v = value()?;
                 min_time_ms =
@@ -150,6 +175,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, St
         jobs: jobs.ok_or("--jobs is required")?,
         // Default: every op either impl has.
         ops: ops.unwrap_or_else(|| Op::ALL.to_vec()),
+        impls,
         timing: Timing { min_time: Duration::from_millis(min_time_ms), samples },
     }))
 }
@@ -168,11 +194,18 @@ fn parse_ops(list: &str) -> Result<Vec<Op>, String> {
 fn print_help() {
     let names = |ops: &[Op]| ops.iter().map(|op| op.name()).collect::<Vec<_>>().join(",");
     println!("{USAGE}\n");
-    println!("Times prost and buffa on the jobs of FILE (bench/README.md, \"Worker protocol\").");
+    println!("Times prost, buffa and protoplane's generated decoders on the jobs of FILE");
+    println!("(bench/README.md, \"Worker protocol\").");
+    println!("  --impls LIST      prost,buffa,protoplane-gen (default: all three)");
     println!("  --ops LIST        comma-separated ops (default: all)");
     println!("  --min-time-ms N   minimum time of one sample (default 5)");
     println!("  --samples K       samples per (job, op); the median is reported (default 7)\n");
-    println!("ops: prost {}; buffa {}", names(PROST_OPS), names(BUFFA_OPS));
+    println!(
+        "ops: prost {}; buffa {}; protoplane-gen {}",
+        names(PROST_OPS),
+        names(BUFFA_OPS),
+        names(PROTOPLANE_GEN_OPS)
+    );
     println!(
         "schemas built in: {}",
         if generated::SCHEMAS.is_empty() {

@@ -1,13 +1,20 @@
 //! The measured operations of prost and buffa, generic over the generated
-//! message type. `build.rs` instantiates `run_prost` / `run_buffa` once per
-//! (schema, top-level type), so every loop below is compiled, and inlined,
-//! for one concrete type, as in an application that uses that type.
+//! message type, and of protoplane's generated decoders. `build.rs`
+//! instantiates `run_prost` / `run_buffa` once per (schema, top-level type),
+//! so every loop below is compiled, and inlined, for one concrete type, as
+//! in an application that uses that type; protoplane's generated decoder of
+//! the type is called through a function pointer once per message (its
+//! sub-messages are direct calls), as `Marker::decode_into` does.
 //!
 //! Each op is written the way the library's documentation tells a user to
 //! do that job; where a library has a knob for hot loops (a reusable
 //! buffer, a reusable size cache) it is used, since a serving loop would.
 
 use std::hint::black_box;
+
+use protoplane_schema::TableSet;
+use protoplane_wire::gen::Fields;
+use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, Source};
 
 use crate::measure::{self, Timing};
 
@@ -21,11 +28,13 @@ pub enum Op {
     Encode,
     EncodeSg,
     Memcpy,
+    DecodeOwnedGen,
+    DecodeViewGen,
 }
 
 impl Op {
     /// Every op the protocol names, including those this worker lacks.
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 9] = [
         Op::DecodeOwned,
         Op::DecodeView,
         Op::DecodeReuse,
@@ -33,6 +42,8 @@ impl Op {
         Op::Encode,
         Op::EncodeSg,
         Op::Memcpy,
+        Op::DecodeOwnedGen,
+        Op::DecodeViewGen,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +55,8 @@ impl Op {
             Op::Encode => "encode",
             Op::EncodeSg => "encode_sg",
             Op::Memcpy => "memcpy",
+            Op::DecodeOwnedGen => "decode_owned_gen",
+            Op::DecodeViewGen => "decode_view_gen",
         }
     }
 
@@ -56,6 +69,9 @@ impl Op {
 pub const PROST_OPS: &[Op] = &[Op::DecodeOwned, Op::DecodeReuse, Op::Encode];
 /// Ops of the `buffa` impl.
 pub const BUFFA_OPS: &[Op] = &[Op::DecodeOwned, Op::DecodeReuse, Op::DecodeView, Op::Encode];
+/// Ops of the `protoplane-gen` impl (rows say `protoplane`: the same
+/// library, its generated path beside the table-driven one).
+pub const PROTOPLANE_GEN_OPS: &[Op] = &[Op::DecodeOwnedGen, Op::DecodeViewGen];
 
 /// What a runner gets from a job.
 #[derive(Debug)]
@@ -75,11 +91,20 @@ pub type Results = Vec<(Op, f64)>;
 /// is a failed verification: the worker reports it and exits 1.
 pub type RunFn = fn(&JobInput<'_>, &[Op], &Timing) -> Result<Results, String>;
 
-/// Both impls' runners for one (schema, type).
+/// Every impl's runner for one (schema, type).
 #[derive(Debug, Clone, Copy)]
 pub struct Runners {
     pub prost: RunFn,
     pub buffa: RunFn,
+    pub protoplane: PpGen,
+}
+
+/// A schema's generated protoplane code: its tables and, per package, the
+/// generated decoders by type index.
+#[derive(Debug, Clone, Copy)]
+pub struct PpGen {
+    pub tables: fn() -> &'static TableSet,
+    pub decoders: &'static [&'static [(u32, Fields)]],
 }
 
 /// Panic message of the timed loops: every message there was decoded (and
@@ -256,6 +281,131 @@ where
                 }
                 _ => unreachable!("{} is not a buffa op", op.name()),
             };
+            (op, ns)
+        })
+        .collect();
+    Ok(results)
+}
+
+/// protoplane, generated decoders: `decode_owned_gen`, `decode_view_gen`,
+/// the same work as the table-driven worker's `decode_owned` /
+/// `decode_view` (into a reused block, as the engine decodes into blocks of
+/// a region's free list), through the generated code.
+///
+/// Verification is the equivalence proof on this dataset: on every message,
+/// and on truncations and single-bit flips of it, the generated decoder must
+/// give what the table-driven decoder gives (byte-identical blocks below
+/// 2 KiB, where no copy can be padded by address, the same encoding above;
+/// the same error when both fail), and the block must re-encode to the input.
+pub fn run_protoplane_gen(
+    pp: &PpGen,
+    job: &JobInput<'_>,
+    wanted: &[Op],
+    timing: &Timing,
+) -> Result<Results, String> {
+    let ops = select(PROTOPLANE_GEN_OPS, wanted);
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ts = (pp.tables)();
+    let fail = |what: String| format!("protoplane-gen: {}: {what}", job.label);
+    let ty = ts.message_by_name(job.ty).ok_or_else(|| fail(format!("no type {}", job.ty)))?;
+    let fields = pp
+        .decoders
+        .iter()
+        .flat_map(|d| d.iter())
+        .find(|(t, _)| *t == ty)
+        .map(|&(_, f)| f)
+        .ok_or_else(|| fail(format!("no generated decoder for {}", job.ty)))?;
+    let mut variants = 0usize;
+    for (index, &bytes) in job.messages.iter().enumerate() {
+        let enc = |b: &Block, wire: &[u8]| -> Result<Vec<u8>, String> {
+            let opts = EncodeOptions { deterministic: true, ..EncodeOptions::default() };
+            let mut out = Vec::new();
+            Encoder::new()
+                .encode_into(ts, ty, Source { block: b.as_bytes(), wire }, &opts, &mut out)
+                .map_err(|e| fail(format!("message {index}: encode: {e}")))?;
+            Ok(out)
+        };
+        // The message itself, then up to 16 truncations and 16 bit flips.
+        let step = (bytes.len() / 16).max(1);
+        let mut inputs: Vec<Vec<u8>> = vec![bytes.to_vec()];
+        inputs.extend((0..bytes.len()).step_by(step).map(|cut| bytes[..cut].to_vec()));
+        inputs.extend((0..bytes.len()).step_by(step).map(|at| {
+            let mut v = bytes.to_vec();
+            v[at] ^= 1 << (at % 8);
+            v
+        }));
+        for (k, input) in inputs.iter().enumerate() {
+            for view in [false, true] {
+                let opts = DecodeOptions { view, ..DecodeOptions::default() };
+                let table = protoplane_wire::decode(ts, ty, input, &opts);
+                let generated = protoplane_wire::gen::decode(ts, ty, fields, input, &opts);
+                match (&table, &generated) {
+                    (Ok(a), Ok(b)) => {
+                        if input.len() < 2048 && a != b {
+                            return Err(fail(format!(
+                                "message {index} variant {k}: blocks differ"
+                            )));
+                        }
+                        if enc(a, input)? != enc(b, input)? {
+                            return Err(fail(format!(
+                                "message {index} variant {k}: encodings differ"
+                            )));
+                        }
+                        if k == 0 && enc(b, input)? != *input {
+                            return Err(fail(format!("message {index}: re-encoding differs")));
+                        }
+                    }
+                    (Err(a), Err(b)) if a == b => {}
+                    (a, b) => {
+                        return Err(fail(format!(
+                            "message {index} variant {k} view={view}: tables {:?}, generated {:?}",
+                            a.as_ref().err(),
+                            b.as_ref().err()
+                        )))
+                    }
+                }
+                if k == 0 && generated.is_err() {
+                    return Err(fail(format!("message {index}: does not decode")));
+                }
+            }
+            variants += 1;
+        }
+    }
+    eprintln!(
+        "protoplane-gen: {}: generated and table-driven decoders agree on {} messages and {} \
+         damaged variants",
+        job.label,
+        job.messages.len(),
+        variants - job.messages.len()
+    );
+
+    let msgs = job.messages;
+    let n = msgs.len();
+    let mut dec = Decoder::new();
+    let mut block = Block::new();
+    let results = ops
+        .into_iter()
+        .map(|op| {
+            let opts = match op {
+                Op::DecodeViewGen => DecodeOptions::view(),
+                _ => DecodeOptions::default(),
+            };
+            let ns = measure::ns_per_msg(timing, n, || {
+                for &bytes in msgs {
+                    let r = protoplane_wire::gen::decode_into(
+                        ts,
+                        ty,
+                        fields,
+                        &mut dec,
+                        black_box(bytes),
+                        &opts,
+                        &mut block,
+                    );
+                    black_box((r.is_ok(), block.as_bytes().len()));
+                }
+            });
             (op, ns)
         })
         .collect();

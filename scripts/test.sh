@@ -20,7 +20,9 @@
 #   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
 #      `protoplane bench split --quick` and `protoplane bench wire`
 #      (protoplane only)
-#   7. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
+#   7. the wire engine's instruction counts against the committed baseline
+#      (scripts/icount.sh under valgrind: a regression shows in review)
+#   8. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 30)
 # Only HyperProtoBench (third-party, ../shared/datasets) is not in the
 # repository: what needs it says so in one line and skips when it is absent.
 set -euo pipefail
@@ -103,6 +105,12 @@ step "benchmark smoke (protoplane worker only, no timing claims)"
 # ../shared/datasets is absent; HyperProtoBench is then left out (one line).
 if target/release/protoplane bench wire --impls protoplane --quick \
     --markdown target/bench/smoke.md >/dev/null; then ok; else bad "bench smoke"; fi
+
+step "instruction counts of decode and encode against bench/icount-baseline.tsv"
+if ! command -v valgrind >/dev/null && command -v apt-get >/dev/null; then
+    apt-get install -y -qq valgrind >/dev/null 2>&1 || sudo -n apt-get install -y -qq valgrind >/dev/null 2>&1 || true
+fi
+if scripts/icount.sh; then ok; else bad "icount (scripts/icount.sh; --update after an intended change)"; fi
 
 if [[ "${SKIP_FUZZ:-0}" != 1 && -x scripts/fuzz.sh ]]; then
     step "fuzz smoke (${FUZZ_SECONDS}s per target)"

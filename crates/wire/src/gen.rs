@@ -52,6 +52,12 @@ pub struct Dec<'a> {
 
 /// Decodes `input` as message `type_index` of `ts` with the generated
 /// decoder `fields`, replacing the content of `out` (see the module docs).
+///
+/// `fields` must be the decoder generated for `type_index` from `ts` (the
+/// generated `decode` functions pair them from one generator run): its
+/// offsets are constants, and with another type's decoder they point
+/// elsewhere, which is a programming error that panics. Nothing in the
+/// input can cause that.
 pub fn decode_into(
     ts: &TableSet,
     type_index: u32,

@@ -1,5 +1,8 @@
 //! The generated decoders write exactly the blocks the table-driven decoder
-//! writes, and fail exactly where it fails, with the same error: on every
+//! writes, and fail exactly where it fails, with the same error; the
+//! generated encoders write exactly the bytes the table-driven encoder
+//! writes, and on forged blocks (decoded blocks with bytes flipped) fail
+//! exactly where it fails. On every
 //! message type of every schema generated here, on random messages built
 //! from the schema tables (canonical encodings, and everything the
 //! generated arms hand back to the tables: unknown fields, the other
@@ -19,22 +22,43 @@ use std::path::{Path, PathBuf};
 use common::Rng;
 use protoplane_codegen_tests::{codegen, grpc, socialnetwork};
 use protoplane_schema::{Card, Kind, Label, TableSet, WireType};
-use protoplane_wire::gen::Fields;
+use protoplane_wire::gen::{EncodeFields, Fields};
 use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, Source};
 
 #[path = "../../cli/src/demo/generate.rs"]
 mod generate;
 
-/// A generated package: its name, its tables and its decoders.
-type Package = (&'static str, &'static TableSet, &'static [(u32, Fields)]);
+/// A generated package: its name, its tables, its decoders and encoders.
+type Package =
+    (&'static str, &'static TableSet, &'static [(u32, Fields)], &'static [(u32, EncodeFields)]);
 
 /// Every generated package.
 fn packages() -> Vec<Package> {
     vec![
-        ("socialnetwork", socialnetwork::tables(), socialnetwork::GENERATED_DECODERS),
-        ("codegen.p2", codegen::p2::tables(), codegen::p2::GENERATED_DECODERS),
-        ("codegen.p3", codegen::p3::tables(), codegen::p3::GENERATED_DECODERS),
-        ("grpc.testing", grpc::testing::tables(), grpc::testing::GENERATED_DECODERS),
+        (
+            "socialnetwork",
+            socialnetwork::tables(),
+            socialnetwork::GENERATED_DECODERS,
+            socialnetwork::GENERATED_ENCODERS,
+        ),
+        (
+            "codegen.p2",
+            codegen::p2::tables(),
+            codegen::p2::GENERATED_DECODERS,
+            codegen::p2::GENERATED_ENCODERS,
+        ),
+        (
+            "codegen.p3",
+            codegen::p3::tables(),
+            codegen::p3::GENERATED_DECODERS,
+            codegen::p3::GENERATED_ENCODERS,
+        ),
+        (
+            "grpc.testing",
+            grpc::testing::tables(),
+            grpc::testing::GENERATED_DECODERS,
+            grpc::testing::GENERATED_ENCODERS,
+        ),
     ]
 }
 
@@ -47,6 +71,19 @@ fn encode(ts: &TableSet, ty: u32, block: &Block, wire: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Encodes `block` with the tables and with the generated encoder, plain
+/// and deterministic, and asserts the same outcome.
+fn same_encoding(ts: &TableSet, ty: u32, encoder: EncodeFields, block: &[u8], wire: &[u8]) {
+    let src = Source { block, wire };
+    for deterministic in [false, true] {
+        let opts = EncodeOptions { deterministic, max_depth: 20, ..EncodeOptions::default() };
+        let (mut a, mut b) = (Encoder::new(), Encoder::new());
+        let table = a.encode(ts, ty, src, &opts);
+        let generated = protoplane_wire::gen::encode(ts, ty, encoder, &mut b, src, &opts);
+        assert_eq!(table, generated, "{}: encodings differ", ts.message_name(ty));
+    }
+}
+
 /// Decodes `wire` both ways (owned and view mode, fresh and reused) and
 /// asserts the same outcome. Returns whether it decoded.
 fn same(
@@ -56,6 +93,7 @@ fn same(
     wire: &[u8],
     reused: &mut (Decoder, Block),
 ) -> bool {
+    let encoder = encoder_of(ts, ty);
     let mut ok = false;
     for view in [false, true] {
         let opts = DecodeOptions { view, max_depth: 20, ..DecodeOptions::default() };
@@ -70,6 +108,16 @@ fn same(
                     assert!(a == b, "{name} view={view}: blocks differ for {wire:02x?}");
                 }
                 assert_eq!(encode(ts, ty, a, wire), encode(ts, ty, b, wire), "{name}");
+                same_encoding(ts, ty, encoder, a.as_bytes(), wire);
+                // Forged blocks: a few bytes of the object area flipped.
+                let mut forged = a.as_bytes().to_vec();
+                for i in 0..4 {
+                    let at = 16 + (wire.len() * 7 + i * 13) % (forged.len() - 16).max(1);
+                    if let Some(byte) = forged.get_mut(at) {
+                        *byte ^= 1 << ((i + wire.len()) % 8);
+                    }
+                    same_encoding(ts, ty, encoder, &forged, wire);
+                }
                 ok = true;
             }
             (Err(a), Err(b)) => assert_eq!(a, b, "{name} view={view}: errors differ {wire:02x?}"),
@@ -88,6 +136,17 @@ fn same(
         }
     }
     ok
+}
+
+/// The generated encoder of `ty` in the package whose tables are `ts`.
+fn encoder_of(ts: &TableSet, ty: u32) -> EncodeFields {
+    packages()
+        .into_iter()
+        .filter(|p| std::ptr::eq(p.1, ts))
+        .flat_map(|p| p.3.iter())
+        .find(|(t, _)| *t == ty)
+        .map(|&(_, e)| e)
+        .expect("a generated encoder")
 }
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {
@@ -197,7 +256,7 @@ fn generated_decoders_write_the_blocks_the_tables_write() {
     let mut r = Rng(0x5eed_0001);
     let mut decoded = 0;
     let mut failed = 0;
-    for (package, ts, decoders) in packages() {
+    for (package, ts, decoders, _) in packages() {
         assert!(!decoders.is_empty(), "{package}: no generated decoders");
         for &(ty, fields) in decoders {
             for _ in 0..60 {

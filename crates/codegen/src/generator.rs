@@ -304,6 +304,18 @@ impl<'g> Generator<'g> {
         }
         w.dedent();
         w.line("];");
+        w.blank();
+        w.doc("The same types with their generated encoders: `(type index, encoder)`.");
+        w.line("#[doc(hidden)]");
+        w.line("pub const GENERATED_ENCODERS: &[(u32, ::protoplane_wire::gen::EncodeFields)] = &[");
+        w.indent();
+        for m in &entries {
+            w.line(format!(
+                "({m}::TYPE_INDEX, {m}::encode_fields as ::protoplane_wire::gen::EncodeFields),"
+            ));
+        }
+        w.dedent();
+        w.line("];");
         Ok(())
     }
 
@@ -489,6 +501,8 @@ impl<'g> Generator<'g> {
         }
         w.blank();
         crate::decoder::emit(w, self, scope, &info, &loc)?;
+        w.blank();
+        crate::encoder::emit(w, self, scope, &info, &loc)?;
         let inner = scope.nested(loc.inner_module(desc.name()));
         w.blank();
         crate::view::emit(w, self, scope, &inner, &info, &loc)?;
@@ -649,6 +663,28 @@ impl<'g> Generator<'g> {
                 &[format!("{tables}()"), "Self::TYPE_INDEX".into(), "Self::decode_fields".into()]
                     .into_iter()
                     .chain(["decoder", "wire", "opts", "out"].map(String::from))
+                    .collect::<Vec<_>>(),
+                "",
+            );
+            w.close();
+            w.blank();
+            w.doc(
+                "Encodes the block in `src` (this message at its root) with the generated\n\
+                 encoder, into `encoder`'s reused buffer; the same bytes `Encoder::encode`\n\
+                 gives. The slice is valid until the encoder is used again.",
+            );
+            w.line("pub fn encode<'e>(");
+            w.indent();
+            w.line("encoder: &'e mut ::protoplane_wire::Encoder,");
+            w.line("src: ::protoplane_wire::Source<'_>,");
+            w.line("opts: &::protoplane_wire::EncodeOptions,");
+            w.dedent();
+            w.open(") -> Result<&'e [u8], ::protoplane_wire::BlockError>");
+            w.call(
+                "::protoplane_wire::gen::encode",
+                &[format!("{tables}()"), "Self::TYPE_INDEX".into(), "Self::encode_fields".into()]
+                    .into_iter()
+                    .chain(["encoder", "src", "opts"].map(String::from))
                     .collect::<Vec<_>>(),
                 "",
             );

@@ -113,6 +113,7 @@
 
 mod builder;
 mod decoder;
+mod encoder;
 mod generator;
 mod model;
 mod names;

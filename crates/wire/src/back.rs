@@ -17,6 +17,16 @@
 //! [`EncodeOptions::max_size`], checked before any allocation, so a forged
 //! block whose references share one large string many times fails with
 //! `TooLarge` instead of exhausting memory.
+//!
+//! Everything in front of the write position is scratch, which the hot path
+//! uses: the buffer always keeps [`HEADROOM`] bytes there beyond what was
+//! reserved, so a field reserves its exact size once (tag, value, length
+//! prefix and payload together) and then writes with fixed-width stores
+//! that may spill garbage in front of what they mean to write: a tag is one
+//! 8-byte store of its precomputed bytes, a varint of up to 8 bytes is
+//! spread into one word and stored the same way, a short payload is copied
+//! in 16-byte chunks ending at its last byte. The garbage is overwritten by
+//! the next field or stays outside the result.
 
 use protoplane_schema::{Card, Field, FieldFlags, Kind, Message, TableSet, ValueOp, WireType};
 
@@ -25,7 +35,16 @@ use crate::encode::{le_bits, present, slot_u32, slot_u64, EncodeOptions, Encoder
 use crate::error::BlockError;
 use crate::varint;
 
+/// Bytes the buffer keeps in front of the write position beyond every
+/// reservation: the most a fixed-width store spills (a 16-byte payload
+/// chunk of which at least one byte is the payload's).
+const HEADROOM: usize = 16;
+
 /// The write position inside the encoder's buffer; bytes go in front of it.
+///
+/// Invariant: after `room(n)`, `pos >= n + HEADROOM` until `n` more bytes
+/// have been written, so the `put_*` writers (which do not check) never
+/// index before the buffer's start.
 pub(crate) struct Back {
     pub(crate) buf: Vec<u8>,
     pub(crate) pos: usize,
@@ -44,10 +63,11 @@ impl Back {
         self.buf.len() - self.pos
     }
 
-    /// Makes room for `n` more bytes in front of the write position.
+    /// Makes room for `n` more bytes (and the headroom) in front of the
+    /// write position. `n` is exact: the `max` limit is on real bytes.
     #[inline(always)]
-    fn room(&mut self, n: usize) -> Result<(), BlockError> {
-        if self.pos < n {
+    pub(crate) fn room(&mut self, n: usize) -> Result<(), BlockError> {
+        if self.pos < n + HEADROOM {
             self.grow(n)?;
         }
         Ok(())
@@ -61,7 +81,8 @@ impl Back {
         if need > self.max {
             return Err(BlockError::TooLarge);
         }
-        let len = need.max(2 * self.buf.len()).max(256).min(self.max.max(need));
+        let len =
+            (need + HEADROOM).max(2 * self.buf.len()).max(256).min(self.max.max(need) + HEADROOM);
         let mut buf = vec![0u8; len];
         buf[len - used..].copy_from_slice(&self.buf[self.pos..]);
         self.buf = buf;
@@ -69,53 +90,160 @@ impl Back {
         Ok(())
     }
 
+    /// Writes `b` (reserving it).
     #[inline(always)]
-    fn bytes(&mut self, b: &[u8]) -> Result<(), BlockError> {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> Result<(), BlockError> {
         self.room(b.len())?;
         self.pos -= b.len();
         self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
         Ok(())
     }
 
+    /// A payload of `len` bytes ending at `end` in `base` (reserved). Short
+    /// ones go in 16-byte chunks copied from `base` ending at `end`: the
+    /// bytes before the payload (still inside `base`) land in the scratch
+    /// in front of it. No `memcpy` call for the many short strings.
     #[inline(always)]
-    fn varint(&mut self, mut v: u64) -> Result<(), BlockError> {
-        if v < 0x80 {
-            self.room(1)?;
-            self.pos -= 1;
-            self.buf[self.pos] = v as u8;
-            return Ok(());
+    pub(crate) fn put_payload(&mut self, base: &[u8], end: usize, len: usize) {
+        let out = self.pos;
+        self.pos -= len;
+        if len <= 16 && end >= 16 {
+            self.buf[out - 16..out].copy_from_slice(&base[end - 16..end]);
+        } else if len <= 32 && end >= 32 {
+            self.buf[out - 16..out].copy_from_slice(&base[end - 16..end]);
+            self.buf[out - 32..out - 16].copy_from_slice(&base[end - 32..end - 16]);
+        } else {
+            self.buf[out - len..out].copy_from_slice(&base[end - len..end]);
         }
+    }
+
+    /// A pre-encoded tag (the low `len` bytes of `bytes`, reserved): one
+    /// 8-byte store ending at the write position.
+    #[inline(always)]
+    pub(crate) fn put_tag(&mut self, bytes: u64, len: u8) {
+        let end = self.pos;
+        let word = bytes.wrapping_shl(64u32.wrapping_sub(8 * len as u32));
+        self.buf[end - 8..end].copy_from_slice(&word.to_le_bytes());
+        self.pos = end - len as usize;
+    }
+
+    /// `v` as a varint of `n = varint::len(v)` bytes (reserved).
+    #[inline(always)]
+    pub(crate) fn put_varint(&mut self, v: u64, n: usize) {
+        let end = self.pos;
+        if n == 1 {
+            self.buf[end - 1] = v as u8;
+        } else if n <= 8 {
+            let more = 0x8080_8080_8080_8080u64 & ((1u64 << (8 * (n - 1))) - 1);
+            let word = (spread(v) | more) << (8 * (8 - n));
+            self.buf[end - 8..end].copy_from_slice(&word.to_le_bytes());
+        } else {
+            // Nine or ten bytes (a large or a negative value): the last one
+            // or two carry bits 56..64, the first eight are all continued.
+            let hi = v >> 56;
+            let tail = if n == 9 { hi << 8 } else { (hi & 0x7f) | 0x80 | (hi >> 7) << 8 };
+            self.buf[end - 2..end].copy_from_slice(&(tail as u16).to_le_bytes());
+            let word = spread(v) | 0x8080_8080_8080_8080;
+            self.buf[end - n..end - n + 8].copy_from_slice(&word.to_le_bytes());
+        }
+        self.pos = end - n;
+    }
+
+    /// A varint (reserving it).
+    #[inline(always)]
+    pub(crate) fn varint(&mut self, v: u64) -> Result<(), BlockError> {
         let n = varint::len(v);
         self.room(n)?;
-        self.pos -= n;
-        let out = &mut self.buf[self.pos..self.pos + n];
-        let (last, head) = out.split_last_mut().ok_or(BlockError::TooLarge)?;
-        for b in head {
-            *b = v as u8 | 0x80;
-            v >>= 7;
-        }
-        *last = v as u8;
-        Ok(())
-    }
-
-    /// A pre-encoded tag (the low `len` bytes of `bytes`).
-    #[inline(always)]
-    fn tag(&mut self, bytes: u64, len: u8) -> Result<(), BlockError> {
-        let len = len as usize;
-        self.room(len)?;
-        self.pos -= len;
-        self.buf[self.pos..self.pos + len].copy_from_slice(&bytes.to_le_bytes()[..len]);
+        self.put_varint(v, n);
         Ok(())
     }
 
     #[inline(always)]
-    fn tag_of(&mut self, number: u32, wt: WireType) -> Result<(), BlockError> {
+    pub(crate) fn tag_of(&mut self, number: u32, wt: WireType) -> Result<(), BlockError> {
         self.varint(((number as u64) << 3) | wt as u64)
+    }
+
+    /// A tag and a varint value: one reservation.
+    #[inline(always)]
+    pub(crate) fn varint_field(&mut self, tag: u64, tag_len: u8, v: u64) -> Result<(), BlockError> {
+        let n = varint::len(v);
+        self.room(n + tag_len as usize)?;
+        self.put_varint(v, n);
+        self.put_tag(tag, tag_len);
+        Ok(())
+    }
+
+    /// A tag and a fixed-width little-endian value: one reservation.
+    #[inline(always)]
+    pub(crate) fn fixed_field<const N: usize>(
+        &mut self,
+        tag: u64,
+        tag_len: u8,
+        v: [u8; N],
+    ) -> Result<(), BlockError> {
+        self.room(N + tag_len as usize)?;
+        let end = self.pos;
+        self.buf[end - N..end].copy_from_slice(&v);
+        self.pos = end - N;
+        self.put_tag(tag, tag_len);
+        Ok(())
+    }
+
+    /// A tag, a length prefix and a payload of `len` bytes ending at `end`
+    /// in `base`: one reservation.
+    #[inline(always)]
+    pub(crate) fn len_field(
+        &mut self,
+        tag: u64,
+        tag_len: u8,
+        base: &[u8],
+        end: usize,
+        len: usize,
+    ) -> Result<(), BlockError> {
+        let n = varint::len(len as u64);
+        self.room(len + n + tag_len as usize)?;
+        if len != 0 {
+            self.put_payload(base, end, len);
+        }
+        self.put_varint(len as u64, n);
+        self.put_tag(tag, tag_len);
+        Ok(())
+    }
+
+    /// The length prefix and tag in front of `len` bytes already written.
+    #[inline(always)]
+    pub(crate) fn len_prefix(
+        &mut self,
+        tag: u64,
+        tag_len: u8,
+        len: usize,
+    ) -> Result<(), BlockError> {
+        self.varint_field(tag, tag_len, len as u64)
+    }
+    /// A string or bytes field: the payload `r` designates in `src` (its
+    /// slot at `at`), its length prefix and the tag, with one reservation.
+    #[inline(always)]
+    pub(crate) fn string_field(
+        &mut self,
+        tag: u64,
+        tag_len: u8,
+        src: Source<'_>,
+        r: Ref,
+        at: usize,
+    ) -> Result<(), BlockError> {
+        let data = src.bytes(r, at)?;
+        if data.is_empty() {
+            return self.len_field(tag, tag_len, data, 0, 0);
+        }
+        // The payload ends at `end` of the memory it lies in, so that short
+        // ones can be copied in whole chunks from there (`put_payload`).
+        let base = if r.wire { src.wire } else { src.block };
+        self.len_field(tag, tag_len, base, r.offset as usize + data.len(), data.len())
     }
 
     /// One scalar element of `kind` from its slot bits (no tag).
     #[inline(always)]
-    fn scalar(&mut self, kind: Kind, bits: u64) -> Result<(), BlockError> {
+    pub(crate) fn scalar(&mut self, kind: Kind, bits: u64) -> Result<(), BlockError> {
         match kind.wire_type() {
             WireType::Fixed32 => self.bytes(&(bits as u32).to_le_bytes()),
             WireType::Fixed64 => self.bytes(&bits.to_le_bytes()),
@@ -128,6 +256,19 @@ impl Back {
             }),
         }
     }
+}
+
+/// The low 56 bits of `v` as eight 7-bit groups, one per byte (byte i of
+/// a varint is bits 7i..7i+7 of its value), continuation bits clear.
+#[inline(always)]
+fn spread(v: u64) -> u64 {
+    let mut word = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        word |= (v << i) & (0x7f << (8 * i));
+        i += 1;
+    }
+    word
 }
 
 impl Encoder {
@@ -164,57 +305,55 @@ impl Encoder {
                 continue;
             }
             let implicit = op.card == Card::Implicit;
+            let (tag, tl) = (op.tag_bytes, op.tag_len);
             match op.value {
                 ValueOp::Int32 | ValueOp::ClosedEnum | ValueOp::UInt32 | ValueOp::SInt32 => {
                     let v = slot_u32(obj, op.offset);
                     if implicit && v == 0 {
                         continue;
                     }
-                    w.varint(match op.value {
+                    let v = match op.value {
                         ValueOp::UInt32 => v as u64,
                         ValueOp::SInt32 => varint::zigzag32(v as i32) as u64,
                         _ => v as i32 as i64 as u64,
-                    })?;
+                    };
+                    w.varint_field(tag, tl, v)?;
                 }
                 ValueOp::Int64 | ValueOp::SInt64 => {
                     let v = slot_u64(obj, op.offset);
                     if implicit && v == 0 {
                         continue;
                     }
-                    w.varint(if op.value == ValueOp::SInt64 {
-                        varint::zigzag64(v as i64)
-                    } else {
-                        v
-                    })?;
+                    let sint = op.value == ValueOp::SInt64;
+                    w.varint_field(tag, tl, if sint { varint::zigzag64(v as i64) } else { v })?;
                 }
                 ValueOp::Bool => {
                     let v = obj.get(op.offset as usize).copied().unwrap_or(0);
                     if implicit && v == 0 {
                         continue;
                     }
-                    w.bytes(&[(v != 0) as u8])?;
+                    w.fixed_field(tag, tl, [(v != 0) as u8])?;
                 }
                 ValueOp::Fixed32 => {
                     let v = slot_u32(obj, op.offset);
                     if implicit && v == 0 {
                         continue;
                     }
-                    w.bytes(&v.to_le_bytes())?;
+                    w.fixed_field(tag, tl, v.to_le_bytes())?;
                 }
                 ValueOp::Fixed64 => {
                     let v = slot_u64(obj, op.offset);
                     if implicit && v == 0 {
                         continue;
                     }
-                    w.bytes(&v.to_le_bytes())?;
+                    w.fixed_field(tag, tl, v.to_le_bytes())?;
                 }
                 ValueOp::Bytes | ValueOp::Utf8 => {
                     let r = Ref::unpack(slot_u64(obj, op.offset));
                     if implicit && r.len == 0 {
                         continue;
                     }
-                    w.bytes(src.bytes(r, at + op.offset as usize)?)?;
-                    w.varint(r.len as u64)?;
+                    w.string_field(tag, tl, src, r, at + op.offset as usize)?;
                 }
                 ValueOp::Message | ValueOp::Group => {
                     let r = Ref::unpack(slot_u64(obj, op.offset));
@@ -223,17 +362,15 @@ impl Encoder {
                     }
                     let f = &ts.fields(m)[i];
                     self.back_sub(ts, f, r.offset as usize, src, opts, depth, w)?;
-                    continue; // back_sub wrote the tag
                 }
             }
-            w.tag(op.tag_bytes, op.tag_len)?;
         }
         Ok(())
     }
 
     /// One sub-message or group occurrence, tag(s) and length included.
     #[allow(clippy::too_many_arguments)]
-    fn back_sub(
+    pub(crate) fn back_sub(
         &mut self,
         ts: &TableSet,
         f: &Field,
@@ -263,7 +400,7 @@ impl Encoder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn back_repeated(
+    pub(crate) fn back_repeated(
         &mut self,
         ts: &TableSet,
         m: &Message,

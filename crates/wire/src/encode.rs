@@ -222,13 +222,13 @@ pub(crate) fn output_budget(src: Source<'_>, opts: &EncodeOptions) -> usize {
 pub struct Encoder {
     sizes: Vec<u32>,
     next: usize,
-    work: usize,
+    pub(crate) work: usize,
     /// Limit of `work` for this encode (see [`work_budget`]).
-    budget: usize,
+    pub(crate) budget: usize,
     /// Pool of map-order vectors (nested maps need one each).
     pub(crate) orders: Vec<Vec<u32>>,
     /// The back-to-front output buffer (see `back.rs`), reused.
-    back: Vec<u8>,
+    pub(crate) back: Vec<u8>,
 }
 
 /// Encodes a block whose strings are all inside it (owned mode).

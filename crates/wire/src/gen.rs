@@ -1,5 +1,6 @@
-//! The runtime of generated decoders: what `protoplane-codegen` emits per
-//! message calls into this module, and nothing else should.
+//! The runtime of generated decoders and encoders: what `protoplane-codegen`
+//! emits per message calls into this module, and nothing else should.
+//! Encoders: see [`Enc`].
 //!
 //! A generated decoder is one function per message type, a loop over tags
 //! with one `match` arm per field in its canonical encoding (the tag the
@@ -28,9 +29,11 @@
 
 use protoplane_schema::{Kind, TableSet};
 
-use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
+use crate::back::Back;
+use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, HEADER_LEN, MAX_LEN};
 use crate::decode::{append_packed, missing_required, DecodeOptions, Decoder};
-use crate::error::{DecodeError, DecodeErrorKind};
+use crate::encode::{output_budget, work_budget, EncodeOptions, Encoder, Source};
+use crate::error::{BlockError, DecodeError, DecodeErrorKind};
 use crate::varint;
 
 /// A generated message decoder: decodes the fields of the object at `obj`
@@ -385,4 +388,194 @@ impl Dec<'_> {
 #[inline(always)]
 pub fn bits(kind: Kind, raw: u64) -> u64 {
     crate::decode::varint_bits(kind, raw)
+}
+
+/// A generated message encoder: writes the object at `at` (nesting
+/// `depth`), back to front, in front of what is already written.
+pub type EncodeFields = fn(&mut Enc<'_, '_>, usize, u32) -> Result<(), BlockError>;
+
+/// One generated encode in progress: the table-driven encoder's
+/// back-to-front writer (`back.rs`) and work budget, driven by generated
+/// code. The encoding is the table-driven encoder's, byte for byte, and so
+/// is every error on a forged block (same checks, same order): the tests
+/// and the `decode_gen` fuzz target compare the two.
+///
+/// Generated encoders write singular fields and repeated sub-messages
+/// themselves; every other repeated field (one dispatch per field, then a
+/// loop specialised by kind), maps (whose deterministic order needs the
+/// keys sorted) and groups go to the table-driven encoder.
+#[allow(missing_debug_implementations)] // a cursor over borrowed buffers
+pub struct Enc<'s, 'e> {
+    enc: &'e mut Encoder,
+    w: Back,
+    ts: &'s TableSet,
+    src: Source<'s>,
+    opts: &'s EncodeOptions,
+}
+
+/// Encodes the message in `src` (type `type_index` of `ts`) with the
+/// generated encoder `fields`, into `enc`'s reused buffer, and returns the
+/// bytes (as [`Encoder::encode`] does). As for decoding, `fields` must be
+/// the encoder generated for `type_index` from `ts`.
+pub fn encode<'e>(
+    ts: &TableSet,
+    type_index: u32,
+    fields: EncodeFields,
+    enc: &'e mut Encoder,
+    src: Source<'_>,
+    opts: &EncodeOptions,
+) -> Result<&'e [u8], BlockError> {
+    let root = src.root(ts, type_index)?;
+    enc.work = 0;
+    enc.budget = work_budget(src, opts);
+    let w = Back::new(std::mem::take(&mut enc.back), output_budget(src, opts));
+    let mut e = Enc { enc, w, ts, src, opts };
+    let done = fields(&mut e, root, 0);
+    let Enc { enc, w, .. } = e;
+    let pos = w.pos;
+    enc.back = w.buf;
+    done?;
+    Ok(&enc.back[pos..])
+}
+
+/// The slot bits at `off` of an object (zero outside it: a forged block
+/// reads zeros, never panics).
+#[inline(always)]
+pub fn u64_at(obj: &[u8], off: usize) -> u64 {
+    crate::encode::slot_u64(obj, off as u32)
+}
+
+#[inline(always)]
+pub fn u32_at(obj: &[u8], off: usize) -> u32 {
+    crate::encode::slot_u32(obj, off as u32)
+}
+
+#[inline(always)]
+pub fn u8_at(obj: &[u8], off: usize) -> u8 {
+    obj.get(off).copied().unwrap_or(0)
+}
+
+/// The object offset of a packed reference.
+#[inline(always)]
+pub fn ref_offset(raw: u64) -> usize {
+    Ref::unpack(raw).offset as usize
+}
+
+/// The length (elements, or bytes) of a packed reference.
+#[inline(always)]
+pub fn ref_len(raw: u64) -> u32 {
+    Ref::unpack(raw).len
+}
+
+impl<'s> Enc<'s, '_> {
+    /// The object of `size` bytes at `at`, bounds-checked once; counts
+    /// against the work budget.
+    #[inline(always)]
+    pub fn object(&mut self, at: usize, size: u32) -> Result<&'s [u8], BlockError> {
+        if at < HEADER_LEN {
+            return Err(BlockError::OutOfBounds { at });
+        }
+        let obj = self.src.block.get(at..at + size as usize);
+        let obj = obj.ok_or(BlockError::OutOfBounds { at })?;
+        self.enc.charge(1, self.opts)?;
+        Ok(obj)
+    }
+
+    /// The unknown fields of the object at `at` (reference slot at `off`).
+    #[inline(always)]
+    pub fn unknown(&mut self, obj: &[u8], at: usize, off: usize) -> Result<(), BlockError> {
+        let r = Ref::unpack(u64_at(obj, off));
+        self.w.bytes(self.src.array(r, 1, at + off)?)
+    }
+
+    /// A varint field: its value `v`, then its pre-encoded tag (the low
+    /// `tag_len` bytes of `tag`), with one reservation.
+    #[inline(always)]
+    pub fn varint_field(&mut self, tag: u64, tag_len: u8, v: u64) -> Result<(), BlockError> {
+        self.w.varint_field(tag, tag_len, v)
+    }
+
+    #[inline(always)]
+    pub fn fixed32_field(&mut self, tag: u64, tag_len: u8, v: u32) -> Result<(), BlockError> {
+        self.w.fixed_field(tag, tag_len, v.to_le_bytes())
+    }
+
+    #[inline(always)]
+    pub fn fixed64_field(&mut self, tag: u64, tag_len: u8, v: u64) -> Result<(), BlockError> {
+        self.w.fixed_field(tag, tag_len, v.to_le_bytes())
+    }
+
+    #[inline(always)]
+    pub fn bool_field(&mut self, tag: u64, tag_len: u8, v: u8) -> Result<(), BlockError> {
+        self.w.fixed_field(tag, tag_len, [(v != 0) as u8])
+    }
+
+    /// A string or bytes field (reference `raw`, its slot at `at`).
+    #[inline(always)]
+    pub fn string_field(
+        &mut self,
+        tag: u64,
+        tag_len: u8,
+        raw: u64,
+        at: usize,
+    ) -> Result<(), BlockError> {
+        self.w.string_field(tag, tag_len, self.src, Ref::unpack(raw), at)
+    }
+
+    /// Before a sub-message's content: checks the depth, returns the mark
+    /// [`Enc::sub_end`] measures the length from.
+    #[inline(always)]
+    pub fn sub_start(&mut self, depth: u32) -> Result<usize, BlockError> {
+        if depth >= self.opts.max_depth {
+            return Err(BlockError::TooDeep);
+        }
+        Ok(self.w.written())
+    }
+
+    /// After a sub-message's content: its length prefix and tag.
+    #[inline(always)]
+    pub fn sub_end(&mut self, mark: usize, tag: u64, tag_len: u8) -> Result<(), BlockError> {
+        self.w.len_prefix(tag, tag_len, self.w.written() - mark)
+    }
+
+    /// The elements of a repeated sub-message field (reference `raw`, slot
+    /// at `at`), counted against the work budget.
+    #[inline(always)]
+    pub fn elements(&mut self, raw: u64, at: usize) -> Result<&'s [u8], BlockError> {
+        let r = Ref::unpack(raw);
+        self.enc.charge(r.len as usize, self.opts)?;
+        self.src.array(r, 8, at)
+    }
+
+    /// Repeated field `index` of message `msg` (object at `at`), or a map,
+    /// by the table-driven encoder.
+    #[inline(never)]
+    pub fn repeated(
+        &mut self,
+        msg: u32,
+        index: usize,
+        raw: u64,
+        at: usize,
+        depth: u32,
+    ) -> Result<(), BlockError> {
+        let r = Ref::unpack(raw);
+        self.enc.charge(r.len as usize, self.opts)?;
+        let m = self.ts.message(msg);
+        let f = &self.ts.fields(m)[index];
+        self.enc.back_repeated(self.ts, m, f, r, at, self.src, self.opts, depth, &mut self.w)
+    }
+
+    /// Singular group field `index` of message `msg` (its object at `sub`),
+    /// by the table-driven encoder.
+    #[inline(never)]
+    pub fn group(
+        &mut self,
+        msg: u32,
+        index: usize,
+        sub: usize,
+        depth: u32,
+    ) -> Result<(), BlockError> {
+        let f = &self.ts.fields(self.ts.message(msg))[index];
+        self.enc.back_sub(self.ts, f, sub, self.src, self.opts, depth, &mut self.w)
+    }
 }

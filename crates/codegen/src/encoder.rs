@@ -1,0 +1,144 @@
+//! The generated encoder of a message: `encode_fields`, the table-driven
+//! back-to-front encoder unrolled for one type (see `protoplane_wire::gen`,
+//! [`Enc`](../../protoplane_wire/gen/struct.Enc.html)): fields in reverse
+//! number order, each with its presence test (a hasbit word and mask, a
+//! oneof case word, or non-zero for implicit presence), its value
+//! conversion and its pre-encoded tag as constants, sub-messages as direct
+//! calls. Repeated fields other than sub-messages, maps and groups are
+//! handed to the table-driven encoder, one call per non-empty field.
+
+use protoplane_schema::{Card, FieldFlags, ValueOp};
+
+use crate::generator::{Generator, Scope};
+use crate::model::{MessageInfo, TypeLoc};
+use crate::writer::CodeWriter;
+use crate::Error;
+
+const GEN: &str = "::protoplane_wire::gen";
+
+/// Emits `impl Marker { pub fn encode_fields(..) }`.
+pub(crate) fn emit(
+    w: &mut CodeWriter,
+    g: &Generator<'_>,
+    scope: &Scope,
+    info: &MessageInfo,
+    loc: &TypeLoc,
+) -> Result<(), Error> {
+    let ts = g.ts();
+    let msg = &info.table;
+    let fields = ts.fields(msg);
+    let ops = ts.ops(msg);
+    w.open(format!("impl {}", loc.ident));
+    w.doc(
+        "The generated encoder of this type's fields (`protoplane_wire::gen`): writes the\n\
+         object at `at`, back to front. Called by `encode` and by the encoders of the\n\
+         messages that contain this one.",
+    );
+    w.line("#[doc(hidden)]");
+    w.line("#[allow(unused_variables, clippy::identity_op)]");
+    w.open_fn(
+        "pub fn encode_fields",
+        &[format!("e: &mut {GEN}::Enc<'_, '_>"), "at: usize".into(), "depth: u32".into()],
+        "Result<(), ::protoplane_wire::BlockError>",
+    );
+    w.line(format!("let obj = e.object(at, {})?;", msg.size));
+    w.line(format!("e.unknown(obj, at, {})?;", msg.unknown_offset));
+    for (index, (f, op)) in fields.iter().zip(ops).enumerate().rev() {
+        let off = op.offset;
+        let tag = format!("{:#x}, {}", op.tag_bytes, op.tag_len);
+        let m = info.type_index;
+        if matches!(op.card, Card::Repeated | Card::Packed) {
+            w.line(format!("let r = {GEN}::u64_at(obj, {off});"));
+            let direct = op.value == ValueOp::Message && !f.flags.has(FieldFlags::MAP);
+            if !direct {
+                w.open(format!("if {GEN}::ref_len(r) != 0"));
+                w.line(format!("e.repeated({m}, {index}, r, at, depth)?;"));
+                w.close();
+                continue;
+            }
+            let sub = g.types().get(ts.message_name(f.sub))?;
+            let sub_path = scope.path(sub, "");
+            w.open(format!("if {GEN}::ref_len(r) != 0"));
+            w.open(format!("for c in e.elements(r, at + {off})?.chunks_exact(8).rev()"));
+            w.line(format!("let sub = {GEN}::ref_offset({GEN}::u64_at(c, 0));"));
+            w.line("let mark = e.sub_start(depth)?;");
+            w.open("if sub != 0");
+            w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
+            w.close();
+            w.line(format!("e.sub_end(mark, {tag})?;"));
+            w.close();
+            w.close();
+            continue;
+        }
+        let present = match op.card {
+            Card::Hasbit | Card::Implicit => format!(
+                "{GEN}::u32_at(obj, {}) & {:#x} != 0",
+                4 * (op.presence / 32),
+                1u32 << (op.presence % 32)
+            ),
+            Card::Oneof => format!("{GEN}::u32_at(obj, {}) == {}", op.presence, f.number),
+            _ => "true".to_owned(),
+        };
+        let implicit = op.card == Card::Implicit;
+        w.open(format!("if {present}"));
+        match op.value {
+            ValueOp::Message | ValueOp::Group => {
+                w.line(format!("let sub = {GEN}::ref_offset({GEN}::u64_at(obj, {off}));"));
+                // A map entry's value (`Always`) is written even when absent;
+                // map entries are encoded by the tables, so not here.
+                w.open("if sub != 0");
+                if op.value == ValueOp::Group {
+                    w.line(format!("e.group({m}, {index}, sub, depth)?;"));
+                } else {
+                    let sub = g.types().get(ts.message_name(f.sub))?;
+                    let sub_path = scope.path(sub, "");
+                    w.line("let mark = e.sub_start(depth)?;");
+                    w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
+                    w.line(format!("e.sub_end(mark, {tag})?;"));
+                }
+                w.close();
+            }
+            ValueOp::Bytes | ValueOp::Utf8 => {
+                w.line(format!("let r = {GEN}::u64_at(obj, {off});"));
+                if implicit {
+                    w.open(format!("if {GEN}::ref_len(r) != 0"));
+                }
+                w.line(format!("e.string_field({tag}, r, at + {off})?;"));
+                if implicit {
+                    w.close();
+                }
+            }
+            value => {
+                let (read, call, value) = match value {
+                    ValueOp::UInt32 => ("u32_at", "varint_field", "v as u64"),
+                    ValueOp::SInt32 => {
+                        ("u32_at", "varint_field", "((v << 1) ^ ((v as i32 >> 31) as u32)) as u64")
+                    }
+                    ValueOp::Int64 => ("u64_at", "varint_field", "v"),
+                    ValueOp::SInt64 => {
+                        ("u64_at", "varint_field", "(v << 1) ^ ((v as i64 >> 63) as u64)")
+                    }
+                    ValueOp::Bool => ("u8_at", "bool_field", "v"),
+                    ValueOp::Fixed32 => ("u32_at", "fixed32_field", "v"),
+                    ValueOp::Fixed64 => ("u64_at", "fixed64_field", "v"),
+                    // Int32, open and closed enums: sign-extended to 64 bits.
+                    _ => ("u32_at", "varint_field", "v as i32 as i64 as u64"),
+                };
+                let write = format!("e.{call}({tag}, {value})?;");
+                w.line(format!("let v = {GEN}::{read}(obj, {off});"));
+                if implicit {
+                    w.open("if v != 0");
+                }
+                w.line(write);
+                if implicit {
+                    w.close();
+                }
+            }
+        }
+        w.close();
+    }
+    w.line("Ok(())");
+    w.close();
+    w.close();
+    Ok(())
+}

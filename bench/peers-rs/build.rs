@@ -81,11 +81,14 @@ fn run() -> BoxResult<()> {
         write_schema_module(&mut modules, &module, &schema.key, &packages);
         // All packages of one schema share one table set; any one of them
         // holds `tables()`, each its own messages' decoders.
-        let decoders = packages
-            .iter()
-            .map(|p| format!("{module}::pp_gen::{}::GENERATED_DECODERS", rust_path(p)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = |name: &str| {
+            packages
+                .iter()
+                .map(|p| format!("{module}::pp_gen::{}::{name}", rust_path(p)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (decoders, encoders) = (list("GENERATED_DECODERS"), list("GENERATED_ENCODERS"));
         let tables = packages
             .first()
             .map(|p| format!("{module}::pp_gen::{}::tables", rust_path(p)))
@@ -98,7 +101,7 @@ fn run() -> BoxResult<()> {
                 "        ({key:?}, {name:?}) => Some(Runners {{\n            \
                  prost: crate::runners::run_prost::<{module}::prost_gen::{p}>,\n            \
                  buffa: crate::runners::run_buffa::<{module}::buffa_gen::{b}>,\n            \
-                 protoplane: crate::runners::PpGen {{ tables: {tables}, decoders: &[{decoders}] }},\n        }}),",
+                 protoplane: crate::runners::PpGen {{ tables: {tables}, decoders: &[{decoders}], encoders: &[{encoders}] }},\n        }}),",
                 key = schema.key,
                 name = ty.full_name,
                 p = ty.prost_path,

@@ -4,7 +4,7 @@
 //! `decode_gen` target runs its decoders against the table-driven decoder.
 
 use protoplane_schema::TableSet;
-use protoplane_wire::gen::Fields;
+use protoplane_wire::gen::{EncodeFields, Fields};
 
 /// `socialnetwork` (protos/socialnetwork/social_network.proto).
 pub mod socialnetwork {
@@ -21,7 +21,7 @@ pub mod hostile3 {
     include!(concat!(env!("OUT_DIR"), "/hostile3.rs"));
 }
 
-/// One message type with a generated decoder.
+/// One message type with its generated decoder and encoder.
 #[derive(Clone, Copy)]
 pub struct GenTarget {
     /// The generated package's tables.
@@ -30,6 +30,8 @@ pub struct GenTarget {
     pub type_index: u32,
     /// Its generated decoder.
     pub fields: Fields,
+    /// Its generated encoder.
+    pub encoder: EncodeFields,
 }
 
 impl std::fmt::Debug for GenTarget {
@@ -54,18 +56,24 @@ impl GenTarget {
 pub fn targets() -> &'static [GenTarget] {
     static TARGETS: std::sync::OnceLock<Vec<GenTarget>> = std::sync::OnceLock::new();
     TARGETS.get_or_init(|| {
-        let packages: [(&'static TableSet, &'static [(u32, Fields)]); 3] = [
-            (socialnetwork::tables(), socialnetwork::GENERATED_DECODERS),
-            (hostile::tables(), hostile::GENERATED_DECODERS),
-            (hostile3::tables(), hostile3::GENERATED_DECODERS),
+        type Package =
+            (&'static TableSet, &'static [(u32, Fields)], &'static [(u32, EncodeFields)]);
+        let packages: [Package; 3] = [
+            (
+                socialnetwork::tables(),
+                socialnetwork::GENERATED_DECODERS,
+                socialnetwork::GENERATED_ENCODERS,
+            ),
+            (hostile::tables(), hostile::GENERATED_DECODERS, hostile::GENERATED_ENCODERS),
+            (hostile3::tables(), hostile3::GENERATED_DECODERS, hostile3::GENERATED_ENCODERS),
         ];
         let all: Vec<GenTarget> = packages
             .iter()
-            .flat_map(|&(tables, decoders)| {
-                decoders.iter().map(move |&(type_index, fields)| GenTarget {
-                    tables,
-                    type_index,
-                    fields,
+            .flat_map(|&(tables, decoders, encoders)| {
+                // Both lists hold the same types in the same order.
+                decoders.iter().zip(encoders).map(move |(&(type_index, fields), &(e, encoder))| {
+                    assert_eq!(type_index, e, "decoder and encoder lists disagree");
+                    GenTarget { tables, type_index, fields, encoder }
                 })
             })
             .collect();

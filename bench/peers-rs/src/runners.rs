@@ -13,7 +13,7 @@
 use std::hint::black_box;
 
 use protoplane_schema::TableSet;
-use protoplane_wire::gen::Fields;
+use protoplane_wire::gen::{EncodeFields, Fields};
 use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, Source};
 
 use crate::measure::{self, Timing};
@@ -30,11 +30,12 @@ pub enum Op {
     Memcpy,
     DecodeOwnedGen,
     DecodeViewGen,
+    EncodeGen,
 }
 
 impl Op {
     /// Every op the protocol names, including those this worker lacks.
-    pub const ALL: [Op; 9] = [
+    pub const ALL: [Op; 10] = [
         Op::DecodeOwned,
         Op::DecodeView,
         Op::DecodeReuse,
@@ -44,6 +45,7 @@ impl Op {
         Op::Memcpy,
         Op::DecodeOwnedGen,
         Op::DecodeViewGen,
+        Op::EncodeGen,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +59,7 @@ impl Op {
             Op::Memcpy => "memcpy",
             Op::DecodeOwnedGen => "decode_owned_gen",
             Op::DecodeViewGen => "decode_view_gen",
+            Op::EncodeGen => "encode_gen",
         }
     }
 
@@ -71,7 +74,7 @@ pub const PROST_OPS: &[Op] = &[Op::DecodeOwned, Op::DecodeReuse, Op::Encode];
 pub const BUFFA_OPS: &[Op] = &[Op::DecodeOwned, Op::DecodeReuse, Op::DecodeView, Op::Encode];
 /// Ops of the `protoplane-gen` impl (rows say `protoplane`: the same
 /// library, its generated path beside the table-driven one).
-pub const PROTOPLANE_GEN_OPS: &[Op] = &[Op::DecodeOwnedGen, Op::DecodeViewGen];
+pub const PROTOPLANE_GEN_OPS: &[Op] = &[Op::DecodeOwnedGen, Op::DecodeViewGen, Op::EncodeGen];
 
 /// What a runner gets from a job.
 #[derive(Debug)]
@@ -100,11 +103,12 @@ pub struct Runners {
 }
 
 /// A schema's generated protoplane code: its tables and, per package, the
-/// generated decoders by type index.
+/// generated decoders and encoders by type index.
 #[derive(Debug, Clone, Copy)]
 pub struct PpGen {
     pub tables: fn() -> &'static TableSet,
     pub decoders: &'static [&'static [(u32, Fields)]],
+    pub encoders: &'static [&'static [(u32, EncodeFields)]],
 }
 
 /// Panic message of the timed loops: every message there was decoded (and
@@ -287,16 +291,18 @@ where
     Ok(results)
 }
 
-/// protoplane, generated decoders: `decode_owned_gen`, `decode_view_gen`,
-/// the same work as the table-driven worker's `decode_owned` /
-/// `decode_view` (into a reused block, as the engine decodes into blocks of
-/// a region's free list), through the generated code.
+/// protoplane, generated code: `decode_owned_gen`, `decode_view_gen`,
+/// `encode_gen`, the same work as the table-driven worker's `decode_owned`
+/// / `decode_view` (into a reused block, as the engine decodes into blocks
+/// of a region's free list) and `encode` (`Encoder::encode`, back to front
+/// into the encoder's reused buffer), through the generated code.
 ///
 /// Verification is the equivalence proof on this dataset: on every message,
 /// and on truncations and single-bit flips of it, the generated decoder must
 /// give what the table-driven decoder gives (byte-identical blocks below
 /// 2 KiB, where no copy can be padded by address, the same encoding above;
-/// the same error when both fail), and the block must re-encode to the input.
+/// the same error when both fail), and the block must re-encode to the
+/// input; the generated encoder must write the table-driven encoder's bytes.
 pub fn run_protoplane_gen(
     pp: &PpGen,
     job: &JobInput<'_>,
@@ -317,6 +323,13 @@ pub fn run_protoplane_gen(
         .find(|(t, _)| *t == ty)
         .map(|&(_, f)| f)
         .ok_or_else(|| fail(format!("no generated decoder for {}", job.ty)))?;
+    let encoder = pp
+        .encoders
+        .iter()
+        .flat_map(|d| d.iter())
+        .find(|(t, _)| *t == ty)
+        .map(|&(_, f)| f)
+        .ok_or_else(|| fail(format!("no generated encoder for {}", job.ty)))?;
     let mut variants = 0usize;
     for (index, &bytes) in job.messages.iter().enumerate() {
         let enc = |b: &Block, wire: &[u8]| -> Result<Vec<u8>, String> {
@@ -356,6 +369,18 @@ pub fn run_protoplane_gen(
                         if k == 0 && enc(b, input)? != *input {
                             return Err(fail(format!("message {index}: re-encoding differs")));
                         }
+                        let src = Source { block: b.as_bytes(), wire: input };
+                        let eopts = EncodeOptions::default();
+                        let mut e = Encoder::new();
+                        let generated =
+                            protoplane_wire::gen::encode(ts, ty, encoder, &mut e, src, &eopts)
+                                .map(<[u8]>::to_vec);
+                        let table = Encoder::new().encode(ts, ty, src, &eopts).map(<[u8]>::to_vec);
+                        if generated != table {
+                            return Err(fail(format!(
+                                "message {index} variant {k}: generated encoding differs"
+                            )));
+                        }
                     }
                     (Err(a), Err(b)) if a == b => {}
                     (a, b) => {
@@ -385,6 +410,13 @@ pub fn run_protoplane_gen(
     let n = msgs.len();
     let mut dec = Decoder::new();
     let mut block = Block::new();
+    let owned: Vec<Block> = msgs
+        .iter()
+        .map(|m| protoplane_wire::gen::decode(ts, ty, fields, m, &DecodeOptions::default()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(e.to_string()))?;
+    let mut enc = Encoder::new();
+    let eopts = EncodeOptions::default();
     let results = ops
         .into_iter()
         .map(|op| {
@@ -392,6 +424,17 @@ pub fn run_protoplane_gen(
                 Op::DecodeViewGen => DecodeOptions::view(),
                 _ => DecodeOptions::default(),
             };
+            if op == Op::EncodeGen {
+                let ns = measure::ns_per_msg(timing, n, || {
+                    for b in &owned {
+                        let src = Source::owned(black_box(b.as_bytes()));
+                        let r =
+                            protoplane_wire::gen::encode(ts, ty, encoder, &mut enc, src, &eopts);
+                        black_box(r.map(<[u8]>::len).ok());
+                    }
+                });
+                return (op, ns);
+            }
             let ns = measure::ns_per_msg(timing, n, || {
                 for &bytes in msgs {
                     let r = protoplane_wire::gen::decode_into(

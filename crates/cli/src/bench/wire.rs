@@ -44,9 +44,10 @@ pub(crate) struct WireArgs {
     #[arg(long)]
     quick: bool,
     /// Implementations to run.
-    /// `protoplane-gen` is protoplane's generated decoders (built with the
-    /// prost / buffa worker, `bench/peers-rs`); its rows say `protoplane`
-    /// with the ops `decode_owned_gen` / `decode_view_gen`.
+    /// `protoplane-gen` is protoplane's generated decoders and encoders
+    /// (built with the prost / buffa worker, `bench/peers-rs`); its rows say
+    /// `protoplane` with the ops `decode_owned_gen`, `decode_view_gen`,
+    /// `encode_gen`.
     #[arg(
         long,
         value_delimiter = ',',
@@ -444,11 +445,12 @@ fn build_workers(
 }
 
 /// Column order of the tables: (impl, op, header).
-const COLUMNS: [(&str, &str, &str); 17] = [
+const COLUMNS: [(&str, &str, &str); 18] = [
     ("protoplane", "decode_view_gen", "pp view gen"),
     ("protoplane", "decode_view", "pp view"),
     ("protoplane", "decode_owned_gen", "pp owned gen"),
     ("protoplane", "decode_owned", "pp owned"),
+    ("protoplane", "encode_gen", "pp enc gen"),
     ("protoplane", "encode", "pp enc"),
     ("protoplane", "encode_sg", "pp enc-sg"),
     ("protoplane", "memcpy", "memcpy"),
@@ -654,7 +656,7 @@ fn targets(
     md.push_str(
         "| op | messages | geomean ratio to memcpy | worst | target met |\n|---|---|---:|---:|---|\n",
     );
-    for op in ["decode_owned_gen", "decode_owned", "encode"] {
+    for op in ["decode_owned_gen", "decode_owned", "encode_gen", "encode"] {
         for (which, large) in [("≥ 100 KB", true), ("> 90% payload", false)] {
             let ratios: Vec<f64> = cells
                 .iter()

@@ -1,8 +1,9 @@
 //! The generated decoder of a message: `decode_fields`, one loop over tags
 //! with one `match` arm per field in its canonical encoding, everything a
 //! constant (see `protoplane_wire::gen` for the runtime it calls and for
-//! what is left to the table-driven path: closed enums, maps, groups,
-//! unknown fields, non-canonical encodings).
+//! what is left to the table-driven path: closed enums, groups, unknown
+//! fields, non-canonical encodings). A map is a repeated sub-message of its
+//! entry type, whose decoder is generated too.
 //!
 //! The arms come in field-number order, the order encoders write fields
 //! in; rustc lowers a `match` over dense small tags to a jump table, so
@@ -51,16 +52,13 @@ pub(crate) fn emit(
     );
     w.line(format!("const M: u32 = {};", info.type_index));
     w.open("while pos < end");
-    // Closed enums, groups and maps go to the table-driven path (see the
-    // module docs); a message with nothing else has no arms at all.
+    // Closed enums and groups go to the table-driven path (see the module
+    // docs); a message with nothing else has no arms at all.
     let arms: Vec<_> = fields
         .iter()
+        .enumerate()
         .zip(ops)
-        .filter(|(f, op)| {
-            op.value != ValueOp::ClosedEnum
-                && op.value != ValueOp::Group
-                && !f.flags.has(FieldFlags::MAP)
-        })
+        .filter(|(_, op)| op.value != ValueOp::ClosedEnum && op.value != ValueOp::Group)
         .collect();
     if arms.is_empty() {
         w.line("pos = d.field(M, obj, pos, end)?;");
@@ -68,7 +66,7 @@ pub(crate) fn emit(
         w.line("let start = pos;");
         w.open("match d.tag(&mut pos, end, M)?");
     }
-    for (f, op) in arms.iter().copied() {
+    for ((index, f), op) in arms.iter().copied() {
         let n = f.number;
         let off = op.offset;
         let site = format!("(M, {n}, start)");
@@ -123,6 +121,13 @@ pub(crate) fn emit(
                 w.line(format!("let sub = {make};"));
                 w.line(format!("pos = {sub_path}::decode_fields(d, sub, pos, pos + len)?;"));
                 w.line("d.leave();");
+                if f.flags.has(FieldFlags::MAP) {
+                    // An entry with unknown fields leaves the map.
+                    w.line(format!(
+                        "d.entry_done((M, obj, {index}), ({}, sub), {}, pos)?;",
+                        f.sub, sub.unknown_offset
+                    ));
+                }
             }
             _ if op.card == Card::Packed => {
                 w.line(format!(

@@ -4,8 +4,9 @@
 //! number order, each with its presence test (a hasbit word and mask, a
 //! oneof case word, or non-zero for implicit presence), its value
 //! conversion and its pre-encoded tag as constants, sub-messages as direct
-//! calls. Repeated fields other than sub-messages, maps and groups are
-//! handed to the table-driven encoder, one call per non-empty field.
+//! calls. Repeated fields other than sub-messages, maps to be sorted by key
+//! (deterministic output) and groups are handed to the table-driven
+//! encoder, one call per non-empty field.
 
 use protoplane_schema::{Card, FieldFlags, ValueOp};
 
@@ -49,8 +50,7 @@ pub(crate) fn emit(
         let m = info.type_index;
         if matches!(op.card, Card::Repeated | Card::Packed) {
             w.line(format!("let r = {GEN}::u64_at(obj, {off});"));
-            let direct = op.value == ValueOp::Message && !f.flags.has(FieldFlags::MAP);
-            if !direct {
+            if op.value != ValueOp::Message {
                 w.open(format!("if {GEN}::ref_len(r) != 0"));
                 w.line(format!("e.repeated({m}, {index}, r, at, depth)?;"));
                 w.close();
@@ -59,6 +59,13 @@ pub(crate) fn emit(
             let sub = g.types().get(ts.message_name(f.sub))?;
             let sub_path = scope.path(sub, "");
             w.open(format!("if {GEN}::ref_len(r) != 0"));
+            if f.flags.has(FieldFlags::MAP) {
+                // Sorted by key when deterministic: the tables do that.
+                w.open("if e.deterministic()");
+                w.line(format!("e.repeated({m}, {index}, r, at, depth)?;"));
+                w.close_with(" else {");
+                w.indent();
+            }
             w.open(format!("for c in e.elements(r, at + {off})?.chunks_exact(8).rev()"));
             w.line(format!("let sub = {GEN}::ref_offset({GEN}::u64_at(c, 0));"));
             w.line("let mark = e.sub_start(depth)?;");
@@ -67,6 +74,9 @@ pub(crate) fn emit(
             w.close();
             w.line(format!("e.sub_end(mark, {tag})?;"));
             w.close();
+            if f.flags.has(FieldFlags::MAP) {
+                w.close();
+            }
             w.close();
             continue;
         }
@@ -84,8 +94,19 @@ pub(crate) fn emit(
         match op.value {
             ValueOp::Message | ValueOp::Group => {
                 w.line(format!("let sub = {GEN}::ref_offset({GEN}::u64_at(obj, {off}));"));
-                // A map entry's value (`Always`) is written even when absent;
-                // map entries are encoded by the tables, so not here.
+                if op.card == Card::Always && op.value == ValueOp::Message {
+                    // A map entry's message value: written even when absent
+                    // (as an empty message).
+                    let sub = g.types().get(ts.message_name(f.sub))?;
+                    let sub_path = scope.path(sub, "");
+                    w.line("let mark = e.sub_start(depth)?;");
+                    w.open("if sub != 0");
+                    w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
+                    w.close();
+                    w.line(format!("e.sub_end(mark, {tag})?;"));
+                    w.close();
+                    continue;
+                }
                 w.open("if sub != 0");
                 if op.value == ValueOp::Group {
                     w.line(format!("e.group({m}, {index}, sub, depth)?;"));

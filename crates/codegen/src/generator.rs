@@ -496,13 +496,13 @@ impl<'g> Generator<'g> {
         let info = MessageInfo::new(self.ts, full, desc)?;
         let loc = self.types.get(full)?.clone();
         self.marker(w, &info, &loc);
-        if loc.map_entry {
-            return Ok(());
-        }
         w.blank();
         crate::decoder::emit(w, self, scope, &info, &loc)?;
         w.blank();
         crate::encoder::emit(w, self, scope, &info, &loc)?;
+        if loc.map_entry {
+            return Ok(());
+        }
         let inner = scope.nested(loc.inner_module(desc.name()));
         w.blank();
         crate::view::emit(w, self, scope, &inner, &info, &loc)?;

@@ -490,35 +490,23 @@ impl<'a, M: BlockMem> Run<'a, M> {
     /// parent's unknown fields.
     #[cold]
     fn entry_to_unknown(&mut self) -> Result<bool, DecodeError> {
-        let (entry_mi, entry_obj) = (self.msg_index, self.obj);
-        let mut bytes = Vec::new();
-        let src = Source { block: self.out.bytes(), wire: self.input };
-        Encoder::new()
-            .encode_entry_as_unknown(
-                self.ts,
-                entry_mi,
-                entry_obj,
-                src,
-                &EncodeOptions::default(),
-                &mut bytes,
-            )
-            .map_err(|_| self.err(DecodeErrorKind::BlockTooLarge, self.pos))?;
+        let entry = (self.msg_index, self.obj);
         let Some(f) = self.stack.pop() else { return Ok(false) };
         self.restore(f);
         let ts = self.ts;
         let Some(map) = ts
             .fields(self.msg)
             .iter()
-            .find(|pf| pf.flags.has(FieldFlags::MAP) && pf.sub == entry_mi)
+            .find(|pf| pf.flags.has(FieldFlags::MAP) && pf.sub == entry.0)
         else {
             return Ok(true);
         };
-        self.out.shrink_array(self.obj + map.offset as usize, 1);
-        let mut rec = Vec::with_capacity(bytes.len() + 10);
-        varint::push(&mut rec, ((map.number as u64) << 3) | WireType::Len as u64);
-        varint::push(&mut rec, bytes.len() as u64);
-        rec.extend_from_slice(&bytes);
-        self.append_unknown(&rec, self.pos)?;
+        let parent = (self.msg, self.obj);
+        move_entry_to_unknown(ts, self.out, self.input, self.max_block, parent, map, entry)
+            .map_err(|kind| {
+                self.field = map.number;
+                self.err(kind, self.pos)
+            })?;
         Ok(true)
     }
 
@@ -892,6 +880,41 @@ impl<'a, M: BlockMem> Run<'a, M> {
         self.out.bytes_mut()[at..at + bytes.len()].copy_from_slice(bytes);
         self.check_block(start)
     }
+}
+
+/// Moves a map entry that carried unknown fields (object `entry.1` of type
+/// `entry.0`, the last element of field `map` of the object `parent.1`)
+/// out of the map: re-encoded, it becomes one of the parent's unknown
+/// fields, as upb does (see `Encoder::encode_entry_as_unknown`). Errors
+/// name the parent and the map field.
+#[cold]
+pub(crate) fn move_entry_to_unknown<M: BlockMem>(
+    ts: &TableSet,
+    out: &mut M,
+    input: &[u8],
+    max_block: usize,
+    parent: (&Message, usize),
+    map: &Field,
+    entry: (u32, usize),
+) -> Result<(), DecodeErrorKind> {
+    let mut bytes = Vec::new();
+    let src = Source { block: out.bytes(), wire: input };
+    Encoder::new()
+        .encode_entry_as_unknown(ts, entry.0, entry.1, src, &EncodeOptions::default(), &mut bytes)
+        .map_err(|_| DecodeErrorKind::BlockTooLarge)?;
+    let (msg, obj) = parent;
+    out.shrink_array(obj + map.offset as usize, 1);
+    let mut rec = Vec::with_capacity(bytes.len() + 10);
+    varint::push(&mut rec, ((map.number as u64) << 3) | WireType::Len as u64);
+    varint::push(&mut rec, bytes.len() as u64);
+    rec.extend_from_slice(&bytes);
+    let slot = obj + msg.unknown_offset as usize;
+    let at = out.grow_array(slot, 1, rec.len() as u32).map_err(|()| DecodeErrorKind::TooLong)?;
+    out.bytes_mut()[at..at + rec.len()].copy_from_slice(&rec);
+    if out.len() > max_block {
+        return Err(DecodeErrorKind::BlockTooLarge);
+    }
+    Ok(())
 }
 
 /// The first `required` field missing in a decoded block, as `(message

@@ -31,7 +31,9 @@ use protoplane_schema::{Kind, TableSet};
 
 use crate::back::Back;
 use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, HEADER_LEN, MAX_LEN};
-use crate::decode::{append_packed, missing_required, DecodeOptions, Decoder};
+use crate::decode::{
+    append_packed, missing_required, move_entry_to_unknown, DecodeOptions, Decoder,
+};
 use crate::encode::{output_budget, work_budget, EncodeOptions, Encoder, Source};
 use crate::error::{BlockError, DecodeError, DecodeErrorKind};
 use crate::varint;
@@ -131,6 +133,38 @@ impl Dec<'_> {
             self.fallback.field_at(self.ts, self.input, self.opts, self.out, frame, start, end)?;
         self.required_seen |= required;
         Ok(pos)
+    }
+
+    /// After a map entry (object `entry`, type `entry_msg`, element of map
+    /// field `index` of the object `obj` of type `msg`): an entry that
+    /// carried unknown fields leaves the map for the parent's unknown
+    /// fields (as in the table-driven decoder; rare, out of line).
+    #[inline(always)]
+    pub fn entry_done(
+        &mut self,
+        (msg, obj, index): (u32, usize, usize),
+        (entry_msg, entry): (u32, usize),
+        unknown_offset: usize,
+        end: usize,
+    ) -> Result<(), DecodeError> {
+        if Ref::unpack(self.out.u64_at(entry + unknown_offset)).len == 0 {
+            return Ok(());
+        }
+        self.entry_to_unknown((msg, obj, index), (entry_msg, entry), end)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn entry_to_unknown(
+        &mut self,
+        (msg, obj, index): (u32, usize, usize),
+        entry: (u32, usize),
+        end: usize,
+    ) -> Result<(), DecodeError> {
+        let m = self.ts.message(msg);
+        let map = &self.ts.fields(m)[index];
+        move_entry_to_unknown(self.ts, self.out, self.input, self.max_block, (m, obj), map, entry)
+            .map_err(|kind| self.err(kind, msg, map.number, end))
     }
 
     /// A message type with `required` fields was finished.
@@ -545,6 +579,13 @@ impl<'s> Enc<'s, '_> {
         let r = Ref::unpack(raw);
         self.enc.charge(r.len as usize, self.opts)?;
         self.src.array(r, 8, at)
+    }
+
+    /// Whether map entries are to be sorted by key (then the tables encode
+    /// maps: see [`Enc::repeated`]).
+    #[inline(always)]
+    pub fn deterministic(&self) -> bool {
+        self.opts.deterministic
     }
 
     /// Repeated field `index` of message `msg` (object at `at`), or a map,

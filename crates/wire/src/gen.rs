@@ -15,9 +15,12 @@
 //! table-driven decoder over that one field of the current object: unknown
 //! fields, wire types that differ from the declaration, packed input for an
 //! unpacked field (and the reverse), closed enums (their unknown values
-//! become unknown fields), maps (a map entry with unknown fields becomes one
-//! of the parent's unknown fields) and groups. One engine owns protobuf's
-//! rare rules; generated code only runs the common ones faster.
+//! become unknown fields) and groups. One engine owns protobuf's rare
+//! rules; generated code only runs the common ones faster. A map is a
+//! repeated sub-message of its entry type, decoded by the entry's generated
+//! decoder; an entry that carried unknown fields then leaves the map for
+//! the parent's unknown fields ([`Dec::entry_done`]), through the function
+//! the table-driven decoder uses for the same rule.
 //!
 //! Generated decoders write private (heap) blocks. A block that lives in
 //! lent memory (a region shared with an engine) is decoded by the

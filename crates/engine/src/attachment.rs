@@ -583,17 +583,24 @@ impl Attachment {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state();
         let mut back = Vec::new();
+        let mut bad = None;
         for c in d.released() {
             let chunk = self.half.chunk_at(c);
             let Some(chunk) = chunk.filter(|c| st.is_handed(c.index)) else {
-                return Err(format!("release: chunk {c:#x} was not lent"));
+                bad = Some(format!("release: chunk {c:#x} was not lent"));
+                break;
             };
             back.extend(st.unhand(chunk.index));
         }
-        if !back.is_empty() {
-            // Dropping them frees their chunks, which takes the lock.
+        if !back.is_empty() || bad.is_some() {
+            // Dropping them frees their chunks, which takes the lock: never
+            // while holding it, also when a later release in the same
+            // descriptor is bad (returning with both held deadlocked).
             drop(st);
             drop(back);
+            if let Some(why) = bad {
+                return Err(why);
+            }
             st = self.state();
         }
         if d.flags == desc::RELEASE {
@@ -920,6 +927,29 @@ mod tests {
         let why = att.closed_reason().expect("detached");
         assert!(why.contains("handed over twice"), "{why}");
         assert_eq!(att.chunk_use().1, 0, "nothing held after the detach");
+    }
+
+    #[test]
+    fn a_bad_release_after_a_good_one_detaches_without_deadlock() {
+        // Found by the `ring` fuzz target: a descriptor releasing a lent
+        // chunk and then one that was not lent returned its error while
+        // holding both the state lock and the first chunk, whose drop
+        // takes the lock: the drain loop hung.
+        let (att, mut rx, _map, mut requests, responses) = attached();
+        att.post(
+            Descriptor { call: 1, flags: desc::OPEN, ..Descriptor::default() },
+            &[1; 64],
+            &[],
+            &[],
+        )
+        .expect("room");
+        att.flush();
+        let lent = requests.pop().expect("the request").chunk;
+        assert_ne!(lent, 0, "the request's block is in a lent chunk");
+        responses.push(&Descriptor::releases(&[lent, lent])).expect("room");
+        assert_eq!(take(&att, &mut rx.responses, 256), 1);
+        let why = att.closed_reason().expect("detached");
+        assert!(why.contains("was not lent"), "{why}");
     }
 
     #[test]

@@ -437,10 +437,10 @@ pub type EncodeFields = fn(&mut Enc<'_, '_>, usize, u32) -> Result<(), BlockErro
 /// is every error on a forged block (same checks, same order): the tests
 /// and the `decode_gen` fuzz target compare the two.
 ///
-/// Generated encoders write singular fields and repeated sub-messages
+/// Generated encoders write singular fields, repeated sub-messages and maps
 /// themselves; every other repeated field (one dispatch per field, then a
-/// loop specialised by kind), maps (whose deterministic order needs the
-/// keys sorted) and groups go to the table-driven encoder.
+/// loop over its elements), maps in deterministic output (sorted by key)
+/// and groups go to the table-driven encoder.
 #[allow(missing_debug_implementations)] // a cursor over borrowed buffers
 pub struct Enc<'s, 'e> {
     enc: &'e mut Encoder,

@@ -316,19 +316,9 @@ pub fn run_protoplane_gen(
     let ts = (pp.tables)();
     let fail = |what: String| format!("protoplane-gen: {}: {what}", job.label);
     let ty = ts.message_by_name(job.ty).ok_or_else(|| fail(format!("no type {}", job.ty)))?;
-    let fields = pp
-        .decoders
-        .iter()
-        .flat_map(|d| d.iter())
-        .find(|(t, _)| *t == ty)
-        .map(|&(_, f)| f)
+    let fields = of_type(pp.decoders, ty)
         .ok_or_else(|| fail(format!("no generated decoder for {}", job.ty)))?;
-    let encoder = pp
-        .encoders
-        .iter()
-        .flat_map(|d| d.iter())
-        .find(|(t, _)| *t == ty)
-        .map(|&(_, f)| f)
+    let encoder = of_type(pp.encoders, ty)
         .ok_or_else(|| fail(format!("no generated encoder for {}", job.ty)))?;
     let mut variants = 0usize;
     for (index, &bytes) in job.messages.iter().enumerate() {
@@ -453,6 +443,11 @@ pub fn run_protoplane_gen(
         })
         .collect();
     Ok(results)
+}
+
+/// The entry for type `ty` in per-package `(type index, function)` lists.
+fn of_type<T: Copy>(lists: &[&[(u32, T)]], ty: u32) -> Option<T> {
+    lists.iter().flat_map(|l| l.iter()).find(|(t, _)| *t == ty).map(|&(_, f)| f)
 }
 
 /// `available` ops that are in `wanted`, in `available`'s order.

@@ -10,7 +10,7 @@
 //! the expected next field costs one indirect branch that the predictor
 //! learns from the previous field, and no table lookups.
 
-use protoplane_schema::{Card, FieldFlags, Kind, ValueOp};
+use protoplane_schema::{Card, Field, FieldFlags, Kind, ValueOp};
 
 use crate::generator::{Generator, Scope};
 use crate::model::{MessageInfo, TypeLoc};
@@ -79,11 +79,8 @@ pub(crate) fn emit(
                     _ => format!("d.put_u8(obj + {off}, {value} as u8);"),
                 };
                 w.line(put);
-                w.line(format!(
-                    "d.set_bits(obj + {}, {:#x});",
-                    4 * (op.presence / 32),
-                    1u32 << (op.presence % 32)
-                ));
+                let (word, mask) = hasbit(op.presence);
+                w.line(format!("d.set_bits(obj + {word}, {mask:#x});"));
             }
             Card::Oneof => {
                 w.line(format!("d.put_u32(obj + {}, {n});", op.presence));
@@ -101,8 +98,7 @@ pub(crate) fn emit(
             }
             ValueOp::Message => {
                 let sub = ts.message(f.sub);
-                let sub_loc = g.types().get(ts.message_name(f.sub))?;
-                let sub_path = scope.path(sub_loc, "");
+                let sub_path = sub_path(g, scope, f)?;
                 w.line(format!("let len = d.length(&mut pos, end, {site})?;"));
                 w.line(format!("d.enter({site})?;"));
                 let size = sub.size;
@@ -112,11 +108,10 @@ pub(crate) fn emit(
                         "d.sub_oneof(obj + {off}, (obj + {}, {n}), {size}, {site})?",
                         op.presence
                     ),
-                    _ => format!(
-                        "d.sub(obj + {off}, (obj + {}, {:#x}), {size}, {site})?",
-                        4 * (op.presence / 32),
-                        1u32 << (op.presence % 32)
-                    ),
+                    _ => {
+                        let (word, mask) = hasbit(op.presence);
+                        format!("d.sub(obj + {off}, (obj + {word}, {mask:#x}), {size}, {site})?")
+                    }
                 };
                 w.line(format!("let sub = {make};"));
                 w.line(format!("pos = {sub_path}::decode_fields(d, sub, pos, pos + len)?;"));
@@ -167,4 +162,14 @@ pub(crate) fn emit(
     w.close();
     w.close();
     Ok(())
+}
+
+/// The byte offset of hasbit `bit`'s word in an object, and its mask.
+pub(crate) fn hasbit(bit: u32) -> (u32, u32) {
+    (4 * (bit / 32), 1 << (bit % 32))
+}
+
+/// The generated marker of a sub-message field's type, from `scope`.
+pub(crate) fn sub_path(g: &Generator<'_>, scope: &Scope, f: &Field) -> Result<String, Error> {
+    Ok(scope.path(g.types().get(g.ts().message_name(f.sub))?, ""))
 }

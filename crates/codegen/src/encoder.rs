@@ -10,6 +10,7 @@
 
 use protoplane_schema::{Card, FieldFlags, ValueOp};
 
+use crate::decoder::{hasbit, sub_path};
 use crate::generator::{Generator, Scope};
 use crate::model::{MessageInfo, TypeLoc};
 use crate::writer::CodeWriter;
@@ -56,8 +57,7 @@ pub(crate) fn emit(
                 w.close();
                 continue;
             }
-            let sub = g.types().get(ts.message_name(f.sub))?;
-            let sub_path = scope.path(sub, "");
+            let path = sub_path(g, scope, f)?;
             w.open(format!("if {GEN}::ref_len(r) != 0"));
             if f.flags.has(FieldFlags::MAP) {
                 // Sorted by key when deterministic: the tables do that.
@@ -68,11 +68,7 @@ pub(crate) fn emit(
             }
             w.open(format!("for c in e.elements(r, at + {off})?.chunks_exact(8).rev()"));
             w.line(format!("let sub = {GEN}::ref_offset({GEN}::u64_at(c, 0));"));
-            w.line("let mark = e.sub_start(depth)?;");
-            w.open("if sub != 0");
-            w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
-            w.close();
-            w.line(format!("e.sub_end(mark, {tag})?;"));
+            sub_message(w, &path, &tag, true);
             w.close();
             if f.flags.has(FieldFlags::MAP) {
                 w.close();
@@ -81,11 +77,10 @@ pub(crate) fn emit(
             continue;
         }
         let present = match op.card {
-            Card::Hasbit | Card::Implicit => format!(
-                "{GEN}::u32_at(obj, {}) & {:#x} != 0",
-                4 * (op.presence / 32),
-                1u32 << (op.presence % 32)
-            ),
+            Card::Hasbit | Card::Implicit => {
+                let (word, mask) = hasbit(op.presence);
+                format!("{GEN}::u32_at(obj, {word}) & {mask:#x} != 0")
+            }
             Card::Oneof => format!("{GEN}::u32_at(obj, {}) == {}", op.presence, f.number),
             _ => "true".to_owned(),
         };
@@ -97,13 +92,7 @@ pub(crate) fn emit(
                 if op.card == Card::Always && op.value == ValueOp::Message {
                     // A map entry's message value: written even when absent
                     // (as an empty message).
-                    let sub = g.types().get(ts.message_name(f.sub))?;
-                    let sub_path = scope.path(sub, "");
-                    w.line("let mark = e.sub_start(depth)?;");
-                    w.open("if sub != 0");
-                    w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
-                    w.close();
-                    w.line(format!("e.sub_end(mark, {tag})?;"));
+                    sub_message(w, &sub_path(g, scope, f)?, &tag, true);
                     w.close();
                     continue;
                 }
@@ -111,11 +100,7 @@ pub(crate) fn emit(
                 if op.value == ValueOp::Group {
                     w.line(format!("e.group({m}, {index}, sub, depth)?;"));
                 } else {
-                    let sub = g.types().get(ts.message_name(f.sub))?;
-                    let sub_path = scope.path(sub, "");
-                    w.line("let mark = e.sub_start(depth)?;");
-                    w.line(format!("{sub_path}::encode_fields(e, sub, depth + 1)?;"));
-                    w.line(format!("e.sub_end(mark, {tag})?;"));
+                    sub_message(w, &sub_path(g, scope, f)?, &tag, false);
                 }
                 w.close();
             }
@@ -162,4 +147,22 @@ pub(crate) fn emit(
     w.close();
     w.close();
     Ok(())
+}
+
+/// One occurrence of a sub-message whose object offset is in `sub`: its
+/// content by its type's encoder (`path`), then its length and tag. With
+/// `absent_is_empty`, offset 0 encodes as an empty message (repeated
+/// elements and map values, as the table-driven `back_sub`); without it the
+/// caller has checked `sub != 0`.
+fn sub_message(w: &mut CodeWriter, path: &str, tag: &str, absent_is_empty: bool) {
+    w.line("let mark = e.sub_start(depth)?;");
+    let call = format!("{path}::encode_fields(e, sub, depth + 1)?;");
+    if absent_is_empty {
+        w.open("if sub != 0");
+        w.line(call);
+        w.close();
+    } else {
+        w.line(call);
+    }
+    w.line(format!("e.sub_end(mark, {tag})?;"));
 }

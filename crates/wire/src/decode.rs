@@ -139,39 +139,14 @@ impl Decoder {
         opts: &DecodeOptions,
         out: &mut M,
     ) -> Result<(), DecodeError> {
-        self.stack.clear();
-        self.groups.clear();
         let root = out.start(type_index, msg.size, if opts.view { BLOCK_VIEW } else { 0 });
-        let max_block = opts.max_block.min(u32::MAX as usize);
-        let mut run = Run {
-            ts: tables,
-            input,
-            opts,
-            max_block,
-            out,
-            stack: &mut self.stack,
-            groups: &mut self.groups,
-            pos: 0,
-            end: input.len(),
-            obj: root,
-            msg_index: type_index,
-            msg,
-            fields: tables.fields(msg),
-            ops: tables.ops(msg),
-            next: 0,
-            group: 0,
-            field: 0,
-            required_seen: false,
-            depth0: 0,
-        };
-        if input.len() > max_block {
+        let mut run = self.frame(tables, input, opts, out, (type_index, root, 0), (0, input.len()));
+        if input.len() > run.max_block {
             return Err(run.err(DecodeErrorKind::BlockTooLarge, 0));
         }
         run.run()
     }
-}
 
-impl Decoder {
     /// Decodes the one field whose tag starts at `pos` of object `obj` (of
     /// type `msg_index`, ending at `end`) into a private block, all of it,
     /// at nesting `depth`: how generated code hands over what it has no
@@ -184,14 +159,30 @@ impl Decoder {
         input: &[u8],
         opts: &DecodeOptions,
         out: &mut Vec<u8>,
-        (msg_index, obj, depth): (u32, usize, usize),
+        frame: (u32, usize, usize),
         pos: usize,
         end: usize,
     ) -> Result<(usize, bool), DecodeError> {
+        let mut run = self.frame(tables, input, opts, out, frame, (pos, end));
+        run.one_field()?;
+        Ok((run.pos, run.required_seen))
+    }
+
+    /// A decode starting at `pos..end` of object `obj` of type `msg_index`,
+    /// at nesting `depth`, with this decoder's (cleared) stacks.
+    fn frame<'a, M: BlockMem>(
+        &'a mut self,
+        tables: &'a TableSet,
+        input: &'a [u8],
+        opts: &'a DecodeOptions,
+        out: &'a mut M,
+        (msg_index, obj, depth): (u32, usize, usize),
+        (pos, end): (usize, usize),
+    ) -> Run<'a, M> {
         self.stack.clear();
         self.groups.clear();
         let msg = tables.message(msg_index);
-        let mut run = Run {
+        Run {
             ts: tables,
             input,
             opts,
@@ -211,9 +202,7 @@ impl Decoder {
             field: 0,
             required_seen: false,
             depth0: depth,
-        };
-        run.one_field()?;
-        Ok((run.pos, run.required_seen))
+        }
     }
 }
 

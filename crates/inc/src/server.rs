@@ -1,0 +1,1210 @@
+//! The server agent: the software implementation of every primitive, and
+//! the owner of the application's data-plane memory.
+//!
+//! Whatever the data plane does not finish reaches the server agent:
+//! pairs it did not apply (no cell, a stale mapping, an overflow, a group
+//! conflict), every packet of an application without data-plane memory,
+//! and the host-only traffic (wide items). The agent completes them
+//! exactly, in 64-bit arithmetic, and acknowledges the sender. A key's
+//! value is its host part plus, if it has a cell, the cell's value.
+//!
+//! It also decides which keys live on the data plane ([`CachePolicy`]),
+//! tells clients (address mappings piggybacked on acknowledgements), and
+//! moves values between host and cells through the control plane
+//! ([`Control`] requests the I/O layer delivers to the switch, in order,
+//! with [`ServerAgent::handle_control`] taking the replies in the same
+//! order).
+//!
+//! Sans-IO like the client agent: `now` is an argument, datagrams and
+//! control requests are polled.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use crate::client::{chunk_position, Transmit};
+use crate::keys::logical;
+use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
+use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
+use crate::switch::{Control, ControlReply, ModifyOp};
+
+/// Tuning of a server agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerTuning {
+    /// Cache period of [`CachePolicy::PeriodicCounting`], microseconds.
+    pub period_us: u64,
+    /// Most cells moved per period.
+    pub moves_per_period: usize,
+    /// How long an open vote instance waits before the agent re-proposes
+    /// and reads its slot, microseconds.
+    pub vote_timeout_us: u64,
+}
+
+impl Default for ServerTuning {
+    fn default() -> Self {
+        ServerTuning { period_us: 20_000, moves_per_period: 256, vote_timeout_us: 20_000 }
+    }
+}
+
+/// A control request for switch `chain_index` of the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlRequest {
+    /// Matches the reply.
+    pub token: u64,
+    /// Which switch.
+    pub chain_index: u8,
+    /// The request.
+    pub control: Control,
+}
+
+/// What the server agent tells its application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// A vote instance reached its quorum.
+    Committed {
+        /// Instance.
+        instance: u32,
+        /// The value voted for.
+        value: i32,
+        /// Counted by the data plane (`true`) or by this agent.
+        in_network: bool,
+    },
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Datagrams received.
+    pub packets: u64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Pairs and wide items this agent applied in software.
+    pub host_items: u64,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Datagrams that did not parse or were not for this application.
+    pub ignored: u64,
+    /// Pairs naming a logical address nobody registered (dropped).
+    pub unknown_keys: u64,
+    /// Keys kept on the host because another key has their logical address.
+    pub collisions: u64,
+    /// Keys given a cell.
+    pub installs: u64,
+    /// Keys moved off the data plane.
+    pub evictions: u64,
+    /// Control requests issued.
+    pub control: u64,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    key: Vec<u8>,
+    cell: Option<Addr>,
+    installing: bool,
+}
+
+/// Which sequence numbers of a flow were processed.
+#[derive(Debug, Default)]
+struct Seen {
+    floor: u32,
+    done: BTreeSet<u32>,
+}
+
+impl Seen {
+    /// `true` if `seq` is new (and records it). `floor`: every sequence
+    /// number below it was acknowledged to the sender.
+    fn first_time(&mut self, seq: u32, floor: u32, cap: usize) -> bool {
+        if floor > self.floor {
+            self.floor = floor;
+            self.done = self.done.split_off(&floor);
+        }
+        if seq < self.floor || !self.done.insert(seq) {
+            return false;
+        }
+        while self.done.len() > cap {
+            self.done.pop_first();
+        }
+        true
+    }
+}
+
+#[derive(Debug)]
+struct HostChunk {
+    sums: Vec<i64>,
+    members: u64,
+    count: u32,
+}
+
+#[derive(Debug)]
+struct Part {
+    members: u64,
+    count: u32,
+    sum: i64,
+}
+
+#[derive(Debug)]
+struct Instance {
+    value: i64,
+    addr: Addr,
+    voters: u64,
+    count: u32,
+    committed: bool,
+    proposed_at: u64,
+    ready: bool,
+}
+
+/// A `Map.get` waiting for cell reads.
+#[derive(Debug)]
+struct GetState {
+    reply: Header,
+    keys: Vec<Vec<u8>>,
+    /// The cell read for each key.
+    at: HashMap<Vec<u8>, Addr>,
+    /// What each cell read returned (tag, value).
+    cells: HashMap<Addr, (u32, i32)>,
+    waiting: usize,
+}
+
+/// A `Map.clear` waiting for its cells to be copied out and zeroed.
+#[derive(Debug)]
+struct ClearState {
+    reply: Header,
+    copied: HashMap<Vec<u8>, i64>,
+    waiting: usize,
+}
+
+/// What a control reply completes.
+#[derive(Debug)]
+enum Pending {
+    Install { l: u32, addr: Addr },
+    Evict { addr: Addr, l: u32, reused: bool },
+    GetRead { get: u64, addrs: Vec<Addr> },
+    ClearCells { clear: u64, addrs: Vec<Addr> },
+    PeriodRead { addrs: Vec<Addr> },
+    OpenVote { instance: u32 },
+    VoteCheck { instance: u32 },
+    Recover { chunk: u32, index: u32 },
+    RecoverCells { chunk: u32, overflow: u64 },
+    Ignore,
+}
+
+/// The server agent of one application instance.
+#[derive(Debug)]
+pub struct ServerAgent {
+    plan: AppPlan,
+    node: u16,
+    tuning: ServerTuning,
+    modify: Option<(ModifyOp, i32)>,
+    keys: HashMap<u32, KeyState>,
+    host: HashMap<Vec<u8>, i64>,
+    free_cells: Vec<Addr>,
+    resident: HashMap<Addr, u32>,
+    heat: HashMap<u32, u64>,
+    last_cell_values: HashMap<Addr, i32>,
+    /// Cache periods so far, and the period each key was last installed in.
+    period: u64,
+    installed_in: HashMap<u32, u64>,
+    next_period: u64,
+    flows: HashMap<u16, Seen>,
+    chunks: BTreeMap<u32, HostChunk>,
+    parts: BTreeMap<(u32, u32), Part>,
+    backups: BTreeMap<u32, (Vec<i32>, u64)>,
+    recovering: BTreeSet<u32>,
+    recover_reads: HashMap<u32, (usize, Vec<i32>)>,
+    newest_chunk: u32,
+    instances: BTreeMap<u32, Instance>,
+    member_nodes: Vec<Option<u16>>,
+    free_vote_slots: Vec<u32>,
+    snapshot: HashMap<Vec<u8>, i64>,
+    gets: HashMap<u64, GetState>,
+    evicting: HashMap<u32, Addr>,
+    clears: HashMap<u64, ClearState>,
+    control_out: VecDeque<ControlRequest>,
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+    out: VecDeque<Transmit>,
+    events: VecDeque<ServerEvent>,
+    stats: ServerStats,
+}
+
+impl ServerAgent {
+    /// The agent at `node` for `plan`. `modify` is the filter's
+    /// `Stream.modify` (the data plane applies the same).
+    pub fn new(
+        plan: AppPlan,
+        node: u16,
+        modify: Option<(ModifyOp, i32)>,
+        tuning: ServerTuning,
+    ) -> ServerAgent {
+        let mut free_cells = Vec::new();
+        let mut free_vote_slots = Vec::new();
+        if let Some((base, len)) = plan.memory {
+            if plan.cache != CachePolicy::Hashing {
+                for i in (base..base + len).rev() {
+                    for s in (0..plan.switches).rev() {
+                        for g in (0..plan.groups).rev() {
+                            free_cells.push(Addr::new(s, g, i as u16));
+                        }
+                    }
+                }
+            }
+            free_vote_slots = (base..base + len).rev().collect();
+        }
+        let member_nodes = vec![None; usize::from(plan.members)];
+        ServerAgent {
+            plan,
+            node,
+            tuning,
+            modify,
+            keys: HashMap::new(),
+            host: HashMap::new(),
+            free_cells,
+            resident: HashMap::new(),
+            heat: HashMap::new(),
+            last_cell_values: HashMap::new(),
+            period: 0,
+            installed_in: HashMap::new(),
+            next_period: 0,
+            flows: HashMap::new(),
+            chunks: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            backups: BTreeMap::new(),
+            recovering: BTreeSet::new(),
+            recover_reads: HashMap::new(),
+            newest_chunk: 0,
+            instances: BTreeMap::new(),
+            member_nodes,
+            free_vote_slots,
+            snapshot: HashMap::new(),
+            gets: HashMap::new(),
+            evicting: HashMap::new(),
+            clears: HashMap::new(),
+            control_out: VecDeque::new(),
+            pending: HashMap::new(),
+            next_token: 1,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// Keys with a data-plane cell.
+    pub fn resident_keys(&self) -> usize {
+        self.resident.len()
+    }
+
+    /// The values the last `Map.clear` copied out (the `copy` backup).
+    pub fn snapshot(&self) -> &HashMap<Vec<u8>, i64> {
+        &self.snapshot
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.pop_front()
+    }
+
+    /// The next control request to deliver.
+    pub fn poll_control(&mut self) -> Option<ControlRequest> {
+        self.control_out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ServerEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`ServerAgent::handle_timeout`] should next run.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t = None;
+        if self.plan.cache == CachePolicy::PeriodicCounting && !self.heat.is_empty() {
+            t = Some(self.next_period);
+        }
+        for i in self.instances.values().filter(|i| !i.committed && i.ready) {
+            let at = i.proposed_at + self.tuning.vote_timeout_us;
+            t = Some(t.map_or(at, |t: u64| t.min(at)));
+        }
+        t
+    }
+
+    fn control(&mut self, chain_index: u8, control: Control, pending: Pending) {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.stats.control += 1;
+        self.pending.insert(token, pending);
+        self.control_out.push_back(ControlRequest { token, chain_index, control });
+    }
+
+    fn send(&mut self, p: Packet) {
+        self.stats.sent += 1;
+        let dst = self.plan.switch.unwrap_or(p.header.dst);
+        self.out.push_back(Transmit { dst, bytes: p.to_bytes() });
+    }
+
+    fn header(&self, kind: Kind, dst: u16) -> Header {
+        Header::new(kind, self.plan.app, self.node, dst)
+    }
+
+    /// Tells the agent where members are (the controller knows; the agent
+    /// also learns it from every packet a member sends).
+    pub fn set_member_nodes(&mut self, nodes: &[u16]) {
+        for (m, n) in nodes.iter().enumerate() {
+            if let Some(slot) = self.member_nodes.get_mut(m) {
+                *slot = Some(*n);
+            }
+        }
+    }
+
+    /// Sends `p` to every member whose node is known.
+    fn multicast(&mut self, p: &Packet) {
+        let nodes: Vec<u16> = self.member_nodes.iter().flatten().copied().collect();
+        let mut p = p.clone();
+        for n in nodes {
+            p.header.dst = n;
+            self.send(p.clone());
+        }
+    }
+
+    fn modified(&self, v: i64) -> i64 {
+        match self.modify {
+            Some((op, p)) => op.apply_wide(v, p),
+            None => v,
+        }
+    }
+
+    /// Takes one datagram.
+    pub fn handle(&mut self, now: u64, datagram: &[u8]) {
+        self.stats.packets += 1;
+        self.stats.bytes += datagram.len() as u64;
+        let Ok(p) = Packet::decode(datagram) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        let h = p.header;
+        let member = self.plan.member_of(h.flow);
+        if h.app != self.plan.app
+            || h.dst != self.node
+            || (h.kind != Kind::Result && member.is_none())
+        {
+            self.stats.ignored += 1;
+            return;
+        }
+        if let (Some(m), Kind::Add | Kind::Agg | Kind::Vote | Kind::Wide) = (member, h.kind) {
+            if !h.flags.has(Flags::FORWARDED) || h.kind != Kind::Agg {
+                self.member_nodes[usize::from(m)] = Some(h.src);
+            }
+        }
+        match h.kind {
+            Kind::Add => self.on_add(&p),
+            Kind::Agg => self.on_agg(&p),
+            Kind::Vote => self.on_vote(&p),
+            Kind::Wide => self.on_wide(now, &p),
+            Kind::Result => self.on_result(&p),
+            Kind::Ack => self.stats.ignored += 1,
+        }
+    }
+
+    fn first_time(&mut self, h: &Header) -> bool {
+        let cap = self.plan.window as usize;
+        self.flows.entry(h.flow).or_default().first_time(h.seq, h.aux, cap)
+    }
+
+    fn ack(&mut self, h: &Header, mappings: Vec<Pair>) {
+        let mut a = self.header(Kind::Ack, h.src);
+        a.flow = h.flow;
+        a.seq = h.seq;
+        a.flags = Flags(h.flags.0 & Flags::ECN);
+        self.send(Packet::pairs(a, mappings));
+    }
+
+    /// `Map.addTo` pairs the data plane left (or, without one, all).
+    fn on_add(&mut self, p: &Packet) {
+        let h = p.header;
+        let mut stale = Vec::new();
+        if self.first_time(&h) {
+            for (i, pair) in p.pair_items().iter().enumerate() {
+                if i < 64 && h.mask & (1u64 << i) != 0 {
+                    continue;
+                }
+                let Some(k) = self.keys.get(&pair.key) else {
+                    self.stats.unknown_keys += 1;
+                    continue;
+                };
+                let key = k.key.clone();
+                let cell = k.cell;
+                let v = self.modified(i64::from(pair.value));
+                *self.host.entry(key).or_insert(0) += v;
+                *self.heat.entry(pair.key).or_insert(0) += v.unsigned_abs();
+                self.stats.host_items += 1;
+                if !pair.addr.is_none() && cell != Some(pair.addr) {
+                    stale.push(Pair { key: pair.key, addr: cell.unwrap_or(Addr::NONE), value: 0 });
+                }
+            }
+        }
+        self.ack(&h, stale);
+    }
+
+    fn on_wide(&mut self, now: u64, p: &Packet) {
+        let h = p.header;
+        let items = p.wide_items();
+        let sequenced =
+            items.iter().any(|i| matches!(i.op, WideOp::Add | WideOp::Clear | WideOp::Get));
+        if items.iter().any(|i| i.op == WideOp::Get) {
+            self.get(h, items);
+            return;
+        }
+        if !sequenced {
+            for i in items {
+                match i.op {
+                    WideOp::AggPart => self.on_part(&h, i),
+                    WideOp::Release => self.on_release_request(&h, i),
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let fresh = self.first_time(&h);
+        if items.iter().any(|i| i.op == WideOp::Clear) {
+            if fresh {
+                self.clear(h);
+            } else {
+                self.ack(&h, Vec::new());
+            }
+            return;
+        }
+        let mut mappings = Vec::new();
+        for i in items.iter().filter(|i| i.op == WideOp::Add) {
+            let l = logical(&i.key, self.plan.key_bits);
+            if fresh {
+                let v = self.modified(i.value);
+                *self.host.entry(i.key.clone()).or_insert(0) += v;
+                *self.heat.entry(l).or_insert(0) += v.unsigned_abs();
+                self.stats.host_items += 1;
+            }
+            let owner = match self.keys.get(&l) {
+                Some(k) => k.key == i.key,
+                None => {
+                    self.keys
+                        .insert(l, KeyState { key: i.key.clone(), cell: None, installing: false });
+                    true
+                }
+            };
+            if !owner {
+                if fresh {
+                    self.stats.collisions += 1;
+                }
+                continue;
+            }
+            match self.keys.get(&l).and_then(|k| k.cell) {
+                Some(addr) => mappings.push(Pair { key: l, addr, value: 0 }),
+                None => self.maybe_install(l),
+            }
+        }
+        if self.plan.cache == CachePolicy::PeriodicCounting && self.next_period == 0 {
+            self.next_period = now + self.tuning.period_us;
+        }
+        self.ack(&h, mappings);
+    }
+
+    /// Gives key `l` a cell now if the policy allows.
+    fn maybe_install(&mut self, l: u32) {
+        let Some((base, len)) = self.plan.memory else { return };
+        if self.keys.get(&l).is_none_or(|k| k.installing || k.cell.is_some()) {
+            return;
+        }
+        let addr = match self.plan.cache {
+            CachePolicy::Hashing => {
+                let s = u32::from(self.plan.switches.max(1));
+                let g = u32::from(self.plan.groups);
+                let addr = Addr::new(
+                    (l % s) as u8,
+                    ((l / s) % g) as u8,
+                    (base + (l / (s * g)) % len) as u16,
+                );
+                if self.resident.contains_key(&addr) {
+                    return;
+                }
+                addr
+            }
+            CachePolicy::Fcfs | CachePolicy::PeriodicCounting => match self.free_cells.pop() {
+                Some(a) => a,
+                None => return,
+            },
+        };
+        self.install(l, addr);
+    }
+
+    fn install(&mut self, l: u32, addr: Addr) {
+        self.installed_in.insert(l, self.period);
+        if let Some(k) = self.keys.get_mut(&l) {
+            k.installing = true;
+        }
+        self.resident.insert(addr, l);
+        let control = Control::Swap { app: self.plan.app, addr, tag: l, value: 0 };
+        self.control(addr.switch(), control, Pending::Install { l, addr });
+    }
+
+    /// Moves the key in `addr` back to the host; `reused` when another
+    /// key is installed there right after.
+    fn evict(&mut self, addr: Addr, reused: bool) {
+        let Some(l) = self.resident.remove(&addr) else { return };
+        if let Some(k) = self.keys.get_mut(&l) {
+            k.cell = None;
+        }
+        self.evicting.insert(l, addr);
+        self.last_cell_values.remove(&addr);
+        let control = Control::Swap { app: self.plan.app, addr, tag: 0, value: 0 };
+        self.control(addr.switch(), control, Pending::Evict { addr, l, reused });
+    }
+
+    /// `Map.get`: host part plus, for keys with cells, a control-plane read
+    /// (a read and a move of the same cell are ordered on the control
+    /// channel, so a value is never counted twice or missed).
+    fn get(&mut self, h: Header, items: &[Wide]) {
+        let keys: Vec<Vec<u8>> =
+            items.iter().filter(|i| i.op == WideOp::Get).map(|i| i.key.clone()).collect();
+        let mut by_switch: BTreeMap<u8, Vec<Addr>> = BTreeMap::new();
+        let mut at = HashMap::new();
+        for k in &keys {
+            let l = logical(k, self.plan.key_bits);
+            let Some(state) = self.keys.get(&l).filter(|s| &s.key == k) else { continue };
+            // A cell being emptied is read too: the read is ordered after the
+            // move on the control channel, so it sees the empty cell exactly
+            // when the host already has the value.
+            if let Some(addr) = state.cell.or_else(|| self.evicting.get(&l).copied()) {
+                by_switch.entry(addr.switch()).or_default().push(addr);
+                at.insert(k.clone(), addr);
+            }
+        }
+        let id = self.next_token;
+        self.gets.insert(
+            id,
+            GetState { reply: h, keys, at, cells: HashMap::new(), waiting: by_switch.len() },
+        );
+        if by_switch.is_empty() {
+            self.finish_get(id);
+            return;
+        }
+        for (s, addrs) in by_switch {
+            let control = Control::Read { app: self.plan.app, addrs: addrs.clone() };
+            self.control(s, control, Pending::GetRead { get: id, addrs });
+        }
+    }
+
+    fn finish_get(&mut self, id: u64) {
+        let Some(g) = self.gets.remove(&id) else { return };
+        let items: Vec<Wide> = g
+            .keys
+            .iter()
+            .map(|k| {
+                let l = logical(k, self.plan.key_bits);
+                let cell =
+                    g.at.get(k)
+                        .and_then(|a| g.cells.get(a))
+                        .filter(|(tag, _)| *tag == l)
+                        .map_or(0, |(_, v)| i64::from(*v));
+                let value = self.host.get(k).copied().unwrap_or(0) + cell;
+                Wide { op: WideOp::Value, key: k.clone(), value }
+            })
+            .collect();
+        let mut r = self.header(Kind::Wide, g.reply.src);
+        r.flow = g.reply.flow;
+        r.seq = g.reply.seq;
+        r.flags = Flags(g.reply.flags.0 & Flags::ECN);
+        for batch in items.chunks(32) {
+            self.send(Packet::wide(r, batch.to_vec()));
+        }
+        if items.is_empty() {
+            self.send(Packet::wide(r, vec![Wide { op: WideOp::Value, key: Vec::new(), value: 0 }]));
+        }
+    }
+
+    /// `Map.clear` (copy): every cell is read and zeroed through the control
+    /// plane, host parts are dropped, and what was there is kept as the
+    /// backup [`ServerAgent::snapshot`].
+    fn clear(&mut self, h: Header) {
+        let mut copied: HashMap<Vec<u8>, i64> = std::mem::take(&mut self.host);
+        copied.retain(|_, v| *v != 0);
+        let id = self.next_token;
+        let cells: Vec<Addr> = self.resident.keys().copied().collect();
+        self.clears.insert(id, ClearState { reply: h, copied, waiting: cells.len() });
+        if cells.is_empty() {
+            self.finish_clear(id);
+        }
+        for addr in cells {
+            let tag = self.resident[&addr];
+            let control = Control::Swap { app: self.plan.app, addr, tag, value: 0 };
+            self.control(
+                addr.switch(),
+                control,
+                Pending::ClearCells { clear: id, addrs: vec![addr] },
+            );
+        }
+    }
+
+    fn finish_clear(&mut self, id: u64) {
+        let Some(c) = self.clears.remove(&id) else { return };
+        self.snapshot = c.copied;
+        self.ack(&c.reply, Vec::new());
+    }
+
+    /// Synchronous aggregation the data plane did not do: every
+    /// contribution of an application without memory, and late ones.
+    fn on_agg(&mut self, p: &Packet) {
+        let h = p.header;
+        let Some(member) = self.plan.member_of(h.flow) else { return };
+        let chunk = h.aux;
+        if h.flags.has(Flags::STALE) {
+            // The slot moved on, so every member had the result; only the
+            // copy policy keeps a backup to answer a late retransmission.
+            if self.backups.contains_key(&chunk) {
+                self.send_backup(chunk, h.src);
+            }
+            return;
+        }
+        if self.too_old(chunk) {
+            return;
+        }
+        let keep = self.chunks_kept();
+        let bit = 1u64 << (member % 64);
+        let n = p.pair_items().len();
+        let c = self.chunks.entry(chunk).or_insert_with(|| HostChunk {
+            sums: vec![0; n],
+            members: 0,
+            count: 0,
+        });
+        let threshold = self.plan.threshold;
+        if c.members & bit == 0 && c.sums.len() == n {
+            c.members |= bit;
+            c.count += 1;
+            for (s, pair) in c.sums.iter_mut().zip(p.pair_items()) {
+                *s += match self.modify {
+                    Some((op, param)) => op.apply_wide(i64::from(pair.value), param),
+                    None => i64::from(pair.value),
+                };
+            }
+            self.stats.host_items += n as u64;
+            if c.count == threshold {
+                self.send_host_result(chunk, None);
+            }
+        } else if c.count >= threshold {
+            self.send_host_result(chunk, Some(h.src));
+        }
+        let low = self.newest_chunk.wrapping_sub(keep);
+        self.chunks.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
+        self.parts.retain(|(id, _), _| id.wrapping_sub(low) as i32 >= 0);
+        self.backups.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
+    }
+
+    /// Chunks this agent keeps state for, behind the newest it has seen:
+    /// a member is never further behind than its window.
+    fn chunks_kept(&self) -> u32 {
+        4 * self.plan.agg_slots().map_or(64, |s| s.1.max(64))
+    }
+
+    /// Notes `chunk` as seen; `true` if it is older than anything kept.
+    fn too_old(&mut self, chunk: u32) -> bool {
+        if chunk.wrapping_sub(self.newest_chunk) as i32 > 0 {
+            self.newest_chunk = chunk;
+        }
+        self.newest_chunk.wrapping_sub(chunk) > self.chunks_kept()
+    }
+
+    /// The result of a chunk this agent aggregated: to every member, or to
+    /// one that asked again. Sums that do not fit 32 bits are marked
+    /// overflowed; the members then ask for them as `AggPart`s and get
+    /// the exact sums as `AggFix`.
+    fn send_host_result(&mut self, chunk: u32, to: Option<u16>) {
+        let Some(c) = self.chunks.get(&chunk) else { return };
+        let mut mask = 0u64;
+        let pairs: Vec<Pair> = c
+            .sums
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let value = i32::try_from(*s).unwrap_or_else(|_| {
+                    mask |= 1u64 << (i % 64);
+                    0
+                });
+                Pair { key: i as u32, addr: Addr::NONE, value }
+            })
+            .collect();
+        self.send_result(chunk, pairs, mask, to);
+    }
+
+    fn send_result(&mut self, chunk: u32, pairs: Vec<Pair>, mask: u64, to: Option<u16>) {
+        let mut h = self.header(Kind::Result, 0);
+        h.aux = chunk;
+        h.seq = chunk;
+        h.mask = mask;
+        if mask != 0 {
+            h.flags = Flags(Flags::OVERFLOW);
+        }
+        let p = Packet::pairs(h, pairs);
+        match to {
+            Some(dst) => {
+                let mut p = p;
+                p.header.dst = dst;
+                self.send(p);
+            }
+            None => self.multicast(&p),
+        }
+    }
+
+    fn send_backup(&mut self, chunk: u32, dst: u16) {
+        let Some((values, mask)) = self.backups.get(&chunk).cloned() else { return };
+        let pairs = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Pair { key: i as u32, addr: Addr::NONE, value: *v })
+            .collect();
+        self.send_result(chunk, pairs, mask, Some(dst));
+    }
+
+    /// A member's value of an overflowed aggregation position.
+    fn on_part(&mut self, h: &Header, item: &Wide) {
+        let Some((chunk, pos)) = chunk_position(&item.key) else { return };
+        let Some(member) = self.plan.member_of(h.flow) else { return };
+        if self.too_old(chunk) {
+            return;
+        }
+        // A chunk this agent aggregated itself has the exact sum already.
+        let host_sum = self
+            .chunks
+            .get(&chunk)
+            .filter(|c| c.count >= self.plan.threshold)
+            .and_then(|c| c.sums.get(pos as usize).copied());
+        let sum = match host_sum {
+            Some(s) => Some(s),
+            None => {
+                let bit = 1u64 << (member % 64);
+                let v = self.modified(item.value);
+                let part =
+                    self.parts.entry((chunk, pos)).or_insert(Part { members: 0, count: 0, sum: 0 });
+                if part.members & bit == 0 {
+                    part.members |= bit;
+                    part.count += 1;
+                    part.sum += v;
+                    self.stats.host_items += 1;
+                    if part.count == self.plan.threshold {
+                        let fix =
+                            Wide { op: WideOp::AggFix, key: item.key.clone(), value: part.sum };
+                        let mut hd = self.header(Kind::Wide, 0);
+                        hd.aux = chunk;
+                        self.multicast(&Packet::wide(hd, vec![fix]));
+                        if let Some(b) = self.backups.get_mut(&chunk) {
+                            b.1 &= !(1u64 << (pos % 64));
+                        }
+                        return;
+                    }
+                }
+                (part.count >= self.plan.threshold).then_some(part.sum)
+            }
+        };
+        if let Some(sum) = sum {
+            let fix = Wide { op: WideOp::AggFix, key: item.key.clone(), value: sum };
+            let mut hd = self.header(Kind::Wide, h.src);
+            hd.aux = chunk;
+            self.send(Packet::wide(hd, vec![fix]));
+        }
+    }
+
+    fn release_packet(&self, chunk: u32, dst: u16) -> Packet {
+        let mut hd = self.header(Kind::Wide, dst);
+        hd.aux = chunk;
+        Packet::wide(
+            hd,
+            vec![Wide { op: WideOp::Release, key: chunk.to_be_bytes().to_vec(), value: 0 }],
+        )
+    }
+
+    /// A member waits for the release of `chunk` (the `copy` policy).
+    fn on_release_request(&mut self, h: &Header, item: &Wide) {
+        let Ok(b) = <[u8; 4]>::try_from(item.key.as_slice()) else { return };
+        let chunk = u32::from_be_bytes(b);
+        if self.backups.contains_key(&chunk) {
+            let p = self.release_packet(chunk, h.src);
+            self.send(p);
+            return;
+        }
+        // The data plane's copy of the result never arrived: read it back
+        // (the slot cannot have moved on before this release).
+        let Some(index) = self.plan.agg_index(chunk) else { return };
+        if self.plan.clear == ClearPolicy::Copy && self.recovering.insert(chunk) {
+            let control = Control::ReadMeta { app: self.plan.app, indices: vec![index] };
+            self.control(0, control, Pending::Recover { chunk, index });
+        }
+    }
+
+    /// A completed chunk or a reached quorum from the data plane.
+    fn on_result(&mut self, p: &Packet) {
+        let h = p.header;
+        if h.flags.has(Flags::QUORUM) {
+            let Some(pair) = p.pair_items().first() else { return };
+            self.commit(pair.key, pair.value, true);
+            return;
+        }
+        let chunk = h.aux;
+        if self.backups.contains_key(&chunk) {
+            return;
+        }
+        let values = p.pair_items().iter().map(|x| x.value).collect();
+        let mask = if h.flags.has(Flags::OVERFLOW) { h.mask } else { 0 };
+        self.store_backup(chunk, values, mask);
+    }
+
+    fn store_backup(&mut self, chunk: u32, values: Vec<i32>, mask: u64) {
+        if self.too_old(chunk) {
+            return;
+        }
+        self.backups.insert(chunk, (values, mask));
+        self.recovering.remove(&chunk);
+        let p = self.release_packet(chunk, 0);
+        self.multicast(&p);
+        let keep = self.chunks_kept();
+        let low = self.newest_chunk.wrapping_sub(keep);
+        self.backups.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
+    }
+
+    /// A vote the data plane did not count.
+    fn on_vote(&mut self, p: &Packet) {
+        let h = p.header;
+        let Some(member) = self.plan.member_of(h.flow) else { return };
+        if let Some(pair) = p.pair_items().first() {
+            let instance = pair.key;
+            let bit = 1u64 << (member % 64);
+            let inst = self.instances.entry(instance).or_insert(Instance {
+                value: i64::from(pair.value),
+                addr: Addr::NONE,
+                voters: 0,
+                count: 0,
+                committed: false,
+                proposed_at: 0,
+                ready: false,
+            });
+            if inst.voters & bit == 0 && !inst.committed {
+                inst.voters |= bit;
+                inst.count += 1;
+                self.stats.host_items += 1;
+                if inst.count >= self.plan.threshold {
+                    self.commit(instance, pair.value, false);
+                }
+            }
+        }
+        self.ack(&h, Vec::new());
+    }
+
+    fn commit(&mut self, instance: u32, value: i32, in_network: bool) {
+        let inst = self.instances.entry(instance).or_insert(Instance {
+            value: i64::from(value),
+            addr: Addr::NONE,
+            voters: 0,
+            count: 0,
+            committed: false,
+            proposed_at: 0,
+            ready: true,
+        });
+        if inst.committed {
+            return;
+        }
+        inst.committed = true;
+        let addr = inst.addr;
+        self.events.push_back(ServerEvent::Committed { instance, value, in_network });
+        if !in_network {
+            let mut hd = self.header(Kind::Result, 0);
+            hd.aux = instance;
+            hd.flags = Flags(Flags::QUORUM);
+            let p = Packet::pairs(hd, vec![Pair { key: instance, addr: Addr::NONE, value }]);
+            self.multicast(&p);
+        }
+        if !addr.is_none() {
+            let index = u32::from(addr.index());
+            let control = Control::ResetMeta { app: self.plan.app, slots: vec![(index, 0)] };
+            self.control(addr.switch(), control, Pending::Ignore);
+            self.free_vote_slots.push(index);
+        }
+        // Keep a bounded history of committed instances.
+        while self.instances.len() > 4096 {
+            let Some((&first, _)) = self.instances.iter().find(|(_, i)| i.committed) else { break };
+            self.instances.remove(&first);
+        }
+    }
+
+    /// Opens vote `instance` (at least 1) for `value`: gives it a
+    /// data-plane slot if there is one, then asks every member to vote.
+    pub fn propose(&mut self, now: u64, instance: u32, value: i64) -> Result<(), String> {
+        if instance == 0 {
+            return Err("instance 0 is reserved (an empty slot has tag 0)".into());
+        }
+        if self.instances.contains_key(&instance) {
+            return Err(format!("instance {instance} was already proposed"));
+        }
+        let slot = if self.plan.switch.is_some() { self.free_vote_slots.pop() } else { None };
+        let addr = slot.map_or(Addr::NONE, |i| Addr::new(0, 0, i as u16));
+        self.instances.insert(
+            instance,
+            Instance {
+                value,
+                addr,
+                voters: 0,
+                count: 0,
+                committed: false,
+                proposed_at: now,
+                ready: slot.is_none(),
+            },
+        );
+        match slot {
+            Some(index) => {
+                let control =
+                    Control::ResetMeta { app: self.plan.app, slots: vec![(index, instance)] };
+                self.control(0, control, Pending::OpenVote { instance });
+            }
+            None => self.send_proposal(instance),
+        }
+        Ok(())
+    }
+
+    fn send_proposal(&mut self, instance: u32) {
+        let Some(inst) = self.instances.get(&instance) else { return };
+        let mut key = instance.to_be_bytes().to_vec();
+        key.extend_from_slice(&inst.addr.0.to_be_bytes());
+        let mut hd = self.header(Kind::Wide, 0);
+        hd.aux = instance;
+        let p = Packet::wide(hd, vec![Wide { op: WideOp::Propose, key, value: inst.value }]);
+        self.multicast(&p);
+    }
+
+    /// Periodic work: the cache period, and vote instances that waited too long.
+    pub fn handle_timeout(&mut self, now: u64) {
+        if self.plan.cache == CachePolicy::PeriodicCounting
+            && self.next_period != 0
+            && now >= self.next_period
+        {
+            self.next_period = now + self.tuning.period_us;
+            let mut by_switch: BTreeMap<u8, Vec<Addr>> = BTreeMap::new();
+            for a in self.resident.keys() {
+                by_switch.entry(a.switch()).or_default().push(*a);
+            }
+            if by_switch.is_empty() {
+                self.rebalance(&[]);
+            }
+            for (s, addrs) in by_switch {
+                let control = Control::Read { app: self.plan.app, addrs: addrs.clone() };
+                self.control(s, control, Pending::PeriodRead { addrs });
+            }
+        }
+        let late: Vec<u32> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| {
+                !i.committed && i.ready && now >= i.proposed_at + self.tuning.vote_timeout_us
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            let Some(inst) = self.instances.get_mut(&id) else { continue };
+            inst.proposed_at = now;
+            let addr = inst.addr;
+            if !addr.is_none() {
+                let control = Control::ReadMeta {
+                    app: self.plan.app,
+                    indices: vec![u32::from(addr.index())],
+                };
+                self.control(addr.switch(), control, Pending::VoteCheck { instance: id });
+            }
+            self.send_proposal(id);
+        }
+    }
+
+    /// The periodic-counting decision: `reads` are (cell, value) of every
+    /// resident cell now.
+    fn rebalance(&mut self, reads: &[(Addr, i32)]) {
+        self.period += 1;
+        // A resident's heat: how much its cell moved plus what still reached
+        // the host for it (clients that have not learned its cell yet).
+        // Keys installed last period are not judged yet.
+        let mut residents: Vec<(u64, Addr)> = reads
+            .iter()
+            .filter_map(|(a, v)| {
+                let before = self.last_cell_values.insert(*a, *v).unwrap_or(0);
+                let l = *self.resident.get(a)?;
+                let young = self.installed_in.get(&l).is_some_and(|p| *p + 1 >= self.period);
+                let host = self.heat.get(&l).copied().unwrap_or(0);
+                (!young).then_some((u64::from(v.abs_diff(before)) + host, *a))
+            })
+            .collect();
+        residents.sort_unstable();
+        let mut candidates: Vec<(u64, u32)> = self
+            .heat
+            .iter()
+            .filter(|(l, _)| self.keys.get(l).is_some_and(|k| k.cell.is_none() && !k.installing))
+            .filter(|(l, _)| !self.evicting.contains_key(l))
+            .map(|(l, h)| (*h, *l))
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        self.heat.clear();
+        let mut coldest = residents.into_iter();
+        for (heat, l) in candidates.into_iter().take(self.tuning.moves_per_period) {
+            if let Some(addr) = self.free_cells.pop() {
+                self.install(l, addr);
+                continue;
+            }
+            // Move only for a clear gain (twice as hot), so keys of similar
+            // heat do not trade places every period.
+            match coldest.next() {
+                Some((cold, addr)) if heat > 2 * cold => {
+                    self.stats.evictions += 1;
+                    self.evict(addr, true);
+                    self.install(l, addr);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Takes the reply to control request `token` (replies come in request
+    /// order).
+    pub fn handle_control(&mut self, now: u64, token: u64, reply: ControlReply) {
+        let Some(pending) = self.pending.remove(&token) else { return };
+        match (pending, reply) {
+            (Pending::Install { l, addr }, ControlReply::Swapped { .. }) => {
+                if let Some(k) = self.keys.get_mut(&l) {
+                    k.installing = false;
+                    if self.resident.get(&addr) == Some(&l) {
+                        k.cell = Some(addr);
+                        self.stats.installs += 1;
+                    }
+                }
+            }
+            (Pending::Install { l, addr }, _) => {
+                if let Some(k) = self.keys.get_mut(&l) {
+                    k.installing = false;
+                }
+                self.resident.remove(&addr);
+            }
+            (Pending::Evict { addr, l, reused }, reply) => {
+                if let ControlReply::Swapped { tag, value } = reply {
+                    if tag == l {
+                        if let Some(k) = self.keys.get(&l) {
+                            *self.host.entry(k.key.clone()).or_insert(0) += i64::from(value);
+                        }
+                    }
+                }
+                if self.evicting.get(&l) == Some(&addr) {
+                    self.evicting.remove(&l);
+                }
+                if !reused && self.plan.cache != CachePolicy::Hashing {
+                    self.free_cells.push(addr);
+                }
+            }
+            (Pending::GetRead { get, addrs }, reply) => {
+                if let (Some(g), ControlReply::Cells(cells)) = (self.gets.get_mut(&get), &reply) {
+                    for (a, c) in addrs.iter().zip(cells) {
+                        g.cells.insert(*a, *c);
+                    }
+                }
+                if let Some(g) = self.gets.get_mut(&get) {
+                    g.waiting -= 1;
+                    if g.waiting == 0 {
+                        self.finish_get(get);
+                    }
+                }
+            }
+            (Pending::ClearCells { clear, addrs }, reply) => {
+                if let ControlReply::Swapped { tag, value } = reply {
+                    if let Some(k) =
+                        addrs.first().and_then(|a| self.resident.get(a)).filter(|l| **l == tag)
+                    {
+                        let key = self.keys.get(k).map(|s| s.key.clone()).unwrap_or_default();
+                        if let Some(c) = self.clears.get_mut(&clear) {
+                            *c.copied.entry(key).or_insert(0) += i64::from(value);
+                        }
+                    }
+                }
+                if let Some(c) = self.clears.get_mut(&clear) {
+                    c.waiting -= 1;
+                    if c.waiting == 0 {
+                        self.finish_clear(clear);
+                    }
+                }
+            }
+            (Pending::PeriodRead { addrs }, ControlReply::Cells(cells)) => {
+                let reads: Vec<(Addr, i32)> = addrs
+                    .iter()
+                    .zip(&cells)
+                    .filter(|(a, (tag, _))| self.resident.get(a) == Some(tag))
+                    .map(|(a, (_, v))| (*a, *v))
+                    .collect();
+                self.rebalance(&reads);
+            }
+            (Pending::OpenVote { instance }, reply) => {
+                if let Some(inst) = self.instances.get_mut(&instance) {
+                    if !matches!(reply, ControlReply::Done) {
+                        inst.addr = Addr::NONE;
+                    }
+                    inst.ready = true;
+                    inst.proposed_at = now;
+                }
+                self.send_proposal(instance);
+            }
+            (Pending::VoteCheck { instance }, ControlReply::Meta(m)) => {
+                if let Some((tag, count, _, _)) = m.first() {
+                    if *tag == instance && *count >= self.plan.threshold {
+                        let value = self.instances.get(&instance).map_or(0, |i| i.value as i32);
+                        self.commit(instance, value, true);
+                    }
+                }
+            }
+            (Pending::Recover { chunk, index }, ControlReply::Meta(m)) => {
+                match m.first() {
+                    Some((tag, count, _, ovf))
+                        if *tag == chunk && *count >= self.plan.threshold =>
+                    {
+                        let mut by_switch: BTreeMap<u8, Vec<Addr>> = BTreeMap::new();
+                        for i in 0..self.plan.pairs_per_packet() {
+                            let g = usize::from(self.plan.groups.max(1));
+                            let a = Addr::new((i / g) as u8, (i % g) as u8, index as u16);
+                            by_switch.entry(a.switch()).or_default().push(a);
+                        }
+                        // One read per switch; the last reply completes.
+                        let n = by_switch.len();
+                        self.recover_reads.insert(chunk, (n, Vec::new()));
+                        for (s, addrs) in by_switch {
+                            let control = Control::Read { app: self.plan.app, addrs };
+                            self.control(
+                                s,
+                                control,
+                                Pending::RecoverCells { chunk, overflow: *ovf },
+                            );
+                        }
+                    }
+                    _ => {
+                        self.recovering.remove(&chunk);
+                    }
+                }
+            }
+            (Pending::RecoverCells { chunk, overflow }, reply) => {
+                let done = match (self.recover_reads.get_mut(&chunk), reply) {
+                    (Some((left, values)), ControlReply::Cells(cells)) => {
+                        values.extend(cells.iter().map(|c| c.1));
+                        *left -= 1;
+                        *left == 0
+                    }
+                    _ => {
+                        self.recover_reads.remove(&chunk);
+                        self.recovering.remove(&chunk);
+                        false
+                    }
+                };
+                if done {
+                    if let Some((_, values)) = self.recover_reads.remove(&chunk) {
+                        self.store_backup(chunk, values, overflow);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Deterministic simulation of whole applications: agents, data plane and
+//! controller over a seeded lossy network, results checked against a
+//! plain computation.
+
+use protoplane_inc::client::{ClientTuning, Event, Outcome};
+use protoplane_inc::controller::Registration;
+use protoplane_inc::faults::Faults;
+use protoplane_inc::keys::int_key;
+use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc::rng::Rng;
+use protoplane_inc::server::ServerTuning;
+use protoplane_inc::sim::{Sim, SimConfig};
+use protoplane_inc::switch::{CountMode, Destinations};
+
+fn reg(
+    name: &str,
+    memory: u32,
+    clear: ClearPolicy,
+    threshold: u32,
+    forward: Destinations,
+) -> Registration {
+    Registration {
+        name: name.into(),
+        server: 0,
+        members: 0,
+        flows_per_member: 1,
+        memory,
+        clear,
+        cache: CachePolicy::PeriodicCounting,
+        threshold,
+        forward,
+        count: CountMode::TestAndSet,
+        modify: None,
+        key_bits: 32,
+    }
+}
+
+fn lossy() -> Faults {
+    Faults { loss: 0.1, dup: 0.1, reorder: 0.1, delay_us: 0, jitter_us: 200 }
+}
+
+/// Runs synchronous aggregation among `members` clients and checks every
+/// member gets the exact element-wise sums.
+fn sync_agg(
+    cfg: SimConfig,
+    members: u16,
+    len: usize,
+    memory: u32,
+    clear: ClearPolicy,
+    scale: i32,
+) -> Sim {
+    let mut sim = Sim::new(cfg).expect("test setup");
+    let nodes: Vec<u16> = (1..=members).collect();
+    sim.add_app(
+        reg("agg", memory, clear, u32::from(members), Destinations::Members),
+        100,
+        &nodes,
+        ClientTuning::default(),
+        ServerTuning::default(),
+    )
+    .expect("test setup");
+    let mut rng = Rng::new(7);
+    let vectors: Vec<Vec<i32>> = nodes
+        .iter()
+        .map(|_| (0..len).map(|_| (rng.below(2001) as i32 - 1000) * scale).collect())
+        .collect();
+    let expect: Vec<i64> =
+        (0..len).map(|i| vectors.iter().map(|v| i64::from(v[i])).sum()).collect();
+    for (n, v) in nodes.iter().zip(&vectors) {
+        sim.client(*n).aggregate(v);
+    }
+    let mut results = std::collections::HashMap::new();
+    let finished = sim.run_until(60_000_000, |sim| {
+        for n in &nodes {
+            for e in sim.take_client_events(*n) {
+                if let Event::Done { outcome: Outcome::Aggregated(sums), .. } = e {
+                    results.insert(*n, sums);
+                }
+            }
+        }
+        results.len() == nodes.len()
+    });
+    if !finished {
+        eprintln!("server {:?}\nswitch {:?}", sim.server(100).stats(), sim.switch(0).stats());
+        for n in &nodes {
+            eprintln!("client {n} {:?}", sim.client(*n).stats());
+        }
+    }
+    assert!(finished, "aggregation did not finish: {} of {} members", results.len(), nodes.len());
+    for n in &nodes {
+        if results[n] != expect {
+            let bad: Vec<_> = (0..len)
+                .filter(|i| results[n][*i] != expect[*i])
+                .take(5)
+                .map(|i| (i, results[n][i], expect[i]))
+                .collect();
+            panic!("member {n} got a wrong sum: {bad:?}");
+        }
+    }
+    sim
+}
+
+#[test]
+fn sync_aggregation_is_exact_without_faults() {
+    let sim = sync_agg(SimConfig::default(), 4, 2000, 64, ClearPolicy::Shadow, 1);
+    let st = sim.switch(0).stats();
+    assert_eq!(st.double_touch, 0);
+    assert!(st.results > 0, "the data plane aggregated");
+    // The server agent saw nothing: the data plane did it all.
+    assert_eq!(sim.traffic(100).packets, 0);
+}
+
+#[test]
+fn sync_aggregation_is_exact_under_loss_duplication_and_reordering() {
+    for clear in [ClearPolicy::Shadow, ClearPolicy::Lazy, ClearPolicy::Copy] {
+        for seed in 1..=3 {
+            let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+            let sim = sync_agg(cfg, 4, 3000, 16, clear, 1);
+            assert_eq!(sim.switch(0).stats().double_touch, 0);
+        }
+    }
+}
+
+#[test]
+fn sync_aggregation_is_exact_with_overflow() {
+    // Values near i32::MAX / 2: sums of four overflow 32 bits.
+    let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    let sim = sync_agg(cfg, 4, 500, 16, ClearPolicy::Shadow, 1_000_000);
+    assert!(sim.switch(0).stats().overflowed > 0, "the test must overflow");
+}
+
+#[test]
+fn sync_aggregation_is_exact_without_a_data_plane_and_without_memory() {
+    let cfg = SimConfig { switches: 0, faults: lossy(), ..SimConfig::default() };
+    sync_agg(cfg, 3, 1000, 16, ClearPolicy::Shadow, 1);
+    let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    let sim = sync_agg(cfg, 3, 1000, 0, ClearPolicy::Shadow, 1);
+    assert_eq!(sim.switch(0).stats().results, 0);
+}
+
+#[test]
+fn sync_aggregation_is_exact_over_two_chained_switches() {
+    let cfg = SimConfig { switches: 2, faults: lossy(), ..SimConfig::default() };
+    let sim = sync_agg(cfg, 4, 2000, 16, ClearPolicy::Shadow, 1);
+    assert!(sim.switch(1).stats().results > 0);
+    assert!(sim.switch(0).stats().applied > 0 && sim.switch(1).stats().applied > 0);
+}
+
+/// Every member adds `per_member` (key, value) items drawn from a skewed
+/// key set, in several calls; then one member reads every key back.
+fn key_value(
+    cfg: SimConfig,
+    members: u16,
+    memory: u32,
+    cache: CachePolicy,
+    key_bits: u32,
+    big: bool,
+) -> Sim {
+    let mut sim = Sim::new(cfg).expect("test setup");
+    let nodes: Vec<u16> = (1..=members).collect();
+    let mut r = reg("kv", memory, ClearPolicy::Copy, 1, Destinations::Server);
+    r.cache = cache;
+    r.key_bits = key_bits;
+    r.flows_per_member = 2;
+    let tuning = ServerTuning { period_us: 2_000, ..ServerTuning::default() };
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), tuning).expect("test setup");
+    let mut rng = Rng::new(11);
+    let mut expect: std::collections::BTreeMap<Vec<u8>, i64> = Default::default();
+    let mut batches: Vec<(u16, Vec<(Vec<u8>, i64)>)> = Vec::new();
+    for round in 0..6 {
+        for n in &nodes {
+            let items: Vec<(Vec<u8>, i64)> = (0..400)
+                .map(|_| {
+                    // Skewed: key k with probability ~ 1/(k+1).
+                    let k = (rng.below(1000) * rng.below(1000) / 1000) as i64;
+                    let v = if big && round == 3 {
+                        i64::from(i32::MAX) - 5
+                    } else {
+                        rng.below(100) as i64 + 1
+                    };
+                    (int_key(k), v)
+                })
+                .collect();
+            for (k, v) in &items {
+                *expect.entry(k.clone()).or_insert(0) += v;
+            }
+            batches.push((*n, items));
+        }
+    }
+    // Rounds go one after another so later rounds find keys mapped.
+    for round in batches.chunks(nodes.len()) {
+        for (n, items) in round {
+            sim.client(*n).add(items).expect("test setup");
+        }
+        let done = sim.run_until(30_000_000, |sim| nodes.iter().all(|n| sim.client(*n).is_idle()));
+        assert!(done, "adds did not finish");
+        for n in &nodes {
+            sim.take_client_events(*n);
+        }
+        // Let a cache period pass.
+        let t = sim.now() + 3_000;
+        sim.run_until(3_000, |sim| sim.now() >= t);
+    }
+    let keys: Vec<Vec<u8>> = expect.keys().cloned().collect();
+    let reader = nodes[0];
+    sim.client(reader).get(&keys).expect("test setup");
+    let mut values = None;
+    let done = sim.run_until(30_000_000, |sim| {
+        for e in sim.take_client_events(reader) {
+            if let Event::Done { outcome: Outcome::Values(v), .. } = e {
+                values = Some(v);
+            }
+        }
+        values.is_some()
+    });
+    assert!(done, "get did not finish");
+    let got: std::collections::BTreeMap<Vec<u8>, i64> =
+        values.expect("checked").into_iter().collect();
+    assert_eq!(got.len(), expect.len());
+    let wrong: Vec<_> = expect.iter().filter(|(k, v)| got.get(*k) != Some(v)).take(5).collect();
+    assert!(wrong.is_empty(), "wrong values: {wrong:?}");
+    sim
+}
+
+#[test]
+fn key_value_is_exact_under_faults_with_every_cache_policy() {
+    for cache in [CachePolicy::PeriodicCounting, CachePolicy::Fcfs, CachePolicy::Hashing] {
+        let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+        let mut sim = key_value(cfg, 3, 8, cache, 32, false);
+        let st = sim.switch(0).stats();
+        assert!(st.applied > 0, "{cache:?}: the data plane took part");
+        assert_eq!(st.double_touch, 0);
+        assert!(sim.server(100).resident_keys() > 0);
+    }
+}
+
+#[test]
+fn key_value_is_exact_with_collisions_overflow_and_full_memory() {
+    // 7-bit logical addresses: the ~700 keys collide a lot; two register
+    // indices hold only 64 keys; one round adds values near i32::MAX.
+    let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    let mut sim = key_value(cfg, 2, 2, CachePolicy::PeriodicCounting, 7, true);
+    assert!(sim.server(100).stats().collisions > 0, "the test must collide");
+    assert!(sim.switch(0).stats().overflowed > 0, "the test must overflow");
+    assert!(sim.server(100).stats().evictions > 0, "periodic counting must move keys");
+}
+
+#[test]
+fn key_value_is_exact_without_a_data_plane() {
+    let cfg = SimConfig { switches: 0, faults: lossy(), ..SimConfig::default() };
+    key_value(cfg, 2, 8, CachePolicy::Fcfs, 32, false);
+}
+
+/// The server agent proposes `instances` values; every member votes for
+/// each proposal; each instance must commit exactly once with its value.
+fn agreement(cfg: SimConfig, members: u16, quorum: u32, memory: u32, instances: u32) -> Sim {
+    let mut sim = Sim::new(cfg).expect("test setup");
+    let nodes: Vec<u16> = (1..=members).collect();
+    let r = reg("vote", memory, ClearPolicy::Copy, quorum, Destinations::Both);
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), ServerTuning::default())
+        .expect("test setup");
+    for i in 1..=instances {
+        let now = sim.now();
+        sim.server(100).propose(now, i, i64::from(i) * 10).expect("test setup");
+    }
+    let mut committed: std::collections::BTreeMap<u32, i32> = Default::default();
+    let mut member_commits = 0usize;
+    let done = sim.run_until(60_000_000, |sim| {
+        for n in &nodes {
+            for e in sim.take_client_events(*n) {
+                match e {
+                    Event::Proposal { instance, value, addr } => {
+                        sim.client(*n).vote(instance, value as i32, addr);
+                    }
+                    Event::Committed { .. } => member_commits += 1,
+                    Event::Done { .. } => {}
+                }
+            }
+        }
+        for e in sim.take_server_events(100) {
+            let protoplane_inc::server::ServerEvent::Committed { instance, value, .. } = e;
+            assert!(
+                committed.insert(instance, value).is_none(),
+                "instance {instance} committed twice"
+            );
+        }
+        committed.len() == instances as usize && nodes.iter().all(|n| sim.client(*n).is_idle())
+    });
+    assert!(done, "only {} of {instances} instances committed", committed.len());
+    for (i, v) in &committed {
+        assert_eq!(i64::from(*v), i64::from(*i) * 10);
+    }
+    assert!(member_commits > 0);
+    sim
+}
+
+#[test]
+fn agreement_commits_every_instance_once_under_faults() {
+    let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    let sim = agreement(cfg, 5, 3, 64, 200);
+    assert!(sim.switch(0).stats().results > 0, "the data plane counted quorums");
+    // Few slots: most instances wait for one or go to the host.
+    let cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    agreement(cfg, 5, 3, 4, 200);
+    let cfg = SimConfig { switches: 0, faults: lossy(), ..SimConfig::default() };
+    agreement(cfg, 5, 3, 64, 100);
+}

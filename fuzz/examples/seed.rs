@@ -35,6 +35,10 @@
 //!   traffic (unary and streaming calls, cancels, a full ring, chunk
 //!   releases), each checked here to run without a detach, and the hostile
 //!   applications of the split-mode tests, each checked to be detached.
+//! * `CORPUS/inc`: record sequences (see `protoplane_fuzz::inc`): client
+//!   calls of every kind with time passing under each clear and cache
+//!   policy, A's packets of every kind straight to the switch, to the
+//!   agents and replayed with a byte flipped; each checked here to run.
 //!
 //! A directory that is not there is skipped; each part prints what it wrote.
 
@@ -278,8 +282,11 @@ fn main() {
     let ring = ring_seeds(corpus);
     let http2 = http2_seeds(corpus);
     let hpack = hpack_seeds(corpus);
+    let inc = inc_seeds(corpus);
 
-    for dir in [&wire, &gen_wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack] {
+    for dir in
+        [&wire, &gen_wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack, &inc]
+    {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }
@@ -671,5 +678,106 @@ fn hpack_seeds(corpus: &Path) -> Dir {
         &[&[TABLE_256 | ENCODED][..], &program(Some(256), &responses)].concat(),
     );
     dir.put("mixed-program", &[&[TABLE_4096 | ENCODED][..], &encode(&mixed)].concat());
+    dir
+}
+
+/// Seeds of the `inc` target: a config byte, then records.
+fn inc_seeds(corpus: &Path) -> Dir {
+    use protoplane_fuzz::inc::{record, run, Op, A, CLIENT, SERVER};
+    use protoplane_inc::packet::{Addr, Header, Kind, Packet, Pair, Wide, WideOp};
+
+    let op = |o: Op| o as u8;
+    // Client calls (`protoplane_fuzz::inc::client_call`): add of keys
+    // 0..6, get, aggregate of 20 values, a vote, clear.
+    let add: Vec<u8> = [vec![0u8, 6], (0..6).flat_map(|k| [k, 0, 5 + k]).collect()].concat();
+    let get = vec![1u8, 3, 0, 1, 2];
+    let clear = vec![2u8];
+    let agg: Vec<u8> = [vec![3u8, 20], (0..20).flat_map(|i| [0, i]).collect()].concat();
+    let vote = vec![4u8, 0, 0, 0, 1, 0, 0, 0, 9, 0];
+    let wait = |us: u16| (us / 16).to_be_bytes().to_vec();
+    let traffic: Vec<u8> = [
+        record(op(Op::Call), &add),
+        record(op(Op::Wait), &wait(30_000)),
+        record(op(Op::Call), &add),
+        record(op(Op::Wait), &wait(30_000)),
+        record(op(Op::Call), &get),
+        record(op(Op::Call), &agg),
+        record(op(Op::Wait), &wait(5_000)),
+        record(op(Op::Propose), &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9]),
+        record(op(Op::Call), &vote),
+        record(op(Op::Wait), &wait(30_000)),
+        record(op(Op::Call), &clear),
+        record(op(Op::Wait), &wait(30_000)),
+        record(op(Op::Replay), &[3, 0, 9, 1]),
+        record(op(Op::Replay), &[7, 0, 40, 0x80]),
+    ]
+    .concat();
+
+    // A's packets as the fuzzer sends them (member 1, flow 1).
+    let header = |kind: Kind, seq: u32, aux: u32| {
+        let mut h = Header::new(kind, A, 2, SERVER);
+        h.flow = 1;
+        h.window = 64;
+        h.seq = seq;
+        h.aux = aux;
+        h
+    };
+    let pairs = |n: u8, index: u16| -> Vec<Pair> {
+        (0..n).map(|g| Pair { key: u32::from(g), addr: Addr::new(0, g, index), value: 7 }).collect()
+    };
+    let a_add = Packet::pairs(header(Kind::Add, 0, 0), pairs(3, 4)).to_bytes();
+    let a_agg = Packet::pairs(header(Kind::Agg, 0, 0), pairs(8, 0)).to_bytes();
+    let a_vote = Packet::pairs(header(Kind::Vote, 1, 1), pairs(1, 3)).to_bytes();
+    let wide = |op: WideOp, key: &[u8], value: i64| Wide { op, key: key.to_vec(), value };
+    let a_wide = Packet::wide(
+        header(Kind::Wide, 2, 0),
+        vec![
+            wide(WideOp::Add, &[0, 0, 0, 0, 0, 0, 0, 1], i64::MAX),
+            wide(WideOp::Add, &[0, 0, 0, 0, 0, 0, 0, 1], 1),
+            wide(WideOp::Get, &[0, 0, 0, 0, 0, 0, 0, 1], 0),
+            wide(WideOp::Vote, &[0, 0, 0, 1], 3),
+            wide(WideOp::AggPart, &[0, 0, 0, 0], 5),
+            wide(WideOp::Release, &[0, 0, 0, 0], 0),
+        ],
+    )
+    .to_bytes();
+    let mut result = Header::new(Kind::Result, A, 900, CLIENT);
+    result.aux = 0;
+    let a_result = Packet::pairs(result, pairs(8, 0)).to_bytes();
+    let mut ack = Header::new(Kind::Ack, A, SERVER, CLIENT);
+    ack.seq = 0;
+    let a_ack = Packet::pairs(ack, pairs(2, 9)).to_bytes();
+    let packets: Vec<u8> = [
+        record(op(Op::Switch), &a_add),
+        record(op(Op::Switch) | 8, &a_add),
+        record(op(Op::Switch) | 0xf0, &a_agg),
+        record(op(Op::Switch), &a_vote),
+        record(op(Op::Server), &a_add),
+        record(op(Op::Server), &a_agg),
+        record(op(Op::Server), &a_vote),
+        record(op(Op::Server), &a_wide),
+        record(op(Op::Client), &a_result),
+        record(op(Op::Client), &a_ack),
+        record(op(Op::Replay), &[1, 0, 7, 0xff]),
+        record(op(Op::Wait), &wait(60_000)),
+    ]
+    .concat();
+
+    let mut dir = Dir::new(corpus, "inc");
+    // Config: clear policy (bits 0-1), cache (2-3), 4-bit keys (4),
+    // modify (5-6), results to the server too (7).
+    for config in [0x02u8, 0x00, 0x01, 0x04, 0x08, 0x12, 0x22, 0x46, 0x61, 0x82] {
+        let input = [&[config][..], &traffic].concat();
+        run(&input);
+        dir.put(&format!("traffic-{config:02x}"), &input);
+    }
+    for config in [0x02u8, 0x9a] {
+        let input = [&[config][..], &packets].concat();
+        run(&input);
+        dir.put(&format!("packets-{config:02x}"), &input);
+    }
+    let input = [&[0x02u8][..], &traffic, &packets].concat();
+    run(&input);
+    dir.put("traffic-packets", &input);
     dir
 }

@@ -8,7 +8,9 @@
 //!
 //! [`ring`] is the `ring` target's interpreter, shared the same way: the
 //! seeds are op sequences it encodes and runs. [`hpack`] is the program
-//! format of the `hpack` target's encoded mode, for its seeds.
+//! format of the `hpack` target's encoded mode, for its seeds. [`inc`] is
+//! the `inc` target's interpreter (a switch and the agents of one
+//! application against hostile datagrams), used by the seeds the same way.
 //!
 //! [`generated`] holds the code `protoplane-codegen` generates for the same
 //! two schemas (`build.rs`) and the list of generated decoders the
@@ -18,6 +20,7 @@ use std::sync::OnceLock;
 
 pub mod generated;
 pub mod hpack;
+pub mod inc;
 pub mod ring;
 
 use protoplane_schema::{ProtoSource, TableSet};

@@ -176,8 +176,8 @@ impl Controller {
         if r.members == 0 || r.flows_per_member == 0 {
             return Err("an application needs at least one member and one flow per member".into());
         }
-        if r.count == CountMode::TestAndSet && r.members > 32 {
-            return Err(format!("{} members: test-and-set counting holds 32", r.members));
+        if r.members > 32 {
+            return Err(format!("{} members: contributor and voter bitmaps hold 32", r.members));
         }
         let flows = r
             .members

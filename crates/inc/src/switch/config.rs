@@ -77,6 +77,9 @@ impl SwitchConfig {
         if self.groups == 0 || self.groups > 64 {
             return err(format!("{} register groups (1 to 64)", self.groups));
         }
+        if self.chain_index == u8::MAX {
+            return err("chain index 255 is reserved (it marks an address with no cell)".into());
+        }
         if self.groups_per_stage == 0 {
             return err("0 register groups per stage".into());
         }

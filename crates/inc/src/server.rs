@@ -171,6 +171,12 @@ struct ClearState {
     waiting: usize,
 }
 
+/// Adds in the host's 64 bits. A sum beyond the `int64` range of the
+/// IEDTs saturates there (it cannot be represented in a reply).
+fn add_to(total: &mut i64, v: i64) {
+    *total = total.saturating_add(v);
+}
+
 /// What a control reply completes.
 #[derive(Debug)]
 enum Pending {
@@ -357,6 +363,18 @@ impl ServerAgent {
         }
     }
 
+    /// Tells the agent where member `m` is.
+    pub fn set_member_node(&mut self, m: u16, node: u16) {
+        if let Some(slot) = self.member_nodes.get_mut(usize::from(m)) {
+            *slot = Some(node);
+        }
+    }
+
+    /// Members whose node is known.
+    pub fn known_members(&self) -> usize {
+        self.member_nodes.iter().flatten().count()
+    }
+
     /// Sends `p` to every member whose node is known.
     fn multicast(&mut self, p: &Packet) {
         let nodes: Vec<u16> = self.member_nodes.iter().flatten().copied().collect();
@@ -435,8 +453,9 @@ impl ServerAgent {
                 let key = k.key.clone();
                 let cell = k.cell;
                 let v = self.modified(i64::from(pair.value));
-                *self.host.entry(key).or_insert(0) += v;
-                *self.heat.entry(pair.key).or_insert(0) += v.unsigned_abs();
+                add_to(self.host.entry(key).or_insert(0), v);
+                let h = self.heat.entry(pair.key).or_insert(0);
+                *h = h.saturating_add(v.unsigned_abs());
                 self.stats.host_items += 1;
                 if !pair.addr.is_none() && cell != Some(pair.addr) {
                     stale.push(Pair { key: pair.key, addr: cell.unwrap_or(Addr::NONE), value: 0 });
@@ -479,8 +498,9 @@ impl ServerAgent {
             let l = logical(&i.key, self.plan.key_bits);
             if fresh {
                 let v = self.modified(i.value);
-                *self.host.entry(i.key.clone()).or_insert(0) += v;
-                *self.heat.entry(l).or_insert(0) += v.unsigned_abs();
+                add_to(self.host.entry(i.key.clone()).or_insert(0), v);
+                let h = self.heat.entry(l).or_insert(0);
+                *h = h.saturating_add(v.unsigned_abs());
                 self.stats.host_items += 1;
             }
             let owner = match self.keys.get(&l) {
@@ -605,7 +625,7 @@ impl ServerAgent {
                         .and_then(|a| g.cells.get(a))
                         .filter(|(tag, _)| *tag == l)
                         .map_or(0, |(_, v)| i64::from(*v));
-                let value = self.host.get(k).copied().unwrap_or(0) + cell;
+                let value = self.host.get(k).copied().unwrap_or(0).saturating_add(cell);
                 Wide { op: WideOp::Value, key: k.clone(), value }
             })
             .collect();
@@ -680,10 +700,11 @@ impl ServerAgent {
             c.members |= bit;
             c.count += 1;
             for (s, pair) in c.sums.iter_mut().zip(p.pair_items()) {
-                *s += match self.modify {
+                let v = match self.modify {
                     Some((op, param)) => op.apply_wide(i64::from(pair.value), param),
                     None => i64::from(pair.value),
                 };
+                add_to(s, v);
             }
             self.stats.host_items += n as u64;
             if c.count == threshold {
@@ -786,7 +807,7 @@ impl ServerAgent {
                 if part.members & bit == 0 {
                     part.members |= bit;
                     part.count += 1;
-                    part.sum += v;
+                    add_to(&mut part.sum, v);
                     self.stats.host_items += 1;
                     if part.count == self.plan.threshold {
                         let fix =
@@ -1088,7 +1109,7 @@ impl ServerAgent {
                 if let ControlReply::Swapped { tag, value } = reply {
                     if tag == l {
                         if let Some(k) = self.keys.get(&l) {
-                            *self.host.entry(k.key.clone()).or_insert(0) += i64::from(value);
+                            add_to(self.host.entry(k.key.clone()).or_insert(0), i64::from(value));
                         }
                     }
                 }
@@ -1119,7 +1140,7 @@ impl ServerAgent {
                     {
                         let key = self.keys.get(k).map(|s| s.key.clone()).unwrap_or_default();
                         if let Some(c) = self.clears.get_mut(&clear) {
-                            *c.copied.entry(key).or_insert(0) += i64::from(value);
+                            add_to(c.copied.entry(key).or_insert(0), i64::from(value));
                         }
                     }
                 }

@@ -24,6 +24,8 @@ pub mod client;
 pub mod controller;
 pub mod faults;
 pub mod keys;
+pub mod messages;
+pub mod netfilter;
 pub mod packet;
 pub mod plan;
 pub mod rng;

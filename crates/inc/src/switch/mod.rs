@@ -54,6 +54,7 @@
 //!   does not hold, is forwarded to its destination untouched: the host
 //!   agents then do everything in software.
 
+mod codec;
 mod config;
 mod regs;
 
@@ -224,6 +225,8 @@ pub enum Control {
     },
     /// When the data plane last saw a packet of each application.
     LastSeen,
+    /// The data plane's shape (for a controller that starts after it).
+    Describe,
 }
 
 /// The answer to a [`Control`] request.
@@ -245,6 +248,21 @@ pub enum ControlReply {
     Meta(Vec<(u32, u32, u32, u64)>),
     /// Per application id, the `now` of its last packet (0: none yet).
     LastSeen(Vec<(u16, u64)>),
+    /// The answer to `Describe`.
+    Described {
+        /// The switch's node.
+        node: u16,
+        /// Position in the chain.
+        chain_index: u8,
+        /// Register groups.
+        groups: u8,
+        /// Cells per register array.
+        registers: u32,
+        /// Flows the bit arrays hold.
+        flows: u16,
+        /// Flow window.
+        window: u32,
+    },
     /// Refused, and why.
     Refused(String),
 }
@@ -380,6 +398,14 @@ impl Switch {
                 }
                 ControlReply::Done
             }
+            Control::Describe => ControlReply::Described {
+                node: self.config.node,
+                chain_index: self.config.chain_index,
+                groups: self.config.groups,
+                registers: self.config.registers,
+                flows: self.config.flows,
+                window: self.config.window,
+            },
             Control::LastSeen => {
                 let mut seen: Vec<(u16, u64)> = self
                     .apps
@@ -662,7 +688,7 @@ impl Switch {
             }
             Contribution::New { reset } => {
                 for (i, p) in pairs.iter_mut().enumerate() {
-                    if p.addr.switch() != mine {
+                    if p.addr.switch() != mine || p.addr.is_none() {
                         continue;
                     }
                     let g = usize::from(p.addr.group());
@@ -693,7 +719,9 @@ impl Switch {
                 self.stats.duplicates += 1;
                 packet.header.flags = packet.header.flags.with(Flags::DUP);
                 if complete_after {
-                    for p in pairs.iter_mut().filter(|p| p.addr.switch() == mine) {
+                    for p in
+                        pairs.iter_mut().filter(|p| p.addr.switch() == mine && !p.addr.is_none())
+                    {
                         p.value = self.regs.slot_read(pass, usize::from(p.addr.group()), slot);
                     }
                 }

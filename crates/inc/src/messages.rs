@@ -1,0 +1,352 @@
+//! The controller's protocol: JSON objects, one per line, between the
+//! controller and the agents.
+//!
+//! ```text
+//! agent → controller  {"op":"register", <Registration>}      → {"reply":"plan", <AppPlan>}
+//!                     {"op":"join","name":N,"member":M,"node":P} → {"reply":"plan", ...}
+//!                     {"op":"lookup","name":N}                → {"reply":"plan", ..., "member_nodes":[..]}
+//!                     {"op":"heartbeat","app":A}              → {"reply":"ok"}
+//!                     {"op":"deregister","app":A}             → {"reply":"ok"}
+//! controller → server {"probe":A}       (unsolicited, on the server agent's connection)
+//! errors              {"reply":"error","why":"..."}
+//! ```
+
+use serde_json::{json, Map, Value};
+
+use crate::controller::Registration;
+use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
+use crate::switch::{CountMode, Destinations, ModifyOp};
+
+/// A message to the controller.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Request {
+    /// Register an application instance.
+    Register(Registration),
+    /// Join as member `member` at `node`.
+    Join {
+        /// Application name.
+        name: String,
+        /// Member index.
+        member: u16,
+        /// The member's node.
+        node: u16,
+    },
+    /// Look an application up.
+    Lookup {
+        /// Application name.
+        name: String,
+    },
+    /// The server agent is alive.
+    Heartbeat {
+        /// Application id.
+        app: u16,
+    },
+    /// Release everything.
+    Deregister {
+        /// Application id.
+        app: u16,
+    },
+}
+
+/// A message from the controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The application's plan (and, for a lookup, its members' nodes).
+    Plan(AppPlan, Vec<Option<u16>>),
+    /// Done.
+    Ok,
+    /// Refused.
+    Error(String),
+    /// Asks the server agent of an application for a heartbeat.
+    Probe(u16),
+}
+
+fn obj(v: &Value) -> Result<&Map<String, Value>, String> {
+    v.as_object().ok_or_else(|| "not a JSON object".to_string())
+}
+
+fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
+    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
+}
+
+fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &str) -> Result<T, String> {
+    let v = get(o, k)?.as_u64().ok_or_else(|| format!("\"{k}\" is not an unsigned integer"))?;
+    T::try_from(v).map_err(|_| format!("\"{k}\" = {v} is out of range"))
+}
+
+fn text(o: &Map<String, Value>, k: &str) -> Result<String, String> {
+    Ok(get(o, k)?.as_str().ok_or_else(|| format!("\"{k}\" is not a string"))?.to_string())
+}
+
+fn parse_with<T>(
+    o: &Map<String, Value>,
+    k: &str,
+    p: impl Fn(&str) -> Option<T>,
+) -> Result<T, String> {
+    let s = text(o, k)?;
+    p(&s).ok_or_else(|| format!("unknown \"{k}\" {s:?}"))
+}
+
+fn cache_parse(s: &str) -> Option<CachePolicy> {
+    Some(match s {
+        "periodic-counting" => CachePolicy::PeriodicCounting,
+        "fcfs" => CachePolicy::Fcfs,
+        "hashing" => CachePolicy::Hashing,
+        _ => return None,
+    })
+}
+
+impl CachePolicy {
+    /// Parses [`CachePolicy::name`].
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        cache_parse(s)
+    }
+}
+
+/// The JSON fields of a plan.
+pub fn plan_to_json(p: &AppPlan) -> Map<String, Value> {
+    let v = json!({
+        "app": p.app,
+        "server": p.server,
+        "switch": p.switch,
+        "members": p.members,
+        "flows_per_member": p.flows_per_member,
+        "flow_base": p.flow_base,
+        "switches": p.switches,
+        "groups": p.groups,
+        "window": p.window,
+        "memory": p.memory.map(|(b, l)| json!([b, l])),
+        "clear": p.clear.name(),
+        "cache": p.cache.name(),
+        "threshold": p.threshold,
+        "key_bits": p.key_bits,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Parses the fields of a plan.
+pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, String> {
+    let switch = match get(o, "switch")? {
+        Value::Null => None,
+        v => Some(v.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or("bad \"switch\"")?),
+    };
+    let memory = match get(o, "memory")? {
+        Value::Null => None,
+        Value::Array(a) if a.len() == 2 => {
+            let b = a[0].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("bad \"memory\"")?;
+            let l = a[1].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("bad \"memory\"")?;
+            Some((b, l))
+        }
+        _ => return Err("bad \"memory\"".into()),
+    };
+    let plan = AppPlan {
+        app: uint(o, "app")?,
+        server: uint(o, "server")?,
+        switch,
+        members: uint(o, "members")?,
+        flows_per_member: uint(o, "flows_per_member")?,
+        flow_base: uint(o, "flow_base")?,
+        switches: uint(o, "switches")?,
+        groups: uint(o, "groups")?,
+        window: uint(o, "window")?,
+        memory,
+        clear: parse_with(o, "clear", ClearPolicy::parse)?,
+        cache: parse_with(o, "cache", cache_parse)?,
+        threshold: uint(o, "threshold")?,
+        key_bits: uint(o, "key_bits")?,
+    };
+    if plan.members == 0
+        || plan.flows_per_member == 0
+        || plan.groups == 0
+        || !plan.window.is_power_of_two()
+    {
+        return Err("a plan needs members, flows, groups and a power-of-two window".into());
+    }
+    if u32::from(plan.flow_base) + u32::from(plan.members) * u32::from(plan.flows_per_member)
+        > 65_536
+    {
+        return Err("flows beyond 65536".into());
+    }
+    Ok(plan)
+}
+
+impl Request {
+    /// The JSON form.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Request::Register(r) => json!({
+                "op": "register",
+                "name": r.name,
+                "server": r.server,
+                "members": r.members,
+                "flows_per_member": r.flows_per_member,
+                "memory": r.memory,
+                "clear": r.clear.name(),
+                "cache": r.cache.name(),
+                "threshold": r.threshold,
+                "forward": r.forward.name(),
+                "count": r.count.name(),
+                "modify": r.modify.map(|(op, p)| json!([op.name(), p])),
+                "key_bits": r.key_bits,
+            }),
+            Request::Join { name, member, node } => {
+                json!({"op": "join", "name": name, "member": member, "node": node})
+            }
+            Request::Lookup { name } => json!({"op": "lookup", "name": name}),
+            Request::Heartbeat { app } => json!({"op": "heartbeat", "app": app}),
+            Request::Deregister { app } => json!({"op": "deregister", "app": app}),
+        }
+    }
+
+    /// Parses the JSON form.
+    pub fn from_json(v: &Value) -> Result<Request, String> {
+        let o = obj(v)?;
+        let op = text(o, "op")?;
+        Ok(match op.as_str() {
+            "register" => {
+                let modify = match o.get("modify") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Array(a)) if a.len() == 2 => {
+                        let op = a[0].as_str().and_then(ModifyOp::parse).ok_or("bad \"modify\"")?;
+                        let p = a[1]
+                            .as_i64()
+                            .and_then(|p| i32::try_from(p).ok())
+                            .ok_or("bad \"modify\"")?;
+                        Some((op, p))
+                    }
+                    _ => return Err("bad \"modify\"".into()),
+                };
+                let key_bits: u32 = uint(o, "key_bits")?;
+                if !(1..=32).contains(&key_bits) {
+                    return Err(format!("\"key_bits\" = {key_bits} (1 to 32)"));
+                }
+                Request::Register(Registration {
+                    name: text(o, "name")?,
+                    server: uint(o, "server")?,
+                    members: uint(o, "members")?,
+                    flows_per_member: uint(o, "flows_per_member")?,
+                    memory: uint(o, "memory")?,
+                    clear: parse_with(o, "clear", ClearPolicy::parse)?,
+                    cache: parse_with(o, "cache", cache_parse)?,
+                    threshold: uint(o, "threshold")?,
+                    forward: parse_with(o, "forward", Destinations::parse)?,
+                    count: parse_with(o, "count", CountMode::parse)?,
+                    modify,
+                    key_bits,
+                })
+            }
+            "join" => Request::Join {
+                name: text(o, "name")?,
+                member: uint(o, "member")?,
+                node: uint(o, "node")?,
+            },
+            "lookup" => Request::Lookup { name: text(o, "name")? },
+            "heartbeat" => Request::Heartbeat { app: uint(o, "app")? },
+            "deregister" => Request::Deregister { app: uint(o, "app")? },
+            other => return Err(format!("unknown request {other:?}")),
+        })
+    }
+}
+
+impl Reply {
+    /// The JSON form.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Reply::Plan(p, members) => {
+                let mut m = plan_to_json(p);
+                m.insert("reply".into(), json!("plan"));
+                m.insert("member_nodes".into(), json!(members));
+                Value::Object(m)
+            }
+            Reply::Ok => json!({"reply": "ok"}),
+            Reply::Error(why) => json!({"reply": "error", "why": why}),
+            Reply::Probe(app) => json!({"probe": app}),
+        }
+    }
+
+    /// Parses the JSON form.
+    pub fn from_json(v: &Value) -> Result<Reply, String> {
+        let o = obj(v)?;
+        if let Some(p) = o.get("probe") {
+            return p
+                .as_u64()
+                .and_then(|a| u16::try_from(a).ok())
+                .map(Reply::Probe)
+                .ok_or("bad \"probe\"".into());
+        }
+        Ok(match text(o, "reply")?.as_str() {
+            "plan" => {
+                let members = match o.get("member_nodes") {
+                    Some(Value::Array(a)) if a.len() <= 65_536 => {
+                        a.iter().map(|v| v.as_u64().and_then(|n| u16::try_from(n).ok())).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                Reply::Plan(plan_from_json(o)?, members)
+            }
+            "ok" => Reply::Ok,
+            "error" => Reply::Error(text(o, "why")?),
+            other => return Err(format!("unknown reply {other:?}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip() {
+        let reg = Registration {
+            name: "wordcount-0".into(),
+            server: 40000,
+            members: 4,
+            flows_per_member: 2,
+            memory: 256,
+            clear: ClearPolicy::Lazy,
+            cache: CachePolicy::Hashing,
+            threshold: 4,
+            forward: Destinations::Both,
+            count: CountMode::TestAndSet,
+            modify: Some((ModifyOp::Max, -3)),
+            key_bits: 32,
+        };
+        for r in [
+            Request::Register(reg),
+            Request::Join { name: "a".into(), member: 3, node: 9 },
+            Request::Lookup { name: "a".into() },
+            Request::Heartbeat { app: 2 },
+            Request::Deregister { app: 2 },
+        ] {
+            let back = Request::from_json(&r.to_json()).expect("parses");
+            assert_eq!(back, r);
+        }
+        let plan = AppPlan {
+            app: 1,
+            server: 2,
+            switch: Some(3),
+            members: 4,
+            flows_per_member: 1,
+            flow_base: 5,
+            switches: 2,
+            groups: 32,
+            window: 256,
+            memory: Some((0, 64)),
+            clear: ClearPolicy::Copy,
+            cache: CachePolicy::Fcfs,
+            threshold: 4,
+            key_bits: 32,
+        };
+        for r in [
+            Reply::Plan(plan, vec![Some(1), None]),
+            Reply::Ok,
+            Reply::Error("x".into()),
+            Reply::Probe(7),
+        ] {
+            assert_eq!(Reply::from_json(&r.to_json()).expect("parses"), r);
+        }
+    }
+}

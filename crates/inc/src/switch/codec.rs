@@ -1,0 +1,387 @@
+//! The control plane's byte form: one JSON object per request or reply
+//! (a line on the switch's control connection). Readable with `nc`, and
+//! every field is checked when parsed: a control peer is another process.
+//!
+//! ```text
+//! {"op":"install","app":3,"server":41000,"members":[41001],"forward":"members",
+//!  "flow_base":0,"flows":4,"mem_base":0,"mem_len":64,"threshold":4,
+//!  "count":"test-and-set","modify":null}
+//! {"op":"swap","app":3,"addr":65541,"tag":17,"value":0}
+//! {"reply":"swapped","tag":0,"value":0}
+//! ```
+
+use serde_json::{json, Map, Value};
+
+use super::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
+use crate::packet::Addr;
+
+/// Why a control message was refused.
+type CodecError = String;
+
+fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, CodecError> {
+    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
+}
+
+fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &str) -> Result<T, CodecError> {
+    let v = field(o, k)?.as_u64().ok_or_else(|| format!("\"{k}\" is not an unsigned integer"))?;
+    T::try_from(v).map_err(|_| format!("\"{k}\" = {v} is out of range"))
+}
+
+fn int32(o: &Map<String, Value>, k: &str) -> Result<i32, CodecError> {
+    let v = field(o, k)?.as_i64().ok_or_else(|| format!("\"{k}\" is not an integer"))?;
+    i32::try_from(v).map_err(|_| format!("\"{k}\" = {v} does not fit 32 bits"))
+}
+
+fn text<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a str, CodecError> {
+    field(o, k)?.as_str().ok_or_else(|| format!("\"{k}\" is not a string"))
+}
+
+fn array<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Vec<Value>, CodecError> {
+    field(o, k)?.as_array().ok_or_else(|| format!("\"{k}\" is not an array"))
+}
+
+/// At most this many items in one request's list (a switch control
+/// message is small; a bigger one is refused, not allocated).
+const MAX_LIST: usize = 1 << 16;
+
+fn list<T>(
+    o: &Map<String, Value>,
+    k: &str,
+    each: impl Fn(&Value) -> Option<T>,
+) -> Result<Vec<T>, CodecError> {
+    let a = array(o, k)?;
+    if a.len() > MAX_LIST {
+        return Err(format!("\"{k}\" has {} items (at most {MAX_LIST})", a.len()));
+    }
+    a.iter().map(|v| each(v).ok_or_else(|| format!("bad item in \"{k}\": {v}"))).collect()
+}
+
+fn u16_of(v: &Value) -> Option<u16> {
+    u16::try_from(v.as_u64()?).ok()
+}
+
+fn u32_of(v: &Value) -> Option<u32> {
+    u32::try_from(v.as_u64()?).ok()
+}
+
+fn object(v: &Value) -> Result<&Map<String, Value>, CodecError> {
+    v.as_object().ok_or_else(|| "not a JSON object".to_string())
+}
+
+impl Destinations {
+    /// The control-plane spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Destinations::Server => "server",
+            Destinations::Members => "members",
+            Destinations::Both => "both",
+        }
+    }
+
+    /// Parses the control-plane spelling (`clients` is taken for `members`).
+    pub fn parse(s: &str) -> Option<Destinations> {
+        Some(match s {
+            "server" => Destinations::Server,
+            "members" | "clients" => Destinations::Members,
+            "both" => Destinations::Both,
+            _ => return None,
+        })
+    }
+}
+
+impl CountMode {
+    /// The control-plane spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            CountMode::TestAndSet => "test-and-set",
+            CountMode::Accumulate => "accumulate",
+        }
+    }
+
+    /// Parses the control-plane spelling.
+    pub fn parse(s: &str) -> Option<CountMode> {
+        Some(match s {
+            "test-and-set" => CountMode::TestAndSet,
+            "accumulate" => CountMode::Accumulate,
+            _ => return None,
+        })
+    }
+}
+
+impl ModifyOp {
+    /// The NetFilter spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModifyOp::Add => "add",
+            ModifyOp::Max => "max",
+            ModifyOp::Min => "min",
+            ModifyOp::And => "and",
+            ModifyOp::Or => "or",
+            ModifyOp::Shl => "shl",
+            ModifyOp::Shr => "shr",
+        }
+    }
+
+    /// Parses the NetFilter spelling.
+    pub fn parse(s: &str) -> Option<ModifyOp> {
+        Some(match s {
+            "add" => ModifyOp::Add,
+            "max" => ModifyOp::Max,
+            "min" => ModifyOp::Min,
+            "and" => ModifyOp::And,
+            "or" => ModifyOp::Or,
+            "shl" => ModifyOp::Shl,
+            "shr" => ModifyOp::Shr,
+            _ => return None,
+        })
+    }
+}
+
+impl AppEntry {
+    fn to_json(&self) -> Value {
+        json!({
+            "op": "install",
+            "app": self.app,
+            "server": self.server,
+            "members": self.members,
+            "forward": self.forward.name(),
+            "flow_base": self.flow_base,
+            "flows": self.flows,
+            "mem_base": self.mem_base,
+            "mem_len": self.mem_len,
+            "threshold": self.threshold,
+            "count": self.count.name(),
+            "modify": self.modify.map(|(op, p)| json!([op.name(), p])),
+        })
+    }
+
+    fn from_json(o: &Map<String, Value>) -> Result<AppEntry, CodecError> {
+        let forward = text(o, "forward")?;
+        let count = text(o, "count")?;
+        let modify = match o.get("modify") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) if a.len() == 2 => {
+                let op =
+                    a[0].as_str().and_then(ModifyOp::parse).ok_or("bad \"modify\" operation")?;
+                let p = a[1]
+                    .as_i64()
+                    .and_then(|p| i32::try_from(p).ok())
+                    .ok_or("bad \"modify\" parameter")?;
+                Some((op, p))
+            }
+            Some(v) => return Err(format!("bad \"modify\": {v}")),
+        };
+        Ok(AppEntry {
+            app: uint(o, "app")?,
+            server: uint(o, "server")?,
+            members: list(o, "members", u16_of)?,
+            forward: Destinations::parse(forward)
+                .ok_or_else(|| format!("unknown destinations {forward:?}"))?,
+            flow_base: uint(o, "flow_base")?,
+            flows: uint(o, "flows")?,
+            mem_base: uint(o, "mem_base")?,
+            mem_len: uint(o, "mem_len")?,
+            threshold: uint(o, "threshold")?,
+            count: CountMode::parse(count)
+                .ok_or_else(|| format!("unknown count mode {count:?}"))?,
+            modify,
+        })
+    }
+}
+
+impl Control {
+    /// The JSON form.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Control::Install(e) => e.to_json(),
+            Control::Remove { app } => json!({"op": "remove", "app": app}),
+            Control::Members { app, members } => {
+                json!({"op": "members", "app": app, "members": members})
+            }
+            Control::Swap { app, addr, tag, value } => {
+                json!({"op": "swap", "app": app, "addr": addr.0, "tag": tag, "value": value})
+            }
+            Control::Read { app, addrs } => {
+                json!({"op": "read", "app": app, "addrs": addrs.iter().map(|a| a.0).collect::<Vec<_>>()})
+            }
+            Control::ReadMeta { app, indices } => {
+                json!({"op": "read_meta", "app": app, "indices": indices})
+            }
+            Control::ResetMeta { app, slots } => {
+                json!({"op": "reset_meta", "app": app, "slots": slots})
+            }
+            Control::LastSeen => json!({"op": "last_seen"}),
+            Control::Describe => json!({"op": "describe"}),
+        }
+    }
+
+    /// Parses the JSON form.
+    pub fn from_json(v: &Value) -> Result<Control, CodecError> {
+        let o = object(v)?;
+        let op = text(o, "op")?;
+        Ok(match op {
+            "install" => Control::Install(AppEntry::from_json(o)?),
+            "remove" => Control::Remove { app: uint(o, "app")? },
+            "members" => {
+                Control::Members { app: uint(o, "app")?, members: list(o, "members", u16_of)? }
+            }
+            "swap" => Control::Swap {
+                app: uint(o, "app")?,
+                addr: Addr(uint(o, "addr")?),
+                tag: uint(o, "tag")?,
+                value: int32(o, "value")?,
+            },
+            "read" => Control::Read {
+                app: uint(o, "app")?,
+                addrs: list(o, "addrs", |v| u32_of(v).map(Addr))?,
+            },
+            "read_meta" => {
+                Control::ReadMeta { app: uint(o, "app")?, indices: list(o, "indices", u32_of)? }
+            }
+            "reset_meta" => Control::ResetMeta {
+                app: uint(o, "app")?,
+                slots: list(o, "slots", |v| {
+                    let a = v.as_array().filter(|a| a.len() == 2)?;
+                    Some((u32_of(&a[0])?, u32_of(&a[1])?))
+                })?,
+            },
+            "last_seen" => Control::LastSeen,
+            "describe" => Control::Describe,
+            other => return Err(format!("unknown control operation {other:?}")),
+        })
+    }
+}
+
+impl ControlReply {
+    /// The JSON form.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ControlReply::Done => json!({"reply": "done"}),
+            ControlReply::Swapped { tag, value } => {
+                json!({"reply": "swapped", "tag": tag, "value": value})
+            }
+            ControlReply::Cells(c) => json!({"reply": "cells", "cells": c}),
+            ControlReply::Meta(m) => json!({"reply": "meta", "meta": m}),
+            ControlReply::LastSeen(s) => json!({"reply": "last_seen", "seen": s}),
+            ControlReply::Described { node, chain_index, groups, registers, flows, window } => {
+                json!({
+                    "reply": "described", "node": node, "chain_index": chain_index, "groups": groups,
+                    "registers": registers, "flows": flows, "window": window,
+                })
+            }
+            ControlReply::Refused(why) => json!({"reply": "refused", "why": why}),
+        }
+    }
+
+    /// Parses the JSON form.
+    pub fn from_json(v: &Value) -> Result<ControlReply, CodecError> {
+        let o = object(v)?;
+        let kind = text(o, "reply")?;
+        Ok(match kind {
+            "done" => ControlReply::Done,
+            "swapped" => ControlReply::Swapped { tag: uint(o, "tag")?, value: int32(o, "value")? },
+            "cells" => ControlReply::Cells(list(o, "cells", |v| {
+                let a = v.as_array().filter(|a| a.len() == 2)?;
+                Some((u32_of(&a[0])?, i32::try_from(a[1].as_i64()?).ok()?))
+            })?),
+            "meta" => ControlReply::Meta(list(o, "meta", |v| {
+                let a = v.as_array().filter(|a| a.len() == 4)?;
+                Some((u32_of(&a[0])?, u32_of(&a[1])?, u32_of(&a[2])?, a[3].as_u64()?))
+            })?),
+            "last_seen" => ControlReply::LastSeen(list(o, "seen", |v| {
+                let a = v.as_array().filter(|a| a.len() == 2)?;
+                Some((u16_of(&a[0])?, a[1].as_u64()?))
+            })?),
+            "described" => ControlReply::Described {
+                node: uint(o, "node")?,
+                chain_index: uint(o, "chain_index")?,
+                groups: uint(o, "groups")?,
+                registers: uint(o, "registers")?,
+                flows: uint(o, "flows")?,
+                window: uint(o, "window")?,
+            },
+            "refused" => ControlReply::Refused(text(o, "why")?.to_string()),
+            other => return Err(format!("unknown control reply {other:?}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_control_message_round_trips() {
+        let entry = AppEntry {
+            app: 3,
+            server: 41000,
+            members: vec![41001, 41002],
+            forward: Destinations::Both,
+            flow_base: 8,
+            flows: 4,
+            mem_base: 64,
+            mem_len: 32,
+            threshold: 2,
+            count: CountMode::Accumulate,
+            modify: Some((ModifyOp::Shr, 3)),
+        };
+        let requests = vec![
+            Control::Install(entry),
+            Control::Remove { app: 3 },
+            Control::Members { app: 3, members: vec![1, 2] },
+            Control::Swap { app: 3, addr: Addr::new(1, 2, 3), tag: 9, value: -4 },
+            Control::Read { app: 3, addrs: vec![Addr::new(0, 1, 2)] },
+            Control::ReadMeta { app: 3, indices: vec![64, 65] },
+            Control::ResetMeta { app: 3, slots: vec![(64, 7)] },
+            Control::LastSeen,
+            Control::Describe,
+        ];
+        for r in requests {
+            let text = r.to_json().to_string();
+            let back =
+                Control::from_json(&serde_json::from_str(&text).expect("json")).expect("parses");
+            assert_eq!(back, r, "{text}");
+        }
+        let replies = vec![
+            ControlReply::Done,
+            ControlReply::Swapped { tag: 1, value: i32::MIN },
+            ControlReply::Cells(vec![(1, -1), (0, i32::MAX)]),
+            ControlReply::Meta(vec![(1, 2, 3, u64::MAX)]),
+            ControlReply::LastSeen(vec![(3, 1_700_000_000_000_000)]),
+            ControlReply::Described {
+                node: 1,
+                chain_index: 0,
+                groups: 32,
+                registers: 16,
+                flows: 2,
+                window: 4,
+            },
+            ControlReply::Refused("no".into()),
+        ];
+        for r in replies {
+            let text = r.to_json().to_string();
+            let back = ControlReply::from_json(&serde_json::from_str(&text).expect("json"))
+                .expect("parses");
+            assert_eq!(back, r, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_control_messages_are_refused_with_a_reason() {
+        let cases = [
+            (r#"[]"#, "not a JSON object"),
+            (
+                r#"{"op":"swap","app":3,"addr":1,"tag":2,"value":4294967296}"#,
+                "\"value\" = 4294967296 does not fit 32 bits",
+            ),
+            (r#"{"op":"remove","app":70000}"#, "\"app\" = 70000 is out of range"),
+            (r#"{"op":"remove"}"#, "missing \"app\""),
+            (r#"{"op":"explode"}"#, "unknown control operation \"explode\""),
+            (r#"{"op":"read","app":1,"addrs":[-1]}"#, "bad item in \"addrs\": -1"),
+        ];
+        for (text, why) in cases {
+            let v: Value = serde_json::from_str(text).expect("json");
+            assert_eq!(Control::from_json(&v), Err(why.to_string()), "{text}");
+        }
+    }
+}

@@ -8,6 +8,7 @@ mod bench;
 mod demo;
 mod engine;
 mod host;
+mod inc;
 mod interop;
 mod load;
 mod schema_args;
@@ -59,6 +60,15 @@ enum Command {
     /// Run one gRPC interop test case against a TestService server.
     #[command(name = "interop-client")]
     InteropClient(interop::client::ClientArgs),
+    /// The in-network computation data plane: a Tofino-class switch
+    /// pipeline in software, on a UDP port (control plane on TCP).
+    Switch(inc::SwitchArgs),
+    /// The in-network computation controller: registration, name lookup,
+    /// data-plane memory, reclaiming dead applications.
+    Controller(inc::ControllerArgs),
+    /// In-network computation applications (`inc run`).
+    #[command(subcommand)]
+    Inc(inc::IncCommand),
     /// Load-test a gRPC server (closed or open loop).
     Load(load::LoadArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
@@ -165,6 +175,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_stdout(rows.as_bytes())
         }
         Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
+        Command::Switch(args) => inc::run_switch(&args).map_err(Failure::Usage),
+        Command::Controller(args) => inc::run_controller(&args).map_err(Failure::Usage),
+        Command::Inc(inc::IncCommand::Run(args)) => {
+            let report = inc::inc_run(&args).map_err(Failure::Usage)?;
+            write_stdout(inc::print_run(&args, &report).as_bytes())?;
+            if report.exact {
+                Ok(())
+            } else {
+                Err(Failure::Input("the results are not exact".into()))
+            }
+        }
+        Command::Inc(inc::IncCommand::Server(args)) => {
+            inc::run_role(&args, true).map_err(Failure::Usage)
+        }
+        Command::Inc(inc::IncCommand::Client(args)) => {
+            inc::run_role(&args, false).map_err(Failure::Usage)
+        }
         Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
         Command::Load(args) => {
             let report = load::main(&args).map_err(Failure::Usage)?;

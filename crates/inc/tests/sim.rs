@@ -35,6 +35,9 @@ fn reg(
     }
 }
 
+/// One member's items of one round.
+type Batch = (u16, Vec<(Vec<u8>, i64)>);
+
 fn lossy() -> Faults {
     Faults { loss: 0.1, dup: 0.1, reorder: 0.1, delay_us: 0, jitter_us: 200 }
 }
@@ -166,7 +169,7 @@ fn key_value(
     sim.add_app(r, 100, &nodes, ClientTuning::default(), tuning).expect("test setup");
     let mut rng = Rng::new(11);
     let mut expect: std::collections::BTreeMap<Vec<u8>, i64> = Default::default();
-    let mut batches: Vec<(u16, Vec<(Vec<u8>, i64)>)> = Vec::new();
+    let mut batches: Vec<Batch> = Vec::new();
     for round in 0..6 {
         for n in &nodes {
             let items: Vec<(Vec<u8>, i64)> = (0..400)

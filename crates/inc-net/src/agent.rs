@@ -1,0 +1,564 @@
+//! The agents with a socket and a clock: what application code links.
+//!
+//! [`ServerRuntime`] registers an application instance with the
+//! controller, connects to the switches' control planes and runs the
+//! server agent; the application calls [`ServerRuntime::step`] in its loop
+//! (or [`ServerRuntime::serve`]). [`ClientRuntime`] joins by name and
+//! offers blocking calls — `add`, `get`, `aggregate`, `vote` — that drive
+//! the client agent until the call finishes.
+
+use std::collections::VecDeque;
+use std::io::{self, ErrorKind};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use protoplane_inc::client::{CallId, ClientAgent, ClientStats, ClientTuning, Event, Outcome};
+use protoplane_inc::controller::Registration;
+use protoplane_inc::faults::{Faults, Injector};
+use protoplane_inc::messages::{Reply, Request};
+use protoplane_inc::packet::Addr;
+use protoplane_inc::plan::AppPlan;
+use protoplane_inc::server::{ServerAgent, ServerEvent, ServerStats, ServerTuning};
+use protoplane_inc::switch::{ControlReply, ModifyOp};
+use serde_json::Value;
+
+use crate::lines::{call, write_value, LineReader};
+use crate::{node_addr, now_us, DelayQueue};
+
+/// Where the controller and the switches' control planes are.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Address the agent binds (and where every node is).
+    pub host: IpAddr,
+    /// The controller.
+    pub controller: SocketAddr,
+    /// Control planes of the switches, in chain order (server agents only).
+    pub switch_control: Vec<SocketAddr>,
+    /// Faults on what this agent sends (for runs without a data plane,
+    /// where no switch port can inject them).
+    pub faults: Faults,
+    /// Seed of the injector.
+    pub seed: u64,
+}
+
+enum Input {
+    Udp(Vec<u8>),
+    Control(usize, Result<ControlReply, String>),
+    Controller(Result<Reply, String>),
+    Closed(&'static str),
+}
+
+fn invalid(e: impl ToString) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, e.to_string())
+}
+
+/// A UDP socket with a reader thread.
+#[derive(Debug)]
+struct Io {
+    sock: UdpSocket,
+    host: IpAddr,
+    node: u16,
+    tx: Sender<Input>,
+    rx: Receiver<Input>,
+    injector: Option<Injector>,
+    delayed: DelayQueue,
+}
+
+impl Io {
+    fn bind(opts: &Options) -> io::Result<Io> {
+        let host = opts.host;
+        let sock = UdpSocket::bind(SocketAddr::new(host, 0))?;
+        let node = sock.local_addr()?.port();
+        let (tx, rx) = mpsc::channel();
+        let reader = sock.try_clone()?;
+        let utx = tx.clone();
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            loop {
+                match reader.recv_from(&mut buf) {
+                    Ok((n, _)) => {
+                        if utx.send(Input::Udp(buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e)
+                        if e.kind() == ErrorKind::ConnectionRefused
+                            || e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        let injector =
+            opts.faults.any().then(|| Injector::new(opts.faults, opts.seed ^ u64::from(node)));
+        Ok(Io { sock, host, node, tx, rx, injector, delayed: DelayQueue::default() })
+    }
+
+    fn send(&mut self, dst: u16, bytes: &[u8]) {
+        let now = now_us();
+        let times = match &mut self.injector {
+            Some(inj) => inj.schedule(now),
+            None => vec![now],
+        };
+        for at in times {
+            if at <= now {
+                // A refused or dropped datagram is a lost packet; the agents retransmit.
+                let _ = self.sock.send_to(bytes, node_addr(self.host, dst));
+            } else {
+                self.delayed.push(at, dst, bytes.to_vec());
+            }
+        }
+    }
+
+    /// Sends the delayed datagrams that are due; returns when the next is.
+    fn send_due(&mut self) -> Option<u64> {
+        let now = now_us();
+        while let Some((dst, bytes)) = self.delayed.pop_due(now) {
+            let _ = self.sock.send_to(&bytes, node_addr(self.host, dst));
+        }
+        self.delayed.next()
+    }
+
+    fn lines(
+        &self,
+        stream: TcpStream,
+        map: impl Fn(Option<Value>) -> Option<Input> + Send + 'static,
+    ) {
+        let tx = self.tx.clone();
+        thread::spawn(move || {
+            let mut r = LineReader::new(stream);
+            loop {
+                let v = r.next_value().ok().flatten();
+                let end = v.is_none();
+                if let Some(i) = map(v) {
+                    if tx.send(i).is_err() {
+                        return;
+                    }
+                }
+                if end {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Waits up to `wait` for one input, then takes whatever else is queued.
+    fn inputs(&self, wait: Duration) -> Vec<Input> {
+        let mut v = Vec::new();
+        match self.rx.recv_timeout(wait) {
+            Ok(i) => v.push(i),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return v,
+        }
+        while v.len() < 4096 {
+            match self.rx.try_recv() {
+                Ok(i) => v.push(i),
+                Err(_) => break,
+            }
+        }
+        v
+    }
+}
+
+fn controller_call(addr: SocketAddr, req: &Request) -> io::Result<(TcpStream, Reply)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let mut reader = LineReader::new(stream.try_clone()?);
+    let v = call(&mut stream, &mut reader, &req.to_json())?;
+    Ok((stream, Reply::from_json(&v).map_err(invalid)?))
+}
+
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn until(deadline: Option<u64>, cap: Duration) -> Duration {
+    match deadline {
+        Some(t) => Duration::from_micros(t.saturating_sub(now_us())).min(cap),
+        None => cap,
+    }
+}
+
+/// A server agent with its sockets.
+#[derive(Debug)]
+pub struct ServerRuntime {
+    agent: ServerAgent,
+    io: Io,
+    plan: AppPlan,
+    controller: TcpStream,
+    links: Vec<(TcpStream, VecDeque<u64>)>,
+    events: VecDeque<ServerEvent>,
+    answer_probes: bool,
+    controller_addr: SocketAddr,
+    name: String,
+}
+
+impl ServerRuntime {
+    /// Registers `reg` (its `server` is set to this agent's node) and
+    /// connects to the data plane.
+    pub fn register(
+        opts: &Options,
+        reg: Registration,
+        modify: Option<(ModifyOp, i32)>,
+        tuning: ServerTuning,
+    ) -> io::Result<ServerRuntime> {
+        let io = Io::bind(opts)?;
+        let name = reg.name.clone();
+        let (controller, reply) = controller_call(
+            opts.controller,
+            &Request::Register(Registration { server: io.node, ..reg }),
+        )?;
+        let plan = match reply {
+            Reply::Plan(p, _) => p,
+            Reply::Error(e) => return Err(io::Error::other(format!("registration refused: {e}"))),
+            other => return Err(invalid(format!("unexpected reply {other:?}"))),
+        };
+        io.lines(controller.try_clone()?, |v| match v {
+            Some(v) => Some(Input::Controller(Reply::from_json(&v))),
+            None => Some(Input::Closed("controller")),
+        });
+        let mut links = Vec::new();
+        if plan.switch.is_some() {
+            if opts.switch_control.len() < usize::from(plan.switches) {
+                return Err(io::Error::other(format!(
+                    "the plan uses {} switches; {} control addresses given",
+                    plan.switches,
+                    opts.switch_control.len()
+                )));
+            }
+            for (i, addr) in opts.switch_control.iter().take(usize::from(plan.switches)).enumerate()
+            {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                io.lines(s.try_clone()?, move |v| match v {
+                    Some(v) => Some(Input::Control(i, ControlReply::from_json(&v))),
+                    None => Some(Input::Closed("switch control")),
+                });
+                links.push((s, VecDeque::new()));
+            }
+        }
+        let agent = ServerAgent::new(plan.clone(), io.node, modify, tuning);
+        Ok(ServerRuntime {
+            agent,
+            io,
+            plan,
+            controller,
+            links,
+            events: VecDeque::new(),
+            answer_probes: true,
+            controller_addr: opts.controller,
+            name,
+        })
+    }
+
+    /// The plan the controller gave.
+    pub fn plan(&self) -> &AppPlan {
+        &self.plan
+    }
+
+    /// This agent's node.
+    pub fn node(&self) -> u16 {
+        self.io.node
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        self.agent.stats()
+    }
+
+    /// Keys with a data-plane cell.
+    pub fn resident_keys(&self) -> usize {
+        self.agent.resident_keys()
+    }
+
+    /// Asks the controller where the members that joined are.
+    pub fn refresh_members(&mut self) -> io::Result<()> {
+        let (_, reply) =
+            controller_call(self.controller_addr, &Request::Lookup { name: self.name.clone() })?;
+        if let Reply::Plan(_, nodes) = reply {
+            for (m, n) in nodes.iter().enumerate() {
+                if let Some(n) = n {
+                    self.agent.set_member_node(m as u16, *n);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Members the agent has heard from or been told about.
+    pub fn joined(&self) -> usize {
+        self.agent.known_members()
+    }
+
+    /// Stops answering the controller's probes (a hung process, for tests).
+    pub fn ignore_probes(&mut self) {
+        self.answer_probes = false;
+    }
+
+    /// Tells the agent where members are.
+    pub fn set_member_nodes(&mut self, nodes: &[u16]) {
+        self.agent.set_member_nodes(nodes);
+    }
+
+    /// Opens a vote instance (see `ServerAgent::propose`).
+    pub fn propose(&mut self, instance: u32, value: i64) -> Result<(), String> {
+        let r = self.agent.propose(now_us(), instance, value);
+        self.flush();
+        r
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ServerEvent> {
+        self.events.pop_front()
+    }
+
+    fn flush(&mut self) {
+        while let Some(t) = self.agent.poll_transmit() {
+            self.io.send(t.dst, &t.bytes);
+        }
+        while let Some(r) = self.agent.poll_control() {
+            match self.links.get_mut(usize::from(r.chain_index)) {
+                Some((s, tokens)) => {
+                    if write_value(s, &r.control.to_json()).is_ok() {
+                        tokens.push_back(r.token);
+                    }
+                }
+                None => {
+                    let reply = ControlReply::Refused(format!("no switch {}", r.chain_index));
+                    self.agent.handle_control(now_us(), r.token, reply);
+                }
+            }
+        }
+        while let Some(e) = self.agent.poll_event() {
+            self.events.push_back(e);
+        }
+    }
+
+    /// Runs the agent for at most `max_wait`: one wait for input, what
+    /// else is queued, due timers. Errors when the controller or a switch
+    /// connection is gone.
+    pub fn step(&mut self, max_wait: Duration) -> io::Result<()> {
+        self.flush();
+        let next = earliest(self.agent.poll_timeout(), self.io.send_due());
+        let wait = until(next, max_wait);
+        for input in self.io.inputs(wait) {
+            let now = now_us();
+            match input {
+                Input::Udp(d) => self.agent.handle(now, &d),
+                Input::Control(i, reply) => {
+                    let token = self.links.get_mut(i).and_then(|l| l.1.pop_front());
+                    if let Some(t) = token {
+                        let reply = reply.unwrap_or_else(ControlReply::Refused);
+                        self.agent.handle_control(now, t, reply);
+                    }
+                }
+                Input::Controller(Ok(Reply::Probe(app))) => {
+                    if self.answer_probes {
+                        let _ = write_value(
+                            &mut self.controller,
+                            &Request::Heartbeat { app }.to_json(),
+                        );
+                    }
+                }
+                Input::Controller(_) => {}
+                Input::Closed(what) => {
+                    return Err(io::Error::other(format!("{what} connection closed")))
+                }
+            }
+        }
+        let now = now_us();
+        if self.agent.poll_timeout().is_some_and(|t| t <= now) {
+            self.agent.handle_timeout(now);
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// Steps until `done` holds or `limit` passes; `true` if `done` held.
+    pub fn serve_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut ServerRuntime) -> bool,
+    ) -> io::Result<bool> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if done(self) {
+                return Ok(true);
+            }
+            self.step(Duration::from_millis(5))?;
+        }
+        Ok(done(self))
+    }
+
+    /// Releases the application's resources at the controller.
+    pub fn deregister(mut self) -> io::Result<()> {
+        write_value(&mut self.controller, &Request::Deregister { app: self.plan.app }.to_json())
+    }
+}
+
+/// A client agent with its socket.
+#[derive(Debug)]
+pub struct ClientRuntime {
+    agent: ClientAgent,
+    io: Io,
+    events: VecDeque<Event>,
+    /// How long a call may take before it fails.
+    pub call_timeout: Duration,
+}
+
+impl ClientRuntime {
+    /// Joins application `name` as member `member`.
+    pub fn join(
+        opts: &Options,
+        name: &str,
+        member: u16,
+        tuning: ClientTuning,
+    ) -> io::Result<ClientRuntime> {
+        let io = Io::bind(opts)?;
+        let req = Request::Join { name: name.into(), member, node: io.node };
+        let (_stream, reply) = controller_call(opts.controller, &req)?;
+        let plan = match reply {
+            Reply::Plan(p, _) => p,
+            Reply::Error(e) => return Err(io::Error::other(format!("join refused: {e}"))),
+            other => return Err(invalid(format!("unexpected reply {other:?}"))),
+        };
+        let agent = ClientAgent::new(plan, member, io.node, tuning);
+        Ok(ClientRuntime {
+            agent,
+            io,
+            events: VecDeque::new(),
+            call_timeout: Duration::from_secs(120),
+        })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &AppPlan {
+        self.agent.plan()
+    }
+
+    /// This agent's node.
+    pub fn node(&self) -> u16 {
+        self.io.node
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.agent.stats()
+    }
+
+    fn step(&mut self, max_wait: Duration) {
+        let now = now_us();
+        while let Some(t) = self.agent.poll_transmit(now) {
+            self.io.send(t.dst, &t.bytes);
+        }
+        let next = earliest(self.agent.poll_timeout(), self.io.send_due());
+        let wait = until(next, max_wait);
+        for input in self.io.inputs(wait) {
+            if let Input::Udp(d) = input {
+                self.agent.handle(now_us(), &d);
+            }
+        }
+        let now = now_us();
+        if self.agent.poll_timeout().is_some_and(|t| t <= now) {
+            self.agent.handle_timeout(now);
+        }
+        while let Some(t) = self.agent.poll_transmit(now) {
+            self.io.send(t.dst, &t.bytes);
+        }
+        while let Some(e) = self.agent.poll_event() {
+            self.events.push_back(e);
+        }
+    }
+
+    fn wait(&mut self, call: CallId) -> Result<Outcome, String> {
+        let end = Instant::now() + self.call_timeout;
+        loop {
+            if let Some(i) = self
+                .events
+                .iter()
+                .position(|e| matches!(e, Event::Done { call: c, .. } if *c == call))
+            {
+                if let Some(Event::Done { outcome, .. }) = self.events.remove(i) {
+                    return Ok(outcome);
+                }
+            }
+            if Instant::now() >= end {
+                return Err(format!("call did not finish within {:?}", self.call_timeout));
+            }
+            self.step(Duration::from_millis(5));
+        }
+    }
+
+    /// `Map.addTo`.
+    pub fn add(&mut self, items: &[(Vec<u8>, i64)]) -> Result<(), String> {
+        let call = self.agent.add(items)?;
+        self.wait(call).map(|_| ())
+    }
+
+    /// `Map.get`.
+    pub fn get(&mut self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, i64)>, String> {
+        let call = self.agent.get(keys)?;
+        match self.wait(call)? {
+            Outcome::Values(v) => Ok(v),
+            other => Err(format!("unexpected outcome {other:?}")),
+        }
+    }
+
+    /// `Map.clear`.
+    pub fn clear(&mut self) -> Result<(), String> {
+        let call = self.agent.clear();
+        self.wait(call).map(|_| ())
+    }
+
+    /// Synchronous aggregation.
+    pub fn aggregate(&mut self, values: &[i32]) -> Result<Vec<i64>, String> {
+        let call = self.agent.aggregate(values);
+        match self.wait(call)? {
+            Outcome::Aggregated(v) => Ok(v),
+            other => Err(format!("unexpected outcome {other:?}")),
+        }
+    }
+
+    /// A `CntFwd` vote.
+    pub fn vote(&mut self, instance: u32, value: i32, addr: Addr) -> Result<(), String> {
+        let call = self.agent.vote(instance, value, addr);
+        self.wait(call).map(|_| ())
+    }
+
+    /// The next event that is not a finished call (a proposal, a commit),
+    /// waiting up to `timeout`.
+    pub fn next_event(&mut self, timeout: Duration) -> Option<Event> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.events.iter().position(|e| !matches!(e, Event::Done { .. })) {
+                return self.events.remove(i);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            self.step(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts a vote without waiting for it (votes for many instances can
+    /// be in flight); finished votes are dropped from the event queue.
+    pub fn vote_async(&mut self, instance: u32, value: i32, addr: Addr) {
+        self.agent.vote(instance, value, addr);
+    }
+
+    /// Runs the agent until it is idle (everything acknowledged) or `limit`.
+    pub fn drain(&mut self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while !self.agent.is_idle() {
+            if Instant::now() >= end {
+                return false;
+            }
+            self.step(Duration::from_millis(5));
+            self.events.retain(|e| !matches!(e, Event::Done { outcome: Outcome::Voted, .. }));
+        }
+        true
+    }
+}

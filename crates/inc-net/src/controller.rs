@@ -1,0 +1,257 @@
+//! `protoplane controller`: registration, name lookup and memory for the
+//! applications, on a TCP port (JSON lines, `protoplane_inc::messages`).
+//!
+//! At start it connects to each switch's control plane and asks for its
+//! shape (`describe`); with no switch it runs without a data plane and
+//! every plan it hands out has no memory. One thread runs the
+//! [`Controller`]; each agent connection has a reader thread. A
+//! registration is answered only after every switch installed the
+//! application, so no agent sends before the data plane holds it.
+
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use protoplane_inc::controller::{Controller, ControllerEvent, ControllerTuning, DataPlane};
+use protoplane_inc::messages::{Reply, Request};
+use protoplane_inc::switch::{Control, ControlReply};
+
+use crate::lines::{call, write_value, LineReader};
+use crate::now_us;
+
+/// How to run a controller.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Address to bind.
+    pub host: IpAddr,
+    /// TCP port for agents; 0 picks one.
+    pub port: u16,
+    /// Control-plane addresses of the switches, in chain order (empty: no
+    /// data plane).
+    pub switches: Vec<SocketAddr>,
+    /// Timeouts.
+    pub tuning: ControllerTuning,
+}
+
+struct SwitchLink {
+    stream: TcpStream,
+    reader: LineReader<TcpStream>,
+}
+
+impl SwitchLink {
+    fn call(&mut self, c: &Control) -> io::Result<ControlReply> {
+        let v = call(&mut self.stream, &mut self.reader, &c.to_json())?;
+        ControlReply::from_json(&v).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
+    }
+}
+
+enum Msg {
+    Request(u64, Result<Request, String>),
+    Closed(u64),
+}
+
+/// A bound controller.
+#[derive(Debug)]
+pub struct Runner {
+    listener: TcpListener,
+    opts: ControllerOptions,
+}
+
+/// Binds the port; returns it and the loop to run.
+pub fn bind(opts: ControllerOptions) -> io::Result<(SocketAddr, Runner)> {
+    let listener = TcpListener::bind(SocketAddr::new(opts.host, opts.port))?;
+    Ok((listener.local_addr()?, Runner { listener, opts }))
+}
+
+impl Runner {
+    /// Runs until `stop` is set. `log` gets one line per registration,
+    /// probe and reclaim.
+    pub fn run(self, stop: Arc<AtomicBool>, mut log: impl FnMut(&str)) -> io::Result<()> {
+        let mut links = Vec::new();
+        let mut plane: Option<DataPlane> = None;
+        for addr in &self.opts.switches {
+            let stream = TcpStream::connect(addr)?;
+            stream.set_nodelay(true)?;
+            let reader = LineReader::new(stream.try_clone()?);
+            let mut link = SwitchLink { stream, reader };
+            match link.call(&Control::Describe)? {
+                ControlReply::Described { node, groups, registers, flows, window, .. } => {
+                    let p = plane.get_or_insert(DataPlane {
+                        switches: Vec::new(),
+                        groups,
+                        registers,
+                        flows,
+                        window,
+                    });
+                    p.switches.push(node);
+                    p.groups = p.groups.min(groups);
+                    p.registers = p.registers.min(registers);
+                    p.flows = p.flows.min(flows);
+                    if p.window != window {
+                        return Err(io::Error::new(
+                            ErrorKind::InvalidInput,
+                            "switches of a chain need the same window",
+                        ));
+                    }
+                }
+                other => {
+                    return Err(io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!("describe: {other:?}"),
+                    ))
+                }
+            }
+            links.push(link);
+        }
+        let mut controller = Controller::new(plane, self.opts.tuning);
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let writers: Arc<Mutex<HashMap<u64, TcpStream>>> = Arc::default();
+        let listener = self.listener.try_clone()?;
+        let w2 = writers.clone();
+        thread::spawn(move || accept(listener, tx, w2));
+        // Which connection registered which application (for probes).
+        let mut owners: HashMap<u16, u64> = HashMap::new();
+        while !stop.load(Ordering::Relaxed) {
+            match rx.recv_timeout(Duration::from_millis(5)) {
+                Ok(Msg::Request(conn, req)) => {
+                    let now = now_us();
+                    let reply = match req {
+                        Err(why) => Reply::Error(why),
+                        Ok(r) => handle(&mut controller, now, r, conn, &mut owners, &mut log),
+                    };
+                    // Install before answering: drain the switch requests now.
+                    flush(&mut controller, &mut links)?;
+                    send(&writers, conn, &reply);
+                }
+                Ok(Msg::Closed(conn)) => {
+                    if let Ok(mut w) = writers.lock() {
+                        w.remove(&conn);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let now = now_us();
+            if controller.poll_timeout().is_some_and(|t| t <= now) {
+                controller.handle_timeout(now);
+                flush(&mut controller, &mut links)?;
+            }
+            while let Some(e) = controller.poll_event() {
+                match e {
+                    ControllerEvent::Probe { app, .. } => {
+                        log(&format!("probe application {app}"));
+                        if let Some(conn) = owners.get(&app) {
+                            send(&writers, *conn, &Reply::Probe(app));
+                        }
+                    }
+                    ControllerEvent::Reclaimed { app, name } => {
+                        owners.remove(&app);
+                        log(&format!("reclaimed application {app} ({name}): no heartbeat"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn handle(
+    c: &mut Controller,
+    now: u64,
+    r: Request,
+    conn: u64,
+    owners: &mut HashMap<u16, u64>,
+    log: &mut impl FnMut(&str),
+) -> Reply {
+    match r {
+        Request::Register(reg) => {
+            let name = reg.name.clone();
+            match c.register(now, reg) {
+                Ok(plan) => {
+                    owners.insert(plan.app, conn);
+                    log(&format!(
+                        "registered {name} as application {} ({} members, memory {:?})",
+                        plan.app, plan.members, plan.memory
+                    ));
+                    Reply::Plan(plan, Vec::new())
+                }
+                Err(e) => Reply::Error(e),
+            }
+        }
+        Request::Join { name, member, node } => match c.join(now, &name, member, node) {
+            Ok(plan) => Reply::Plan(plan, Vec::new()),
+            Err(e) => Reply::Error(e),
+        },
+        Request::Lookup { name } => match c.lookup(&name) {
+            Some((plan, members)) => Reply::Plan(plan, members),
+            None => Reply::Error(format!("no application named {name:?}")),
+        },
+        Request::Heartbeat { app } => {
+            c.heartbeat(now, app);
+            Reply::Ok
+        }
+        Request::Deregister { app } => match c.deregister(app) {
+            Ok(()) => {
+                owners.remove(&app);
+                log(&format!("deregistered application {app}"));
+                Reply::Ok
+            }
+            Err(e) => Reply::Error(e),
+        },
+    }
+}
+
+fn flush(c: &mut Controller, links: &mut [SwitchLink]) -> io::Result<()> {
+    while let Some((token, chain, control)) = c.poll_control() {
+        let reply = match links.get_mut(usize::from(chain)) {
+            Some(l) => l.call(&control)?,
+            None => ControlReply::Refused(format!("no switch {chain}")),
+        };
+        c.handle_control(token, reply);
+    }
+    Ok(())
+}
+
+fn send(writers: &Arc<Mutex<HashMap<u64, TcpStream>>>, conn: u64, reply: &Reply) {
+    if let Ok(mut w) = writers.lock() {
+        if let Some(s) = w.get_mut(&conn) {
+            if write_value(s, &reply.to_json()).is_err() {
+                w.remove(&conn);
+            }
+        }
+    }
+}
+
+fn accept(listener: TcpListener, tx: Sender<Msg>, writers: Arc<Mutex<HashMap<u64, TcpStream>>>) {
+    for (id, stream) in listener.incoming().enumerate() {
+        let Ok(stream) = stream else { continue };
+        let id = id as u64;
+        let _ = stream.set_nodelay(true);
+        let Ok(w) = stream.try_clone() else { continue };
+        if let Ok(mut map) = writers.lock() {
+            map.insert(id, w);
+        }
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut r = LineReader::new(stream);
+            loop {
+                match r.next_value() {
+                    Ok(Some(v)) => {
+                        if tx.send(Msg::Request(id, Request::from_json(&v))).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        let _ = tx.send(Msg::Closed(id));
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}

@@ -42,7 +42,7 @@
 //! | `Map.get` | `Method`, `Keys` (a request `protoplane.inc.Keys`), `Result` (a response map IEDT): read the aggregated values of the keys |
 //! | `Map.clear` | `Method`, `Policy` (`copy`, `shadow`, `lazy`, [`ClearPolicy`]): how aggregation slots are made ready again |
 //! | `Stream.modify` | `Method`, `Field` (a request `Int`, `IntArray`, `IntMap`, `StrIntMap`; with `Precision` also `FloatArray`, `IntFloatMap`, `StrFloatMap`), `Op` (`add`, `max`, `min`, `and`, `or`, `shl`, `shr`, [`ModifyOp`]), `Parameter` (an `i32`; 0 to 31 for `shl`/`shr`) |
-//! | `CntFwd` | `Method`, `Keys` (a request `Int`, `IntArray` or `Keys`), `Threshold` (a number ≥ 1 or `"members"`), `Destinations` (`server` (default), `clients`, `both`), `Count` (`test-and-set` (default), `accumulate`) |
+//! | `CntFwd` | `Method`, `Keys` (a request `Int`, `IntArray`, `FloatArray` (counted per position) or `Keys`), `Threshold` (a number ≥ 1, `"members"` or `"majority"`), `Destinations` (`server` (default), `clients`, `both`), `Count` (`test-and-set` (default), `accumulate`) |
 //!
 //! Every primitive key is optional and holds an array of entries. Every
 //! `Field` / `Keys` names a field of the method's request message and
@@ -77,6 +77,7 @@ use prost_types::FileDescriptorSet;
 use protoplane_schema::{Field, FieldFlags, Kind, Label, TableSet};
 use serde_json::{Map, Value};
 
+use crate::controller::Registration;
 use crate::keys::Quantizer;
 use crate::plan::{CachePolicy, ClearPolicy};
 use crate::switch::{CountMode, Destinations, ModifyOp};
@@ -360,6 +361,26 @@ pub fn load_protos(
     Ok((tables, services_of(&set)))
 }
 
+/// The IEDT package, for schemas compiled from text
+/// (`protoplane/inc.proto`).
+pub const INC_PROTO: &str = include_str!("../../../protos/protoplane/inc.proto");
+
+/// Compiles `.proto` texts — (import name, text); `protoplane/inc.proto` is
+/// provided — into tables and services.
+pub fn load_sources(
+    sources: &[(&str, &str)],
+) -> std::result::Result<(TableSet, Vec<ServiceSig>), NetFilterError> {
+    let schema =
+        |e: protoplane_schema::SchemaError| NetFilterError::new("", format!("schema: {e}"));
+    let mut all =
+        vec![protoplane_schema::ProtoSource { name: "protoplane/inc.proto", text: INC_PROTO }];
+    all.extend(sources.iter().map(|(name, text)| protoplane_schema::ProtoSource { name, text }));
+    let roots: Vec<&str> = sources.iter().map(|(n, _)| *n).collect();
+    let set = protoplane_schema::compile_proto_sources(&all, &roots).map_err(schema)?;
+    let tables = TableSet::from_file_descriptor_set(&set).map_err(schema)?;
+    Ok((tables, services_of(&set)))
+}
+
 /// The service a NetFilter is for: the one its `Service` names (full or
 /// unqualified name), or the only service of the schema when it names none.
 pub fn select_service<'a>(
@@ -478,6 +499,8 @@ pub enum Threshold {
     Count(u32),
     /// The application's number of members (synchronous aggregation).
     Members,
+    /// More than half of the members (agreement).
+    Majority,
 }
 
 impl Threshold {
@@ -486,6 +509,7 @@ impl Threshold {
         match self {
             Threshold::Count(n) => n,
             Threshold::Members => members,
+            Threshold::Majority => members / 2 + 1,
         }
     }
 }
@@ -648,6 +672,30 @@ impl NetFilter {
         self.precision.map(Quantizer::new)
     }
 
+    /// What to ask the controller for: an instance `name` of this
+    /// application with `members` members and `flows_per_member` flows each.
+    pub fn registration(&self, name: &str, members: u16, flows_per_member: u16) -> Registration {
+        let (threshold, forward, count) = self.counting().unwrap_or((
+            Threshold::Members,
+            Destinations::Members,
+            CountMode::TestAndSet,
+        ));
+        Registration {
+            name: name.to_string(),
+            server: 0,
+            members,
+            flows_per_member,
+            memory: self.memory,
+            clear: self.clear_policy(),
+            cache: self.cache,
+            threshold: threshold.resolve(u32::from(members)),
+            forward,
+            count,
+            modify: self.modify_op(),
+            key_bits: 32,
+        }
+    }
+
     /// Whether any rule uses a float IEDT.
     pub fn uses_floats(&self) -> bool {
         self.add_to.iter().any(|r| r.field.iedt.is_float())
@@ -720,7 +768,7 @@ const STREAMS: &[Iedt] = &[
     Iedt::IntFloatMap,
     Iedt::StrFloatMap,
 ];
-const VOTES: &[Iedt] = &[Iedt::Int, Iedt::IntArray, Iedt::Keys];
+const VOTES: &[Iedt] = &[Iedt::Int, Iedt::IntArray, Iedt::FloatArray, Iedt::Keys];
 
 impl<'a> Cx<'a> {
     /// The entries of primitive `key`, with the members they may have.
@@ -1039,16 +1087,17 @@ impl<'a> Cx<'a> {
                 None => {
                     return Err(NetFilterError::new(
                         e.at("Threshold"),
-                        "missing (a number of at least 1, or \"members\")",
+                        "missing (a number of at least 1, \"members\" or \"majority\")",
                     ))
                 }
                 Some(Value::String(s)) if s == "members" => Threshold::Members,
-                Some(Value::String(s)) => {
-                    return Err(NetFilterError::new(
-                        e.at("Threshold"),
-                        format!("expected a number of at least 1 or \"members\", got {s:?}"),
-                    ))
-                }
+                Some(Value::String(s)) if s == "majority" => Threshold::Majority,
+                Some(Value::String(s)) => return Err(NetFilterError::new(
+                    e.at("Threshold"),
+                    format!(
+                        "expected a number of at least 1, \"members\" or \"majority\", got {s:?}"
+                    ),
+                )),
                 Some(v) => {
                     let path = e.at("Threshold");
                     let n = integer_in(&path, v, 1, i64::from(u32::MAX))? as u32;
@@ -1101,7 +1150,7 @@ const ARRAY_OR_MAP: &str = "an array or map IEDT (protoplane.inc.IntArray, Float
 const A_MAP: &str = "a map IEDT (protoplane.inc.IntMap, StrIntMap, IntFloatMap or StrFloatMap)";
 const STREAM: &str = "an integer IEDT (protoplane.inc.Int, IntArray, IntMap or StrIntMap) or, \
                       with Precision, a float one (FloatArray, IntFloatMap or StrFloatMap)";
-const VOTE: &str = "a protoplane.inc.Int, IntArray or Keys";
+const VOTE: &str = "a protoplane.inc.Int, IntArray, FloatArray (counted per position) or Keys";
 const OPS: &str = "add, max, min, and, or, shl, shr";
 
 /// The (method, field) pairs a primitive has seen.
@@ -1252,6 +1301,7 @@ fn counting_label(t: Threshold, d: Destinations, c: CountMode) -> String {
     let t = match t {
         Threshold::Count(n) => n.to_string(),
         Threshold::Members => "\"members\"".into(),
+        Threshold::Majority => "\"majority\"".into(),
     };
     let d = match d {
         Destinations::Server => "server",

@@ -462,11 +462,11 @@ const INVALID: &[(&str, &str)] = &[
     // CntFwd.
     (
         r#"{"AppName": "a", "CntFwd": [{"Method": "Count", "Keys": "counts", "Threshold": 2}]}"#,
-        "CntFwd[0].Keys: counts of wordcount.CountRequest (request of Count) is a protoplane.inc.StrIntMap; CntFwd's Keys must be a protoplane.inc.Int, IntArray or Keys",
+        "CntFwd[0].Keys: counts of wordcount.CountRequest (request of Count) is a protoplane.inc.StrIntMap; CntFwd's Keys must be a protoplane.inc.Int, IntArray, FloatArray (counted per position) or Keys",
     ),
     (
         r#"{"AppName": "a", "CntFwd": [{"Method": "Vote", "Keys": "ballot"}]}"#,
-        "CntFwd[0].Threshold: missing (a number of at least 1, or \"members\")",
+        "CntFwd[0].Threshold: missing (a number of at least 1, \"members\" or \"majority\")",
     ),
     (
         r#"{"AppName": "a", "CntFwd": [{"Method": "Vote", "Keys": "ballot", "Threshold": 0}]}"#,
@@ -474,7 +474,7 @@ const INVALID: &[(&str, &str)] = &[
     ),
     (
         r#"{"AppName": "a", "CntFwd": [{"Method": "Vote", "Keys": "ballot", "Threshold": "all"}]}"#,
-        "CntFwd[0].Threshold: expected a number of at least 1 or \"members\", got \"all\"",
+        "CntFwd[0].Threshold: expected a number of at least 1, \"members\" or \"majority\", got \"all\"",
     ),
     (
         r#"{"AppName": "a", "CntFwd": [{"Method": "Vote", "Keys": "ballot", "Threshold": 33}]}"#,

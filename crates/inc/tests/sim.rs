@@ -308,3 +308,194 @@ fn agreement_commits_every_instance_once_under_faults() {
     let cfg = SimConfig { switches: 0, faults: lossy(), ..SimConfig::default() };
     agreement(cfg, 5, 3, 64, 100);
 }
+
+/// One application instance of the shared-data-plane scenarios.
+enum Instance {
+    Agg {
+        members: Vec<u16>,
+        expect: Vec<i64>,
+        done: usize,
+    },
+    Kv {
+        members: Vec<u16>,
+        expect: std::collections::BTreeMap<Vec<u8>, i64>,
+        phase: u8,
+    },
+    Vote {
+        server: u16,
+        members: Vec<u16>,
+        instances: u32,
+        committed: std::collections::BTreeMap<u32, i32>,
+    },
+}
+
+/// Starts instance `i` of kind `i % 3` with its own nodes.
+fn start(sim: &mut Sim, i: u16, memory: u32) -> Instance {
+    let server = 1000 + i * 10;
+    let members: Vec<u16> = (1..=3).map(|m| server + m).collect();
+    let mut rng = Rng::new(u64::from(i));
+    match i % 3 {
+        0 => {
+            let r = reg(&format!("agg-{i}"), memory, ClearPolicy::Lazy, 3, Destinations::Members);
+            sim.add_app(r, server, &members, ClientTuning::default(), ServerTuning::default())
+                .expect("setup");
+            let vs: Vec<Vec<i32>> = members
+                .iter()
+                .map(|_| (0..700).map(|_| rng.below(1000) as i32 - 500).collect())
+                .collect();
+            let expect = (0..700).map(|k| vs.iter().map(|v| i64::from(v[k])).sum()).collect();
+            for (m, v) in members.iter().zip(&vs) {
+                sim.client(*m).aggregate(v);
+            }
+            Instance::Agg { members, expect, done: 0 }
+        }
+        1 => {
+            let mut r = reg(&format!("kv-{i}"), memory, ClearPolicy::Copy, 1, Destinations::Server);
+            r.cache = CachePolicy::Fcfs;
+            sim.add_app(r, server, &members, ClientTuning::default(), ServerTuning::default())
+                .expect("setup");
+            let mut expect = std::collections::BTreeMap::new();
+            for m in &members {
+                let items: Vec<(Vec<u8>, i64)> = (0..300)
+                    .map(|_| (int_key(rng.below(200) as i64), rng.below(50) as i64))
+                    .collect();
+                for (k, v) in &items {
+                    *expect.entry(k.clone()).or_insert(0) += v;
+                }
+                sim.client(*m).add(&items).expect("setup");
+            }
+            Instance::Kv { members, expect, phase: 0 }
+        }
+        _ => {
+            let r = reg(&format!("vote-{i}"), memory, ClearPolicy::Copy, 2, Destinations::Both);
+            sim.add_app(r, server, &members, ClientTuning::default(), ServerTuning::default())
+                .expect("setup");
+            let now = sim.now();
+            for k in 1..=50 {
+                sim.server(server).propose(now, k, i64::from(k) + i64::from(i)).expect("setup");
+            }
+            Instance::Vote { server, members, instances: 50, committed: Default::default() }
+        }
+    }
+}
+
+/// Advances an instance; `true` once it finished and was checked.
+fn advance(sim: &mut Sim, inst: &mut Instance) -> bool {
+    match inst {
+        Instance::Agg { members, expect, done } => {
+            for m in members.iter() {
+                for e in sim.take_client_events(*m) {
+                    if let Event::Done { outcome: Outcome::Aggregated(s), .. } = e {
+                        assert!(s == *expect, "aggregation of {m} is wrong");
+                        *done += 1;
+                    }
+                }
+            }
+            *done == members.len()
+        }
+        Instance::Kv { members, expect, phase } => {
+            if *phase == 0 && members.iter().all(|m| sim.client(*m).is_idle()) {
+                for m in members.iter() {
+                    sim.take_client_events(*m);
+                }
+                let keys: Vec<Vec<u8>> = expect.keys().cloned().collect();
+                sim.client(members[0]).get(&keys).expect("get");
+                *phase = 1;
+            }
+            if *phase == 1 {
+                for e in sim.take_client_events(members[0]) {
+                    if let Event::Done { outcome: Outcome::Values(v), .. } = e {
+                        let got: std::collections::BTreeMap<Vec<u8>, i64> = v.into_iter().collect();
+                        assert!(got == *expect, "key-value results are wrong");
+                        *phase = 2;
+                    }
+                }
+            }
+            *phase == 2
+        }
+        Instance::Vote { server, members, instances, committed } => {
+            for m in members.iter() {
+                for e in sim.take_client_events(*m) {
+                    if let Event::Proposal { instance, value, addr } = e {
+                        sim.client(*m).vote(instance, value as i32, addr);
+                    }
+                }
+            }
+            for e in sim.take_server_events(*server) {
+                let protoplane_inc::server::ServerEvent::Committed { instance, value, .. } = e;
+                assert!(committed.insert(instance, value).is_none(), "committed twice");
+            }
+            committed.len() == *instances as usize
+                && committed
+                    .iter()
+                    .all(|(k, v)| i64::from(*v) == i64::from(*k) + (i64::from(*server) - 1000) / 10)
+        }
+    }
+}
+
+#[test]
+fn twenty_instances_of_three_kinds_share_a_small_data_plane_exactly() {
+    // 20 instances ask for 16 indices each from 128: the first 8 get
+    // memory, the rest run on their server agents.
+    let mut cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    cfg.switch.registers = 128;
+    let mut sim = Sim::new(cfg).expect("setup");
+    let mut all: Vec<Instance> = (0..20).map(|i| start(&mut sim, i, 16)).collect();
+    assert_eq!(sim.controller().free_memory(), 0, "memory is exhausted");
+    let mut finished = vec![false; all.len()];
+    let done = sim.run_until(120_000_000, |sim| {
+        for (i, inst) in all.iter_mut().enumerate() {
+            if !finished[i] {
+                finished[i] = advance(sim, inst);
+            }
+        }
+        finished.iter().all(|f| *f)
+    });
+    assert!(
+        done,
+        "unfinished instances: {:?}",
+        finished.iter().enumerate().filter(|f| !f.1).map(|f| f.0).collect::<Vec<_>>()
+    );
+    let st = sim.switch(0).stats();
+    assert!(
+        st.applied > 0 && st.not_admitted > 0,
+        "some instances on the data plane, some not: {st:?}"
+    );
+    assert_eq!(st.double_touch, 0);
+}
+
+#[test]
+fn a_dead_application_is_reclaimed_without_disturbing_the_others() {
+    let mut cfg = SimConfig { faults: lossy(), ..SimConfig::default() };
+    cfg.switch.registers = 64;
+    cfg.controller = protoplane_inc::controller::ControllerTuning {
+        poll_us: 1_000,
+        idle_us: 20_000,
+        dead_us: 20_000,
+    };
+    let mut sim = Sim::new(cfg).expect("setup");
+    // A takes half the memory and dies; B keeps working all along.
+    let mut a = start(&mut sim, 0, 32);
+    let mut b = start(&mut sim, 1, 32);
+    assert_eq!(sim.controller().free_memory(), 0);
+    assert!(sim.run_until(10_000_000, |sim| advance(sim, &mut a)), "A runs first");
+    sim.kill_app(1000, &[1001, 1002, 1003]);
+    let app_a = 1;
+    let reclaimed = sim.run_until(10_000_000, |sim| sim.reclaimed().contains(&app_a));
+    assert!(reclaimed, "A's memory came back");
+    assert_eq!(sim.controller().free_memory(), 32);
+    let dropped = sim.run_until(1_000_000, |sim| sim.switch(0).apps().count() == 1);
+    assert!(dropped, "the data plane dropped A");
+    // A newcomer gets A's memory; B finishes exactly.
+    let mut c = start(&mut sim, 3, 32);
+    assert_eq!(sim.controller().free_memory(), 0, "the newcomer got A's memory");
+    assert_eq!(sim.switch(0).apps().count(), 2);
+    let mut finished = (false, false);
+    let done = sim.run_until(60_000_000, |sim| {
+        finished.0 = finished.0 || advance(sim, &mut b);
+        finished.1 = finished.1 || advance(sim, &mut c);
+        finished.0 && finished.1
+    });
+    assert!(done, "B and the newcomer finish: {finished:?}");
+    assert!(sim.switch(0).stats().results > 0, "the newcomer aggregated on the data plane");
+}

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use protoplane_inc::client::ClientTuning;
 use protoplane_inc::controller::Registration;
-use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc::netfilter::{load_sources, select_service, NetFilter};
 use protoplane_inc::server::{ServerStats, ServerTuning};
-use protoplane_inc::switch::{CountMode, Destinations, ModifyOp};
+use protoplane_inc::switch::ModifyOp;
 use protoplane_inc_net::agent::{ClientRuntime, Options, ServerRuntime};
-use serde_json::Value;
 
 use crate::{agreement, async_agg, check, key_value, sync_agg, Params, Verdict};
 
@@ -84,60 +83,26 @@ pub fn code_lines(src: &str) -> usize {
     src.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("//")).count()
 }
 
+/// The application's NetFilter, checked against its service.
+pub fn netfilter(app: App) -> Result<NetFilter, String> {
+    let file = format!("examples/{}.proto", app.name());
+    let (tables, services) = load_sources(&[(&file, app.proto())]).map_err(|e| e.to_string())?;
+    let service = select_service(&services, app.filter()).map_err(|e| e.to_string())?;
+    NetFilter::parse(app.filter(), service, &tables)
+        .map_err(|e| format!("{} NetFilter: {e}", app.name()))
+}
+
 /// What the filter asks of the data plane, for `members` members.
 pub fn registration(
     app: App,
     name: &str,
     members: u16,
 ) -> Result<(Registration, Option<(ModifyOp, i32)>), String> {
-    let f: Value =
-        serde_json::from_str(app.filter()).map_err(|e| format!("{}: {e}", app.name()))?;
-    let first = |prim: &str, key: &str| {
-        f.get(prim).and_then(|v| v.get(0)).and_then(|r| r.get(key)).cloned()
-    };
-    let clear = first("Map.clear", "Policy")
-        .and_then(|v| v.as_str().and_then(ClearPolicy::parse))
-        .unwrap_or(ClearPolicy::Lazy);
-    let cache = f
-        .get("Cache")
-        .and_then(Value::as_str)
-        .and_then(CachePolicy::parse)
-        .unwrap_or(CachePolicy::PeriodicCounting);
-    let threshold = match first("CntFwd", "Threshold") {
-        Some(Value::String(s)) if s == "members" => u32::from(members),
-        Some(Value::String(s)) if s == "majority" => u32::from(members) / 2 + 1,
-        Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("bad Threshold")?,
-        None => u32::from(members),
-    };
-    let forward = first("CntFwd", "Destinations")
-        .and_then(|v| v.as_str().and_then(Destinations::parse))
-        .unwrap_or(Destinations::Members);
-    let count = first("CntFwd", "Count")
-        .and_then(|v| v.as_str().and_then(CountMode::parse))
-        .unwrap_or(CountMode::TestAndSet);
-    let modify = match (first("Stream.modify", "Op"), first("Stream.modify", "Parameter")) {
-        (Some(op), Some(p)) => Some((
-            op.as_str().and_then(ModifyOp::parse).ok_or("bad Stream.modify Op")?,
-            p.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or("bad Stream.modify Parameter")?,
-        )),
-        _ => None,
-    };
-    let memory = f.get("Memory").and_then(Value::as_u64).unwrap_or(256) as u32;
-    let flows_per_member = if matches!(app, App::AsyncAgg | App::KeyValue) { 2 } else { 1 };
-    let reg = Registration {
-        name: name.to_string(),
-        server: 0,
-        members,
-        flows_per_member,
-        memory,
-        clear,
-        cache,
-        threshold,
-        forward,
-        count,
-        modify,
-        key_bits: 32,
-    };
+    let f = netfilter(app)?;
+    // Map workloads spread a large call over two flows per member.
+    let flows_per_member = if f.add_to.is_empty() || !f.cnt_fwd.is_empty() { 1 } else { 2 };
+    let reg = f.registration(name, members, flows_per_member);
+    let modify = reg.modify;
     Ok((reg, modify))
 }
 

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use protoplane_inc::controller::ControllerTuning;
 use protoplane_inc::faults::Faults;
+use protoplane_inc::plan::{CachePolicy, ClearPolicy};
 use protoplane_inc::switch::SwitchConfig;
 use protoplane_inc_examples::harness::{self, App};
-use protoplane_inc_examples::Params;
+use protoplane_inc_examples::{Params, Tweaks};
 use protoplane_inc_net::agent::Options;
 use protoplane_inc_net::{controller, switch, LOOPBACK};
 
@@ -305,11 +306,29 @@ pub(crate) struct RoleArgs {
     /// Faults injected by the agent itself (runs without a switch).
     #[arg(long)]
     agent_faults: bool,
+    /// Another clear policy than the NetFilter's.
+    #[arg(long)]
+    clear: Option<String>,
+    /// Another cache policy than the NetFilter's.
+    #[arg(long)]
+    cache: Option<String>,
+    /// Another amount of data-plane memory than the NetFilter's.
+    #[arg(long)]
+    memory: Option<u32>,
+    /// Per mille of overflowing gradient values (sync-agg).
+    #[arg(long, default_value_t = 0)]
+    overflow_permille: u32,
+    /// Agreement: one instance at a time (commit latency).
+    #[arg(long)]
+    sequential: bool,
+    /// Print a progress line after each unit of work.
+    #[arg(long)]
+    progress: bool,
     #[command(flatten)]
     faults: FaultArgs,
 }
 
-fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params), String> {
+fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params, Tweaks), String> {
     let app = App::parse(&a.app).ok_or_else(|| format!("unknown application {:?}", a.app))?;
     let opts = Options {
         host: LOOPBACK,
@@ -318,29 +337,61 @@ fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params), String> {
         faults: if a.agent_faults { a.faults.faults() } else { Faults::none() },
         seed: a.faults.seed ^ u64::from(a.member) << 16,
     };
-    Ok((app, opts, Params { clients: a.clients, seed: a.faults.seed, scale: a.scale }))
+    let params = Params {
+        clients: a.clients,
+        seed: a.faults.seed,
+        scale: a.scale,
+        overflow_permille: a.overflow_permille,
+        sequential: a.sequential,
+    };
+    let tweaks = Tweaks {
+        clear: match &a.clear {
+            Some(c) => Some(
+                ClearPolicy::parse(c)
+                    .ok_or_else(|| format!("--clear {c}: copy, shadow or lazy"))?,
+            ),
+            None => None,
+        },
+        cache: match &a.cache {
+            Some(c) => Some(
+                CachePolicy::parse(c)
+                    .ok_or_else(|| format!("--cache {c}: periodic-counting, fcfs or hashing"))?,
+            ),
+            None => None,
+        },
+        memory: a.memory,
+    };
+    Ok((app, opts, params, tweaks))
 }
 
 pub(crate) fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
-    let (app, opts, params) = role_setup(a)?;
+    let (app, opts, params, tweaks) = role_setup(a)?;
     if server {
         let stop = stop_on_eof(true);
-        let (verdict, stats) = harness::serve(app, &opts, &params, &a.name, &stop, |rt| {
+        let r = harness::serve(app, &opts, &params, tweaks, &a.name, &stop, |rt| {
             say(&format!("ready node={} memory={:?}", rt.node(), rt.plan().memory));
         })?;
-        if let Some(v) = verdict {
+        if let Some(v) = r.verdict {
             say(&format!("verdict exact={} items={} {}", yes(v.exact), v.items, v.detail));
         }
+        let cpu = crate::host::process_cpu_seconds().unwrap_or(f64::NAN);
+        let latency = r.commit_latency.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
+        let leader = r.leader_time.map_or(f64::NAN, |d| d.as_secs_f64());
         say(&format!(
-            "server packets={} bytes={} host_items={}",
-            stats.packets, stats.bytes, stats.host_items
+            "server packets={} bytes={} host_items={} cpu={cpu:.4} commit_latency_us={latency:.1} leader_s={leader:.4}",
+            r.stats.packets, r.stats.bytes, r.stats.host_items
         ));
         return Ok(());
     }
     let t = Instant::now();
-    let v = harness::client(app, &opts, &params, &a.name, a.member)?;
+    let mut report = |items: u64| {
+        if a.progress {
+            say(&format!("progress t={} items={items}", protoplane_inc_net::now_us()));
+        }
+    };
+    let v = harness::client(app, &opts, &params, &a.name, a.member, &mut report)?;
     say(&format!(
-        "verdict exact={} items={} seconds={:.3} {}",
+        "verdict exact={} items={} seconds={:.4} {}",
         yes(v.exact),
         v.items,
         t.elapsed().as_secs_f64(),
@@ -357,7 +408,7 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
-/// A child process whose first stdout line announced it.
+/// A child process of `inc run` and its stdout lines.
 struct Proc {
     name: String,
     child: Child,
@@ -365,179 +416,8 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(name: &str, args: &[String]) -> Result<(Proc, String), String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("{name}: {e}"))?;
-        let out: ChildStdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut p = Proc { name: name.to_string(), child, lines: rx };
-        let first =
-            p.line(Duration::from_secs(30)).ok_or_else(|| format!("{name} did not start"))?;
-        Ok((p, first))
-    }
-
-    fn line(&mut self, wait: Duration) -> Option<String> {
-        self.lines.recv_timeout(wait).ok()
-    }
-
-    /// Closes stdin (the process stops) and collects what it prints.
-    fn finish(mut self, wait: Duration) -> Vec<String> {
-        drop(self.child.stdin.take());
-        let end = Instant::now() + wait;
-        let mut out = Vec::new();
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
-                Ok(l) => out.push(l),
-                Err(_) => break,
-            }
-            if Instant::now() >= end {
-                break;
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        out
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-/// What one `inc run` measured.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct RunReport {
-    pub(crate) exact: bool,
-    pub(crate) seconds: f64,
-    pub(crate) items: u64,
-    pub(crate) server_packets: u64,
-    pub(crate) server_bytes: u64,
-    pub(crate) lines: Vec<String>,
-}
-
-pub(crate) fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
-    let app = App::parse(&a.app)
-        .ok_or_else(|| format!("--app {:?}: sync-agg, async-agg, key-value or agreement", a.app))?;
-    a.faults.check()?;
-    if a.clients == 0 || a.clients > 32 {
-        return Err(format!("--clients {}: 1 to 32", a.clients));
-    }
-    if !(1..=2).contains(&a.switches) {
-        return Err(format!("--switches {}: 1 or 2", a.switches));
-    }
-    let mut report = RunReport::default();
-    let mut infra: Vec<Proc> = Vec::new();
-    let mut control: Vec<String> = Vec::new();
-    if !a.no_switch {
-        // The last switch of the chain first: the earlier one needs its node.
-        let mut next: Option<String> = None;
-        let mut ctl_rev = Vec::new();
-        for i in (0..a.switches).rev() {
-            let mut args =
-                vec!["switch".to_string(), "--stop-on-eof".into(), format!("--chain-index={i}")];
-            args.extend(a.faults.to_flags());
-            if let Some(n) = &next {
-                args.push(format!("--next-hop={n}"));
-            }
-            let (p, first) = Proc::spawn(&format!("switch {i}"), &args)?;
-            next = field(&first, "node").map(str::to_string);
-            ctl_rev.push(field(&first, "control").ok_or("switch: no control address")?.to_string());
-            infra.push(p);
-        }
-        control = ctl_rev.into_iter().rev().collect();
-    }
-    let mut args = vec!["controller".to_string(), "--stop-on-eof".into()];
-    for c in &control {
-        args.push(format!("--switch={c}"));
-    }
-    let (ctl, first) = Proc::spawn("controller", &args)?;
-    let ctl_addr = first.rsplit(' ').next().unwrap_or_default().to_string();
-    infra.push(ctl);
-    let name = format!("{}-{}", app.name(), std::process::id());
-    let role = |role: &str, member: u16| {
-        let mut v = vec![
-            "inc".to_string(),
-            role.to_string(),
-            format!("--app={}", app.name()),
-            format!("--name={name}"),
-            format!("--controller={ctl_addr}"),
-            format!("--member={member}"),
-            format!("--clients={}", a.clients),
-            format!("--scale={}", a.scale),
-        ];
-        for c in &control {
-            v.push(format!("--switch-control={c}"));
-        }
-        v.extend(a.faults.to_flags());
-        if a.no_switch {
-            v.push("--agent-faults".into());
-        }
-        v
-    };
-    let started = Instant::now();
-    let (server, ready) = Proc::spawn("server", &role("server", 0))?;
-    report.lines.push(format!("server {ready}"));
-    let mut clients = Vec::new();
-    for m in 0..a.clients {
-        clients.push(Proc::spawn_later(&format!("client {m}"), &role("client", m))?);
-    }
-    let deadline = started + Duration::from_secs(a.timeout_s);
-    let mut exact = true;
-    for (m, mut c) in clients.into_iter().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = c.line(left);
-        match line {
-            Some(l) => {
-                exact &=
-                    field(&l, "verdict exact") == Some("yes") || l.contains("verdict exact=yes");
-                report.items += field(&l, "items").and_then(|v| v.parse().ok()).unwrap_or(0);
-                report.lines.push(format!("client {m}: {l}"));
-            }
-            None => {
-                exact = false;
-                report.lines.push(format!("client {m}: no verdict (timed out or failed)"));
-            }
-        }
-        c.finish(Duration::from_secs(2));
-    }
-    report.seconds = started.elapsed().as_secs_f64();
-    for l in server.finish(Duration::from_secs(10)) {
-        if l.starts_with("verdict") {
-            exact &= l.contains("exact=yes");
-        }
-        if l.starts_with("server ") {
-            report.server_packets = field(&l, "packets").and_then(|v| v.parse().ok()).unwrap_or(0);
-            report.server_bytes = field(&l, "bytes").and_then(|v| v.parse().ok()).unwrap_or(0);
-        }
-        report.lines.push(format!("server: {l}"));
-    }
-    for p in infra.into_iter().rev() {
-        let name = p.name.clone();
-        for l in p.finish(Duration::from_secs(5)) {
-            report.lines.push(format!("{name}: {l}"));
-        }
-    }
-    report.exact = exact;
-    Ok(report)
-}
-
-impl Proc {
-    /// Spawns a process that prints nothing until it is done.
-    fn spawn_later(name: &str, args: &[String]) -> Result<Proc, String> {
+    /// Starts `protoplane ARGS…`.
+    fn start(name: &str, args: &[String]) -> Result<Proc, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = Command::new(exe)
             .args(args)
@@ -557,6 +437,248 @@ impl Proc {
         });
         Ok(Proc { name: name.to_string(), child, lines: rx })
     }
+
+    /// Starts a process and waits for its first line.
+    fn announced(name: &str, args: &[String]) -> Result<(Proc, String), String> {
+        let mut p = Proc::start(name, args)?;
+        let first =
+            p.line(Duration::from_secs(30)).ok_or_else(|| format!("{name} did not start"))?;
+        Ok((p, first))
+    }
+
+    fn line(&mut self, wait: Duration) -> Option<String> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// Closes stdin (the process stops) and collects what it prints.
+    fn finish(mut self, wait: Duration) -> Vec<String> {
+        drop(self.child.stdin.take());
+        let end = Instant::now() + wait;
+        let mut out = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            out.push(l);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        out
+    }
+}
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn num(line: &str, key: &str) -> f64 {
+    field(line, key).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// The shared processes: switches (none without a data plane) and the
+/// controller.
+pub(crate) struct Infra {
+    procs: Vec<Proc>,
+    control: Vec<String>,
+    controller: String,
+}
+
+impl Infra {
+    pub(crate) fn start(switches: u8, faults: Option<&FaultArgs>) -> Result<Infra, String> {
+        let mut procs = Vec::new();
+        let mut control = Vec::new();
+        // The last switch of the chain first: the earlier one needs its node.
+        let mut next: Option<String> = None;
+        for i in (0..switches).rev() {
+            let mut args =
+                vec!["switch".to_string(), "--stop-on-eof".into(), format!("--chain-index={i}")];
+            if let Some(f) = faults {
+                args.extend(f.to_flags());
+            }
+            if let Some(n) = &next {
+                args.push(format!("--next-hop={n}"));
+            }
+            let (p, first) = Proc::announced(&format!("switch {i}"), &args)?;
+            next = field(&first, "node").map(str::to_string);
+            control.insert(
+                0,
+                field(&first, "control").ok_or("switch: no control address")?.to_string(),
+            );
+            procs.push(p);
+        }
+        let mut args = vec!["controller".to_string(), "--stop-on-eof".into()];
+        args.extend(control.iter().map(|c| format!("--switch={c}")));
+        let (p, first) = Proc::announced("controller", &args)?;
+        let controller = first.rsplit(' ').next().unwrap_or_default().to_string();
+        procs.push(p);
+        Ok(Infra { procs, control, controller })
+    }
+
+    /// Stops everything; returns what each printed.
+    pub(crate) fn finish(self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for p in self.procs.into_iter().rev() {
+            let name = p.name.clone();
+            lines.extend(
+                p.finish(Duration::from_secs(5)).into_iter().map(|l| format!("{name}: {l}")),
+            );
+        }
+        lines
+    }
+}
+
+/// How to run one application instance.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AppSpec {
+    pub(crate) app: String,
+    pub(crate) clients: u16,
+    pub(crate) scale: u32,
+    pub(crate) agent_faults: Option<FaultArgs>,
+    pub(crate) seed: u64,
+    pub(crate) extra: Vec<String>,
+    pub(crate) progress: bool,
+}
+
+/// A running application instance.
+pub(crate) struct AppRun {
+    server: Proc,
+    clients: Vec<Proc>,
+    pub(crate) ready: String,
+}
+
+/// What one application instance measured.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RunReport {
+    pub(crate) exact: bool,
+    /// Longest client time (work only, no process start).
+    pub(crate) seconds: f64,
+    pub(crate) items: u64,
+    pub(crate) server_packets: u64,
+    pub(crate) server_bytes: u64,
+    pub(crate) server_cpu: f64,
+    pub(crate) commit_latency_us: f64,
+    /// Agreement: first proposal to last commit.
+    pub(crate) leader_seconds: f64,
+    /// Client detail lines.
+    pub(crate) details: Vec<String>,
+    /// (microseconds since the epoch, items) of every progress line.
+    pub(crate) progress: Vec<(u64, u64)>,
+    pub(crate) lines: Vec<String>,
+}
+
+impl AppRun {
+    pub(crate) fn start(infra: &Infra, spec: &AppSpec) -> Result<AppRun, String> {
+        let name =
+            format!("{}-{}-{}", spec.app, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let role = |role: &str, member: u16| {
+            let mut v = vec![
+                "inc".to_string(),
+                role.to_string(),
+                format!("--app={}", spec.app),
+                format!("--name={name}"),
+                format!("--controller={}", infra.controller),
+                format!("--member={member}"),
+                format!("--clients={}", spec.clients),
+                format!("--scale={}", spec.scale),
+            ];
+            v.extend(infra.control.iter().map(|c| format!("--switch-control={c}")));
+            match &spec.agent_faults {
+                Some(f) => {
+                    v.extend(f.to_flags());
+                    v.push("--agent-faults".into());
+                }
+                None => v.push(format!("--seed={}", spec.seed)),
+            }
+            if spec.progress && role == "client" {
+                v.push("--progress".into());
+            }
+            v.extend(spec.extra.iter().cloned());
+            v
+        };
+        let (server, ready) = Proc::announced("server", &role("server", 0))?;
+        let clients = (0..spec.clients)
+            .map(|m| Proc::start(&format!("client {m}"), &role("client", m)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AppRun { server, clients, ready })
+    }
+
+    /// Waits for every client's verdict (until `deadline`), then stops the
+    /// server.
+    pub(crate) fn finish(self, deadline: Instant) -> RunReport {
+        let mut r = RunReport { exact: true, ..RunReport::default() };
+        r.lines.push(format!("server {}", self.ready));
+        for (m, mut c) in self.clients.into_iter().enumerate() {
+            let mut verdict = None;
+            while let Some(l) = c.line(deadline.saturating_duration_since(Instant::now())) {
+                if l.starts_with("progress") {
+                    r.progress.push((num(&l, "t") as u64, num(&l, "items") as u64));
+                } else if l.starts_with("verdict") {
+                    verdict = Some(l);
+                    break;
+                }
+            }
+            match verdict {
+                Some(l) => {
+                    r.exact &= l.contains("exact=yes");
+                    r.items += num(&l, "items") as u64;
+                    r.seconds = r.seconds.max(num(&l, "seconds"));
+                    r.details.push(l.clone());
+                    r.lines.push(format!("client {m}: {l}"));
+                }
+                None => {
+                    r.exact = false;
+                    r.lines.push(format!("client {m}: no verdict (timed out or failed)"));
+                }
+            }
+            c.finish(Duration::from_secs(2));
+        }
+        for l in self.server.finish(Duration::from_secs(10)) {
+            if l.starts_with("verdict") {
+                r.exact &= l.contains("exact=yes");
+            }
+            if l.starts_with("server ") {
+                r.server_packets = num(&l, "packets") as u64;
+                r.server_bytes = num(&l, "bytes") as u64;
+                r.server_cpu = num(&l, "cpu");
+                r.commit_latency_us = num(&l, "commit_latency_us");
+                r.leader_seconds = num(&l, "leader_s");
+            }
+            r.lines.push(format!("server: {l}"));
+        }
+        r
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(crate) fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
+    App::parse(&a.app)
+        .ok_or_else(|| format!("--app {:?}: sync-agg, async-agg, key-value or agreement", a.app))?;
+    a.faults.check()?;
+    if a.clients == 0 || a.clients > 32 {
+        return Err(format!("--clients {}: 1 to 32", a.clients));
+    }
+    if !(1..=2).contains(&a.switches) {
+        return Err(format!("--switches {}: 1 or 2", a.switches));
+    }
+    let switches = if a.no_switch { 0 } else { a.switches };
+    let infra = Infra::start(switches, Some(&a.faults))?;
+    let spec = AppSpec {
+        app: a.app.clone(),
+        clients: a.clients,
+        scale: a.scale,
+        agent_faults: a.no_switch.then(|| a.faults.clone()),
+        seed: a.faults.seed,
+        ..AppSpec::default()
+    };
+    let started = Instant::now();
+    let run = AppRun::start(&infra, &spec);
+    let mut report = match run {
+        Ok(run) => run.finish(started + Duration::from_secs(a.timeout_s)),
+        Err(e) => {
+            let lines = infra.finish();
+            return Err(format!("{e}\n{}", lines.join("\n")));
+        }
+    };
+    report.lines.extend(infra.finish());
+    Ok(report)
 }
 
 pub(crate) fn print_run(a: &RunArgs, r: &RunReport) -> String {
@@ -576,8 +698,8 @@ pub(crate) fn print_run(a: &RunArgs, r: &RunReport) -> String {
         s.push('\n');
     }
     s.push_str(&format!(
-        "elapsed {:.2} s, {} items from clients, server received {} packets / {} bytes\n",
-        r.seconds, r.items, r.server_packets, r.server_bytes
+        "{:.3} s of client work, {} items from clients, server received {} packets / {} bytes, server CPU {:.3} s\n",
+        r.seconds, r.items, r.server_packets, r.server_bytes, r.server_cpu
     ));
     s.push_str(&format!("exact: {}\n", yes(r.exact)));
     s

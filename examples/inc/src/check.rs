@@ -13,17 +13,35 @@ pub fn sync_shape(scale: u32) -> (usize, usize) {
     (4 * scale as usize, 4096)
 }
 
-/// Worker `member`'s gradients, one per step, in [-1, 1).
-pub fn gradients(seed: u64, member: u16, scale: u32) -> Vec<Vec<f64>> {
+/// Worker `member`'s gradients, one per step, in [-1, 1); with
+/// `overflow_permille`, that many per mille of the positions hold 1000.0
+/// in every worker's gradient (their sums leave 32 bits once quantized).
+pub fn gradients(seed: u64, member: u16, scale: u32, overflow_permille: u32) -> Vec<Vec<f64>> {
     let (steps, len) = sync_shape(scale);
     let mut rng = Rng::new(seed ^ (u64::from(member) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    (0..steps).map(|_| (0..len).map(|_| rng.unit() * 2.0 - 1.0).collect()).collect()
+    // The same positions in every worker: drawn from the seed alone.
+    let mut big = Rng::new(seed ^ 0xb16);
+    (0..steps)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    let g = rng.unit() * 2.0 - 1.0;
+                    if big.below(1000) < u64::from(overflow_permille) {
+                        1000.0
+                    } else {
+                        g
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The sums every worker must get: quantized gradients added exactly.
-pub fn sync_expected(seed: u64, clients: u16, scale: u32) -> Vec<Vec<f64>> {
+pub fn sync_expected(seed: u64, clients: u16, scale: u32, overflow_permille: u32) -> Vec<Vec<f64>> {
     let q = Quantizer::new(sync_agg::PRECISION);
-    let all: Vec<Vec<Vec<f64>>> = (0..clients).map(|m| gradients(seed, m, scale)).collect();
+    let all: Vec<Vec<Vec<f64>>> =
+        (0..clients).map(|m| gradients(seed, m, scale, overflow_permille)).collect();
     let (steps, len) = sync_shape(scale);
     (0..steps)
         .map(|s| {

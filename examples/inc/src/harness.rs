@@ -13,7 +13,7 @@ use protoplane_inc::server::{ServerStats, ServerTuning};
 use protoplane_inc::switch::ModifyOp;
 use protoplane_inc_net::agent::{ClientRuntime, Options, ServerRuntime};
 
-use crate::{agreement, async_agg, check, key_value, sync_agg, Params, Verdict};
+use crate::{agreement, async_agg, check, key_value, sync_agg, Params, Tweaks, Verdict};
 
 /// The four applications.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,6 +106,19 @@ pub fn registration(
     Ok((reg, modify))
 }
 
+/// What the server process measured.
+#[derive(Clone, Debug, Default)]
+pub struct ServerReport {
+    /// The leader's check (agreement only).
+    pub verdict: Option<Verdict>,
+    /// The agent's counters.
+    pub stats: ServerStats,
+    /// Mean time from proposal to commit (agreement, sequential).
+    pub commit_latency: Option<Duration>,
+    /// Time from the first proposal to the last commit (agreement).
+    pub leader_time: Option<Duration>,
+}
+
 /// Registers and runs the server agent until `stop`; for agreement, the
 /// leader proposes and checks the commits. `ready` is called once the
 /// application is registered.
@@ -113,11 +126,17 @@ pub fn serve(
     app: App,
     opts: &Options,
     params: &Params,
+    tweaks: Tweaks,
     name: &str,
     stop: &AtomicBool,
     ready: impl FnOnce(&ServerRuntime),
-) -> Result<(Option<Verdict>, ServerStats), String> {
-    let (reg, modify) = registration(app, name, params.clients)?;
+) -> Result<ServerReport, String> {
+    let (mut reg, modify) = registration(app, name, params.clients)?;
+    reg.clear = tweaks.clear.unwrap_or(reg.clear);
+    reg.cache = tweaks.cache.unwrap_or(reg.cache);
+    reg.memory = tweaks.memory.unwrap_or(reg.memory);
+    let mut commit_latency = None;
+    let mut leader_time = None;
     let mut rt = ServerRuntime::register(opts, reg, modify, ServerTuning::default())
         .map_err(|e| e.to_string())?;
     ready(&rt);
@@ -130,7 +149,24 @@ pub fn serve(
             rt.step(Duration::from_millis(20)).map_err(|e| e.to_string())?;
         }
         let proposals = check::proposals(params.seed, params.scale);
-        let committed = agreement::leader(&mut rt, &proposals, Duration::from_secs(120))?;
+        let started = std::time::Instant::now();
+        let committed = if params.sequential {
+            // One instance at a time: each call's duration is a commit latency.
+            let mut all = BTreeMap::new();
+            let t = std::time::Instant::now();
+            for p in &proposals {
+                all.extend(agreement::leader(
+                    &mut rt,
+                    std::slice::from_ref(p),
+                    Duration::from_secs(10),
+                )?);
+            }
+            commit_latency = Some(t.elapsed() / proposals.len().max(1) as u32);
+            all
+        } else {
+            agreement::leader(&mut rt, &proposals, Duration::from_secs(120))?
+        };
+        leader_time = Some(started.elapsed());
         let expect: BTreeMap<u32, i32> = proposals.iter().map(|(i, v)| (*i, *v as i32)).collect();
         verdict = Some(Verdict {
             exact: committed == expect,
@@ -145,7 +181,7 @@ pub fn serve(
     while !stop.load(Ordering::Relaxed) {
         rt.step(Duration::from_millis(20)).map_err(|e| e.to_string())?;
     }
-    Ok((verdict, rt.stats()))
+    Ok(ServerReport { verdict, stats: rt.stats(), commit_latency, leader_time })
 }
 
 /// Joins as `member` and runs the application's client side, checking
@@ -156,14 +192,21 @@ pub fn client(
     params: &Params,
     name: &str,
     member: u16,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<Verdict, String> {
     let mut rt = ClientRuntime::join(opts, name, member, ClientTuning::default())
         .map_err(|e| e.to_string())?;
     let (seed, n, scale) = (params.seed, params.clients, params.scale);
     match app {
         App::SyncAgg => {
-            let got = sync_agg::worker(&mut rt, &check::gradients(seed, member, scale))?;
-            let expect = check::sync_expected(seed, n, scale);
+            // Step by step, to report progress between steps.
+            let mut got = Vec::new();
+            for step in check::gradients(seed, member, scale, params.overflow_permille) {
+                let len = step.len() as u64;
+                got.extend(sync_agg::worker(&mut rt, std::slice::from_ref(&step))?);
+                progress(len);
+            }
+            let expect = check::sync_expected(seed, n, scale, params.overflow_permille);
             let values: usize = expect.iter().map(Vec::len).sum();
             Ok(Verdict {
                 exact: got == expect,

@@ -32,7 +32,7 @@ pub struct Verdict {
 }
 
 /// The knobs shared by the four applications.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Params {
     /// Clients (members).
     pub clients: u16,
@@ -41,4 +41,20 @@ pub struct Params {
     /// Amount of work: 1 for the quick runs of the test suite, larger for
     /// benchmarks.
     pub scale: u32,
+    /// Synchronous aggregation: per mille of gradient values so large that
+    /// their sum leaves 32 bits (the overflow experiment).
+    pub overflow_permille: u32,
+    /// Agreement: propose one instance at a time and time each commit.
+    pub sequential: bool,
+}
+
+/// Benchmark overrides of what a NetFilter asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tweaks {
+    /// Another clear policy.
+    pub clear: Option<protoplane_inc::plan::ClearPolicy>,
+    /// Another cache policy.
+    pub cache: Option<protoplane_inc::plan::CachePolicy>,
+    /// Another amount of data-plane memory.
+    pub memory: Option<u32>,
 }

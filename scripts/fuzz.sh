@@ -11,10 +11,12 @@
 #    table-driven one), block, grpc, lean, tables, json, ring (the engine's
 #    side of the shared-memory rings against a hostile application),
 #    http2_frame (the HTTP/2 server connection on a peer's bytes), hpack
-#    (header compression, decoder alone and against the encoder) and inc
+#    (header compression, decoder alone and against the encoder), inc
 #    (the in-network-computation switch and host agents of one application
-#    against hostile datagrams, another application's state unchanged), each
-#    for SECONDS_PER_TARGET seconds.
+#    against hostile datagrams, another application's state unchanged)
+#    and inc_control (the switch's control plane, the controller's protocol
+#    and the line reader they arrive through on a peer's JSON lines, and
+#    the NetFilter parser), each for SECONDS_PER_TARGET seconds.
 #
 # Prints per target how many inputs libFuzzer executed. Exits non-zero if any
 # target crashed, leaked, timed out or ran out of memory; the reproducer is
@@ -29,7 +31,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc)
+targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

@@ -39,6 +39,11 @@
 //!   calls of every kind with time passing under each clear and cache
 //!   policy, A's packets of every kind straight to the switch, to the
 //!   agents and replayed with a byte flipped; each checked here to run.
+//! * `CORPUS/inc_control`: JSON lines (see `protoplane_fuzz::inc_control`):
+//!   every switch control request and reply and every controller message,
+//!   written by their `to_json`, one per seed and all in one; and the
+//!   example NetFilters (`examples/inc/netfilter`), each checked here to
+//!   parse against the target's service.
 //!
 //! A directory that is not there is skipped; each part prints what it wrote.
 
@@ -283,10 +288,22 @@ fn main() {
     let http2 = http2_seeds(corpus);
     let hpack = hpack_seeds(corpus);
     let inc = inc_seeds(corpus);
+    let inc_control = inc_control_seeds(corpus);
 
-    for dir in
-        [&wire, &gen_wire, &blocks, &grpc, &text, &tables, &lean, &ring, &http2, &hpack, &inc]
-    {
+    for dir in [
+        &wire,
+        &gen_wire,
+        &blocks,
+        &grpc,
+        &text,
+        &tables,
+        &lean,
+        &ring,
+        &http2,
+        &hpack,
+        &inc,
+        &inc_control,
+    ] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
 }
@@ -779,5 +796,144 @@ fn inc_seeds(corpus: &Path) -> Dir {
     let input = [&[0x02u8][..], &traffic, &packets].concat();
     run(&input);
     dir.put("traffic-packets", &input);
+    dir
+}
+
+/// Seeds of the `inc_control` target: JSON lines of control messages, and
+/// NetFilter documents.
+fn inc_control_seeds(corpus: &Path) -> Dir {
+    use protoplane_fuzz::inc_control::{run, service};
+    use protoplane_inc::controller::Registration;
+    use protoplane_inc::messages::{Reply, Request};
+    use protoplane_inc::netfilter::NetFilter;
+    use protoplane_inc::packet::Addr;
+    use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
+    use protoplane_inc::switch::{
+        AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp,
+    };
+
+    let entry = AppEntry {
+        app: 3,
+        server: 41000,
+        members: vec![41001, 41002],
+        forward: Destinations::Both,
+        flow_base: 8,
+        flows: 4,
+        mem_base: 64,
+        mem_len: 32,
+        threshold: 2,
+        count: CountMode::Accumulate,
+        modify: Some((ModifyOp::Shr, 3)),
+    };
+    let controls = [
+        Control::Install(entry.clone()),
+        Control::Install(AppEntry {
+            forward: Destinations::Members,
+            count: CountMode::TestAndSet,
+            modify: None,
+            ..entry
+        }),
+        Control::Remove { app: 3 },
+        Control::Members { app: 3, members: vec![1, 2] },
+        Control::Swap { app: 3, addr: Addr::new(1, 2, 3), tag: 9, value: -4 },
+        Control::Read { app: 3, addrs: vec![Addr::new(0, 1, 2), Addr::new(0, 7, 95)] },
+        Control::ReadMeta { app: 3, indices: vec![64, 65] },
+        Control::ResetMeta { app: 3, slots: vec![(64, 7), (65, 0)] },
+        Control::LastSeen,
+        Control::Describe,
+    ];
+    let control_replies = [
+        ControlReply::Done,
+        ControlReply::Swapped { tag: 1, value: i32::MIN },
+        ControlReply::Cells(vec![(1, -1), (0, i32::MAX)]),
+        ControlReply::Meta(vec![(1, 2, 3, u64::MAX)]),
+        ControlReply::LastSeen(vec![(3, 1_700_000_000_000_000)]),
+        ControlReply::Described {
+            node: 900,
+            chain_index: 0,
+            groups: 8,
+            registers: 1024,
+            flows: 64,
+            window: 64,
+        },
+        ControlReply::Refused("no such application".into()),
+    ];
+    let registration = Registration {
+        name: "wordcount-0".into(),
+        server: 40000,
+        members: 4,
+        flows_per_member: 2,
+        memory: 256,
+        clear: ClearPolicy::Lazy,
+        cache: CachePolicy::Hashing,
+        threshold: 4,
+        forward: Destinations::Both,
+        count: CountMode::TestAndSet,
+        modify: Some((ModifyOp::Max, -3)),
+        key_bits: 32,
+    };
+    let requests = [
+        Request::Register(registration.clone()),
+        Request::Register(Registration { modify: None, key_bits: 4, ..registration }),
+        Request::Join { name: "wordcount-0".into(), member: 3, node: 41003 },
+        Request::Lookup { name: "wordcount-0".into() },
+        Request::Heartbeat { app: 2 },
+        Request::Deregister { app: 2 },
+    ];
+    let plan = AppPlan {
+        app: 1,
+        server: 40000,
+        switch: Some(900),
+        members: 4,
+        flows_per_member: 2,
+        flow_base: 0,
+        switches: 1,
+        groups: 8,
+        window: 64,
+        memory: Some((0, 64)),
+        clear: ClearPolicy::Shadow,
+        cache: CachePolicy::PeriodicCounting,
+        threshold: 4,
+        key_bits: 32,
+    };
+    let replies = [
+        Reply::Plan(plan.clone(), vec![Some(41001), None]),
+        Reply::Plan(AppPlan { switch: None, memory: None, ..plan }, Vec::new()),
+        Reply::Ok,
+        Reply::Error("unknown application".into()),
+        Reply::Probe(7),
+    ];
+    let lines: Vec<(&str, String)> = controls
+        .iter()
+        .map(|c| ("control", c.to_json().to_string()))
+        .chain(control_replies.iter().map(|r| ("control-reply", r.to_json().to_string())))
+        .chain(requests.iter().map(|r| ("request", r.to_json().to_string())))
+        .chain(replies.iter().map(|r| ("reply", r.to_json().to_string())))
+        .collect();
+
+    let mut dir = Dir::new(corpus, "inc_control");
+    let mut all = String::new();
+    for (name, line) in &lines {
+        let input = format!("{line}\n");
+        run(input.as_bytes());
+        dir.put(name, input.as_bytes());
+        all.push_str(&input);
+    }
+    run(all.as_bytes());
+    dir.put("all", all.as_bytes());
+
+    let (tables, service) = service();
+    for (name, text) in [
+        ("netfilter-agreement", include_str!("../../examples/inc/netfilter/agreement.json")),
+        ("netfilter-async-agg", include_str!("../../examples/inc/netfilter/async_agg.json")),
+        ("netfilter-key-value", include_str!("../../examples/inc/netfilter/key_value.json")),
+        ("netfilter-sync-agg", include_str!("../../examples/inc/netfilter/sync_agg.json")),
+    ] {
+        if let Err(e) = NetFilter::parse(text, service, tables) {
+            panic!("seed {name}: {e}");
+        }
+        run(text.as_bytes());
+        dir.put(name, text.as_bytes());
+    }
     dir
 }

@@ -241,7 +241,7 @@ fn b_packets() -> Vec<Vec<u8>> {
     let header = |kind: Kind, flow: u16, seq: u32, aux: u32| {
         let mut h = Header::new(kind, B, B_MEMBERS[usize::from(flow - B_FLOWS.0) % 2], B_SERVER);
         h.flow = flow;
-        h.window = WINDOW as u16;
+        h.ext = Header::SEQUENCED;
         h.seq = seq;
         h.aux = aux;
         h

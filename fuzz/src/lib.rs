@@ -11,6 +11,9 @@
 //! format of the `hpack` target's encoded mode, for its seeds. [`inc`] is
 //! the `inc` target's interpreter (a switch and the agents of one
 //! application against hostile datagrams), used by the seeds the same way.
+//! [`inc_control`] is the `inc_control` target's logic (the control-plane
+//! and controller JSON parsers, the line reader, the NetFilter parser) and
+//! the service its NetFilter documents are checked against.
 //!
 //! [`generated`] holds the code `protoplane-codegen` generates for the same
 //! two schemas (`build.rs`) and the list of generated decoders the
@@ -21,6 +24,7 @@ use std::sync::OnceLock;
 pub mod generated;
 pub mod hpack;
 pub mod inc;
+pub mod inc_control;
 pub mod ring;
 
 use protoplane_schema::{ProtoSource, TableSet};

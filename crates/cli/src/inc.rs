@@ -374,11 +374,11 @@ pub(crate) fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
         if let Some(v) = r.verdict {
             say(&format!("verdict exact={} items={} {}", yes(v.exact), v.items, v.detail));
         }
-        let cpu = crate::host::process_cpu_seconds().unwrap_or(f64::NAN);
+        let cpu = crate::host::process_cpu_precise().unwrap_or(f64::NAN);
         let latency = r.commit_latency.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
         let leader = r.leader_time.map_or(f64::NAN, |d| d.as_secs_f64());
         say(&format!(
-            "server packets={} bytes={} host_items={} cpu={cpu:.4} commit_latency_us={latency:.1} leader_s={leader:.4}",
+            "server packets={} bytes={} host_items={} cpu={cpu:.6} commit_latency_us={latency:.1} leader_s={leader:.4}",
             r.stats.packets, r.stats.bytes, r.stats.host_items
         ));
         return Ok(());

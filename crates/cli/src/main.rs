@@ -165,6 +165,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let report = bench::split::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
         }
+        Command::Bench(bench::BenchCommand::Inc(args)) => {
+            let report = bench::inc::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
         Command::BenchEcho(args) => bench::echo::run(&args).map_err(Failure::Usage),
         Command::BenchRing(args) => {
             let line = bench::ring::run(&args).map_err(Failure::Usage)?;

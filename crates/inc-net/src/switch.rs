@@ -78,11 +78,17 @@ pub struct Runner {
     switch: Switch,
 }
 
+/// Reads control connections. After each request it sends an empty
+/// datagram to the data plane's own port, so a pipeline thread blocked in
+/// `recv` wakes up and applies the request at once.
 fn accept_loop(
     listener: TcpListener,
     tx: Sender<CtlMsg>,
     writers: Arc<std::sync::Mutex<HashMap<u64, TcpStream>>>,
+    wake: SocketAddr,
 ) {
+    let Ok(waker) = UdpSocket::bind(SocketAddr::new(wake.ip(), 0)) else { return };
+    let waker = Arc::new(waker);
     for (id, stream) in listener.incoming().enumerate() {
         let Ok(stream) = stream else { continue };
         let id = id as u64;
@@ -92,6 +98,7 @@ fn accept_loop(
             map.insert(id, w);
         }
         let tx = tx.clone();
+        let waker = waker.clone();
         thread::spawn(move || {
             let mut r = LineReader::new(stream);
             loop {
@@ -100,6 +107,7 @@ fn accept_loop(
                         if tx.send(CtlMsg::Request(id, Control::from_json(&v))).is_err() {
                             return;
                         }
+                        let _ = waker.send_to(&[], wake);
                     }
                     Ok(None) | Err(_) => {
                         let _ = tx.send(CtlMsg::Closed(id));
@@ -118,7 +126,8 @@ impl Runner {
         let writers = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let listener = self.listener.try_clone()?;
         let w2 = writers.clone();
-        thread::spawn(move || accept_loop(listener, tx, w2));
+        let wake = self.udp.local_addr()?;
+        thread::spawn(move || accept_loop(listener, tx, w2, wake));
         let mut injectors: HashMap<u16, Injector> = HashMap::new();
         let mut delayed = DelayQueue::default();
         let mut buf = vec![0u8; 65_536];
@@ -177,6 +186,8 @@ impl Runner {
                 }
                 self.udp.set_nonblocking(false)?;
             }
+            // Empty datagrams only wake the loop (a control request waits).
+            batch.retain(|d| !d.is_empty());
             let now = now_us();
             let n = batch.len();
             for (i, d) in batch.iter().enumerate() {

@@ -670,7 +670,7 @@ impl ClientAgent {
         let mut h = Header::new(kind, self.plan.app, self.node, dst);
         h.flow = f.id;
         h.seq = seq;
-        h.window = f.cwnd as u16;
+        h.ext = Header::SEQUENCED;
         h.aux = f.inflight.keys().next().copied().unwrap_or(seq);
         if (seq / self.plan.window) & 1 == 1 {
             h.flags = Flags(Flags::FLIP);

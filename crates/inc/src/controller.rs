@@ -212,11 +212,17 @@ impl Controller {
             threshold: r.threshold,
             key_bits: r.key_bits,
         };
+        // The copy policy backs every aggregation result up on the server
+        // agent, so the server agent is always among the destinations.
+        let forward = match (r.clear, r.forward) {
+            (ClearPolicy::Copy, Destinations::Members) => Destinations::Both,
+            (_, f) => f,
+        };
         let entry = memory.map(|(base, len)| AppEntry {
             app,
             server: r.server,
             members: Vec::new(),
-            forward: r.forward,
+            forward,
             flow_base,
             flows,
             mem_base: base,

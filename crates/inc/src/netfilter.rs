@@ -1092,12 +1092,14 @@ impl<'a> Cx<'a> {
                 }
                 Some(Value::String(s)) if s == "members" => Threshold::Members,
                 Some(Value::String(s)) if s == "majority" => Threshold::Majority,
-                Some(Value::String(s)) => return Err(NetFilterError::new(
-                    e.at("Threshold"),
-                    format!(
+                Some(Value::String(s)) => {
+                    return Err(NetFilterError::new(
+                        e.at("Threshold"),
+                        format!(
                         "expected a number of at least 1, \"members\" or \"majority\", got {s:?}"
                     ),
-                )),
+                    ))
+                }
                 Some(v) => {
                     let path = e.at("Threshold");
                     let n = integer_in(&path, v, 1, i64::from(u32::MAX))? as u32;

@@ -15,7 +15,7 @@
 //! +---------------+---------------+-------------------------------+
 //! |          source node          |        destination node       |  8
 //! +-------------------------------+-------------------------------+
-//! |             flow              |            window             | 12
+//! |             flow              |        extension flags        | 12
 //! +-------------------------------+-------------------------------+
 //! |                          sequence                             | 16
 //! +---------------------------------------------------------------+
@@ -277,8 +277,8 @@ pub struct Header {
     pub dst: u16,
     /// Flow id, global to the data plane (the controller hands out ranges).
     pub flow: u16,
-    /// The sender's window, in packets (for a server agent's pacing advice).
-    pub window: u16,
+    /// Extension flags ([`Header::SEQUENCED`]).
+    pub ext: u16,
     /// Sequence number within the flow.
     pub seq: u32,
     /// Chunk id, vote instance or cumulative acknowledgement (by kind).
@@ -361,6 +361,13 @@ impl Reader<'_> {
 }
 
 impl Header {
+    /// `ext` bit: `seq` is in the flow's sequence space (the sender numbers
+    /// the packet and retransmits it until acknowledged). Every sequenced
+    /// packet of a flow — host-only ones too — passes through the data
+    /// plane's flip-bit slot for its number, so the slot always holds the
+    /// flip of the flow's latest packet with that number.
+    pub const SEQUENCED: u16 = 1;
+
     /// A header with every other field zero.
     pub fn new(kind: Kind, app: u16, src: u16, dst: u16) -> Header {
         Header {
@@ -370,7 +377,7 @@ impl Header {
             src,
             dst,
             flow: 0,
-            window: 0,
+            ext: 0,
             seq: 0,
             aux: 0,
             mask: 0,
@@ -395,7 +402,7 @@ impl Header {
             src: r.u16()?,
             dst: r.u16()?,
             flow: r.u16()?,
-            window: r.u16()?,
+            ext: r.u16()?,
             seq: r.u32()?,
             aux: r.u32()?,
             mask: u64::from_be_bytes(r.take()?),
@@ -412,7 +419,7 @@ impl Header {
         out.push(self.kind as u8);
         out.push(self.flags.0);
         out.push(count);
-        for v in [self.app, self.src, self.dst, self.flow, self.window] {
+        for v in [self.app, self.src, self.dst, self.flow, self.ext] {
             out.extend_from_slice(&v.to_be_bytes());
         }
         for v in [self.seq, self.aux] {
@@ -542,7 +549,7 @@ mod tests {
         let mut h = Header::new(Kind::Add, 7, 2, 1);
         h.flags = Flags(Flags::FLIP);
         h.flow = 3;
-        h.window = 16;
+        h.ext = 16;
         h.seq = 0x0102_0304;
         h.aux = 9;
         h.mask = 0b11;

@@ -187,8 +187,7 @@ enum Pending {
     PeriodRead { addrs: Vec<Addr> },
     OpenVote { instance: u32 },
     VoteCheck { instance: u32 },
-    Recover { chunk: u32, index: u32 },
-    RecoverCells { chunk: u32, overflow: u64 },
+    RecoverSlot { chunk: u32, switch: u8 },
     Ignore,
 }
 
@@ -214,7 +213,10 @@ pub struct ServerAgent {
     parts: BTreeMap<(u32, u32), Part>,
     backups: BTreeMap<u32, (Vec<i32>, u64)>,
     recovering: BTreeSet<u32>,
-    recover_reads: HashMap<u32, (usize, Vec<i32>)>,
+    /// Slot reads of a recovery: switches still to answer, whether every
+    /// answer so far held the completed chunk, overflow flags, values by
+    /// switch.
+    recover_reads: HashMap<u32, (usize, bool, u64, BTreeMap<u8, Vec<i32>>)>,
     newest_chunk: u32,
     instances: BTreeMap<u32, Instance>,
     member_nodes: Vec<Option<u16>>,
@@ -468,8 +470,7 @@ impl ServerAgent {
     fn on_wide(&mut self, now: u64, p: &Packet) {
         let h = p.header;
         let items = p.wide_items();
-        let sequenced =
-            items.iter().any(|i| matches!(i.op, WideOp::Add | WideOp::Clear | WideOp::Get));
+        let sequenced = h.ext & Header::SEQUENCED != 0;
         if items.iter().any(|i| i.op == WideOp::Get) {
             self.get(h, items);
             return;
@@ -850,12 +851,18 @@ impl ServerAgent {
             self.send(p);
             return;
         }
-        // The data plane's copy of the result never arrived: read it back
-        // (the slot cannot have moved on before this release).
+        // The data plane's copy of the result has not arrived: read the
+        // slot back. Each switch reads it atomically and must still hold
+        // the completed chunk (the result may arrive meanwhile, release the
+        // slot and let a later chunk take it: then this read is discarded).
         let Some(index) = self.plan.agg_index(chunk) else { return };
         if self.plan.clear == ClearPolicy::Copy && self.recovering.insert(chunk) {
-            let control = Control::ReadMeta { app: self.plan.app, indices: vec![index] };
-            self.control(0, control, Pending::Recover { chunk, index });
+            let switches = self.plan.switches.max(1);
+            self.recover_reads.insert(chunk, (usize::from(switches), true, 0, BTreeMap::new()));
+            for s in 0..switches {
+                let control = Control::ReadSlot { app: self.plan.app, index };
+                self.control(s, control, Pending::RecoverSlot { chunk, switch: s });
+            }
         }
     }
 
@@ -876,8 +883,10 @@ impl ServerAgent {
         self.store_backup(chunk, values, mask);
     }
 
+    /// Keeps the first backup of a chunk (the data plane's result or a
+    /// verified read) and releases the chunk's slot.
     fn store_backup(&mut self, chunk: u32, values: Vec<i32>, mask: u64) {
-        if self.too_old(chunk) {
+        if self.too_old(chunk) || self.backups.contains_key(&chunk) {
             return;
         }
         self.backups.insert(chunk, (values, mask));
@@ -1178,50 +1187,27 @@ impl ServerAgent {
                     }
                 }
             }
-            (Pending::Recover { chunk, index }, ControlReply::Meta(m)) => {
-                match m.first() {
-                    Some((tag, count, _, ovf))
-                        if *tag == chunk && *count >= self.plan.threshold =>
+            (Pending::RecoverSlot { chunk, switch }, reply) => {
+                let threshold = self.plan.threshold;
+                let groups = usize::from(self.plan.groups);
+                let Some(r) = self.recover_reads.get_mut(&chunk) else { return };
+                r.0 -= 1;
+                match reply {
+                    ControlReply::Slot { tag, count, overflow, values, .. }
+                        if tag == chunk && count >= threshold && values.len() >= groups =>
                     {
-                        let mut by_switch: BTreeMap<u8, Vec<Addr>> = BTreeMap::new();
-                        for i in 0..self.plan.pairs_per_packet() {
-                            let g = usize::from(self.plan.groups.max(1));
-                            let a = Addr::new((i / g) as u8, (i % g) as u8, index as u16);
-                            by_switch.entry(a.switch()).or_default().push(a);
-                        }
-                        // One read per switch; the last reply completes.
-                        let n = by_switch.len();
-                        self.recover_reads.insert(chunk, (n, Vec::new()));
-                        for (s, addrs) in by_switch {
-                            let control = Control::Read { app: self.plan.app, addrs };
-                            self.control(
-                                s,
-                                control,
-                                Pending::RecoverCells { chunk, overflow: *ovf },
-                            );
-                        }
+                        r.2 |= overflow;
+                        r.3.insert(switch, values[..groups].to_vec());
                     }
-                    _ => {
-                        self.recovering.remove(&chunk);
-                    }
+                    _ => r.1 = false,
                 }
-            }
-            (Pending::RecoverCells { chunk, overflow }, reply) => {
-                let done = match (self.recover_reads.get_mut(&chunk), reply) {
-                    (Some((left, values)), ControlReply::Cells(cells)) => {
-                        values.extend(cells.iter().map(|c| c.1));
-                        *left -= 1;
-                        *left == 0
-                    }
-                    _ => {
-                        self.recover_reads.remove(&chunk);
+                if r.0 == 0 {
+                    if let Some((_, ok, overflow, parts)) = self.recover_reads.remove(&chunk) {
                         self.recovering.remove(&chunk);
-                        false
-                    }
-                };
-                if done {
-                    if let Some((_, values)) = self.recover_reads.remove(&chunk) {
-                        self.store_backup(chunk, values, overflow);
+                        if ok {
+                            let values = parts.into_values().flatten().collect();
+                            self.store_backup(chunk, values, overflow);
+                        }
                     }
                 }
             }

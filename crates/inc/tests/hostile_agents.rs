@@ -34,6 +34,7 @@ fn wide_adds_whose_sum_leaves_i64_do_not_panic_the_server_agent() {
         let mut h = Header::new(Kind::Wide, 1, 1, 100);
         h.flow = 0;
         h.seq = seq;
+        h.ext = Header::SEQUENCED;
         let add = Wide { op: WideOp::Add, key: b"k".to_vec(), value };
         server.handle(0, &Packet::wide(h, vec![add]).to_bytes());
     }

@@ -3,6 +3,7 @@
 //! repository root for the method and the worker protocol.
 
 pub(crate) mod echo;
+pub(crate) mod inc;
 pub(crate) mod jobs;
 pub(crate) mod ring;
 pub(crate) mod rpc;
@@ -23,6 +24,10 @@ pub(crate) enum BenchCommand {
     /// Split mode (engine + application) against monolithic: the ring
     /// handoff, zero business logic, and the knee experiment.
     Split(split::SplitArgs),
+    /// In-network computation: each application with the data plane vs.
+    /// server agents only, clear and cache policies, two applications
+    /// sharing the data plane, overflow.
+    Inc(inc::IncArgs),
 }
 
 /// The same allocator behaviour for every process a benchmark starts:

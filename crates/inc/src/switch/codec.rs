@@ -210,6 +210,9 @@ impl Control {
             Control::ResetMeta { app, slots } => {
                 json!({"op": "reset_meta", "app": app, "slots": slots})
             }
+            Control::ReadSlot { app, index } => {
+                json!({"op": "read_slot", "app": app, "index": index})
+            }
             Control::LastSeen => json!({"op": "last_seen"}),
             Control::Describe => json!({"op": "describe"}),
         }
@@ -245,6 +248,7 @@ impl Control {
                     Some((u32_of(&a[0])?, u32_of(&a[1])?))
                 })?,
             },
+            "read_slot" => Control::ReadSlot { app: uint(o, "app")?, index: uint(o, "index")? },
             "last_seen" => Control::LastSeen,
             "describe" => Control::Describe,
             other => return Err(format!("unknown control operation {other:?}")),
@@ -263,6 +267,9 @@ impl ControlReply {
             ControlReply::Cells(c) => json!({"reply": "cells", "cells": c}),
             ControlReply::Meta(m) => json!({"reply": "meta", "meta": m}),
             ControlReply::LastSeen(s) => json!({"reply": "last_seen", "seen": s}),
+            ControlReply::Slot { tag, count, bits, overflow, values } => json!({
+                "reply": "slot", "tag": tag, "count": count, "bits": bits, "overflow": overflow, "values": values,
+            }),
             ControlReply::Described { node, chain_index, groups, registers, flows, window } => {
                 json!({
                     "reply": "described", "node": node, "chain_index": chain_index, "groups": groups,
@@ -292,6 +299,13 @@ impl ControlReply {
                 let a = v.as_array().filter(|a| a.len() == 2)?;
                 Some((u16_of(&a[0])?, a[1].as_u64()?))
             })?),
+            "slot" => ControlReply::Slot {
+                tag: uint(o, "tag")?,
+                count: uint(o, "count")?,
+                bits: uint(o, "bits")?,
+                overflow: uint(o, "overflow")?,
+                values: list(o, "values", |v| i32::try_from(v.as_i64()?).ok())?,
+            },
             "described" => ControlReply::Described {
                 node: uint(o, "node")?,
                 chain_index: uint(o, "chain_index")?,
@@ -333,6 +347,7 @@ mod tests {
             Control::Read { app: 3, addrs: vec![Addr::new(0, 1, 2)] },
             Control::ReadMeta { app: 3, indices: vec![64, 65] },
             Control::ResetMeta { app: 3, slots: vec![(64, 7)] },
+            Control::ReadSlot { app: 3, index: 64 },
             Control::LastSeen,
             Control::Describe,
         ];
@@ -355,6 +370,13 @@ mod tests {
                 registers: 16,
                 flows: 2,
                 window: 4,
+            },
+            ControlReply::Slot {
+                tag: 5,
+                count: 4,
+                bits: 15,
+                overflow: 1 << 40,
+                values: vec![-1, 2],
             },
             ControlReply::Refused("no".into()),
         ];

@@ -223,6 +223,14 @@ pub enum Control {
         /// (register index, new tag).
         slots: Vec<(u32, u32)>,
     },
+    /// Reads one aggregation slot atomically: its metadata and its value
+    /// in every register group of this switch.
+    ReadSlot {
+        /// Application id.
+        app: u16,
+        /// Register index.
+        index: u32,
+    },
     /// When the data plane last saw a packet of each application.
     LastSeen,
     /// The data plane's shape (for a controller that starts after it).
@@ -248,6 +256,19 @@ pub enum ControlReply {
     Meta(Vec<(u32, u32, u32, u64)>),
     /// Per application id, the `now` of its last packet (0: none yet).
     LastSeen(Vec<(u16, u64)>),
+    /// The answer to `ReadSlot`.
+    Slot {
+        /// The chunk the slot holds.
+        tag: u32,
+        /// Contributions counted.
+        count: u32,
+        /// Contributor bits.
+        bits: u32,
+        /// Overflowed positions.
+        overflow: u64,
+        /// The value of every register group, in group order.
+        values: Vec<i32>,
+    },
     /// The answer to `Describe`.
     Described {
         /// The switch's node.
@@ -389,6 +410,14 @@ impl Switch {
                     indices.iter().map(|i| self.regs.meta_read(*i as usize)).collect(),
                 )
             }
+            Control::ReadSlot { app, index } => {
+                if let Err(why) = self.indices_of(app, std::iter::once(index)) {
+                    return ControlReply::Refused(why);
+                }
+                let (tag, count, bits, overflow) = self.regs.meta_read(index as usize);
+                let values = self.regs.slot_values(index as usize);
+                ControlReply::Slot { tag, count, bits, overflow, values }
+            }
             Control::ResetMeta { app, slots } => {
                 if let Err(why) = self.indices_of(app, slots.iter().map(|s| s.0)) {
                     return ControlReply::Refused(why);
@@ -511,6 +540,18 @@ impl Switch {
         let admitted = self.apps.get(&packet.header.app).is_some_and(|e| {
             packet.header.flow >= e.flow_base && packet.header.flow - e.flow_base < e.flows
         });
+        if admitted
+            && packet.header.kind == Kind::Wide
+            && packet.header.ext & Header::SEQUENCED != 0
+        {
+            // A host-only packet still takes its sequence number's flip-bit
+            // slot: otherwise a later packet with the same slot and flip
+            // would look like a retransmission of an older one.
+            let mut pass = Pass::default();
+            let dup = self.seen(&mut pass, &packet.header);
+            let slot = self.seen_slot(&packet.header);
+            self.regs.applied_mask(&mut pass, slot, dup, 0);
+        }
         if !admitted || !matches!(packet.header.kind, Kind::Add | Kind::Agg | Kind::Vote) {
             if matches!(packet.header.kind, Kind::Add | Kind::Agg | Kind::Vote) {
                 self.stats.not_admitted += 1;

@@ -262,6 +262,10 @@ impl Registers {
         (tag, count, bits, self.overflow[i])
     }
 
+    pub(super) fn slot_values(&self, i: usize) -> Vec<i32> {
+        self.groups.iter().map(|g| g[i].1).collect()
+    }
+
     pub(super) fn meta_reset(&mut self, i: usize, tag: u32) {
         self.meta[i] = (tag, 0, 0);
         self.overflow[i] = 0;

@@ -114,7 +114,7 @@ fn packet(kind: Kind, app: u16, flow: u16, seq: u32, pairs: Vec<Pair>) -> Packet
     let server = if app == B { B_SERVER } else { A_SERVER };
     let mut h = Header::new(kind, app, node_of(flow), server);
     h.flow = flow;
-    h.window = WINDOW as u16;
+    h.ext = Header::SEQUENCED;
     h.seq = seq;
     if (seq / WINDOW) & 1 == 1 {
         h.flags = Flags(Flags::FLIP);

@@ -151,6 +151,19 @@ struct Instance {
     ready: bool,
 }
 
+/// The slot reads of one chunk's recovery.
+#[derive(Debug)]
+struct Recovery {
+    /// Switches still to answer.
+    left: usize,
+    /// Every answer so far held the completed chunk.
+    ok: bool,
+    /// Overflow flags of every answer.
+    overflow: u64,
+    /// Values by switch.
+    parts: BTreeMap<u8, Vec<i32>>,
+}
+
 /// A `Map.get` waiting for cell reads.
 #[derive(Debug)]
 struct GetState {
@@ -213,10 +226,7 @@ pub struct ServerAgent {
     parts: BTreeMap<(u32, u32), Part>,
     backups: BTreeMap<u32, (Vec<i32>, u64)>,
     recovering: BTreeSet<u32>,
-    /// Slot reads of a recovery: switches still to answer, whether every
-    /// answer so far held the completed chunk, overflow flags, values by
-    /// switch.
-    recover_reads: HashMap<u32, (usize, bool, u64, BTreeMap<u8, Vec<i32>>)>,
+    recover_reads: HashMap<u32, Recovery>,
     newest_chunk: u32,
     instances: BTreeMap<u32, Instance>,
     member_nodes: Vec<Option<u16>>,
@@ -858,7 +868,13 @@ impl ServerAgent {
         let Some(index) = self.plan.agg_index(chunk) else { return };
         if self.plan.clear == ClearPolicy::Copy && self.recovering.insert(chunk) {
             let switches = self.plan.switches.max(1);
-            self.recover_reads.insert(chunk, (usize::from(switches), true, 0, BTreeMap::new()));
+            let r = Recovery {
+                left: usize::from(switches),
+                ok: true,
+                overflow: 0,
+                parts: BTreeMap::new(),
+            };
+            self.recover_reads.insert(chunk, r);
             for s in 0..switches {
                 let control = Control::ReadSlot { app: self.plan.app, index };
                 self.control(s, control, Pending::RecoverSlot { chunk, switch: s });
@@ -1191,22 +1207,22 @@ impl ServerAgent {
                 let threshold = self.plan.threshold;
                 let groups = usize::from(self.plan.groups);
                 let Some(r) = self.recover_reads.get_mut(&chunk) else { return };
-                r.0 -= 1;
+                r.left -= 1;
                 match reply {
                     ControlReply::Slot { tag, count, overflow, values, .. }
                         if tag == chunk && count >= threshold && values.len() >= groups =>
                     {
-                        r.2 |= overflow;
-                        r.3.insert(switch, values[..groups].to_vec());
+                        r.overflow |= overflow;
+                        r.parts.insert(switch, values[..groups].to_vec());
                     }
-                    _ => r.1 = false,
+                    _ => r.ok = false,
                 }
-                if r.0 == 0 {
-                    if let Some((_, ok, overflow, parts)) = self.recover_reads.remove(&chunk) {
+                if r.left == 0 {
+                    if let Some(r) = self.recover_reads.remove(&chunk) {
                         self.recovering.remove(&chunk);
-                        if ok {
-                            let values = parts.into_values().flatten().collect();
-                            self.store_backup(chunk, values, overflow);
+                        if r.ok {
+                            let values = r.parts.into_values().flatten().collect();
+                            self.store_backup(chunk, values, r.overflow);
                         }
                     }
                 }

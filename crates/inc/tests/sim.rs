@@ -509,7 +509,7 @@ fn host_only_packets_keep_the_flip_bits_of_their_flow_in_step() {
     for seed in 1..=3 {
         let mut cfg = SimConfig { seed, ..SimConfig::default() };
         cfg.switch.window = 16;
-        let mut sim = key_value(cfg, 2, 8, CachePolicy::Fcfs, 32, false);
+        let sim = key_value(cfg, 2, 8, CachePolicy::Fcfs, 32, false);
         assert!(sim.switch(0).stats().applied > 0);
         let mut cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
         cfg.switch.window = 16;

@@ -305,9 +305,9 @@ impl ServerRuntime {
 
     /// Opens a vote instance (see `ServerAgent::propose`).
     pub fn propose(&mut self, instance: u32, value: i64) -> Result<(), String> {
-        let r = self.agent.propose(now_us(), instance, value);
-        self.flush();
-        r
+        // Not flushed here: proposals made one after another open their
+        // slots with one control request (the next `step` sends it).
+        self.agent.propose(now_us(), instance, value)
     }
 
     /// The next event.

@@ -236,8 +236,11 @@ pub struct ServerAgent {
     evicting: HashMap<u32, Addr>,
     clears: HashMap<u64, ClearState>,
     control_out: VecDeque<ControlRequest>,
-    pending: HashMap<u64, Pending>,
+    /// What each request's reply completes (several for a merged request).
+    pending: HashMap<u64, Vec<Pending>>,
     next_token: u64,
+    /// Ids of gets and clears in progress.
+    next_op: u64,
     out: VecDeque<Transmit>,
     events: VecDeque<ServerEvent>,
     stats: ServerStats,
@@ -298,6 +301,7 @@ impl ServerAgent {
             control_out: VecDeque::new(),
             pending: HashMap::new(),
             next_token: 1,
+            next_op: 1,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ServerStats::default(),
@@ -347,11 +351,42 @@ impl ServerAgent {
         t
     }
 
+    /// Queues a control request. Swaps, slot resets and reads that follow
+    /// one another to the same switch travel as one request (a control
+    /// round trip costs far more than a register access); the order of
+    /// everything stays the order of the calls.
     fn control(&mut self, chain_index: u8, control: Control, pending: Pending) {
+        let control = match control {
+            Control::Swap { app, addr, tag, value } => {
+                Control::SwapMany { app, cells: vec![(addr, tag, value)] }
+            }
+            c => c,
+        };
+        if let Some(last) = self.control_out.back_mut().filter(|l| l.chain_index == chain_index) {
+            let merged = match (&mut last.control, &control) {
+                (Control::SwapMany { cells: a, .. }, Control::SwapMany { cells: b, .. }) => {
+                    a.extend_from_slice(b);
+                    true
+                }
+                (Control::ResetMeta { slots: a, .. }, Control::ResetMeta { slots: b, .. }) => {
+                    a.extend_from_slice(b);
+                    true
+                }
+                (Control::Read { addrs: a, .. }, Control::Read { addrs: b, .. }) => {
+                    a.extend_from_slice(b);
+                    true
+                }
+                _ => false,
+            };
+            if merged {
+                self.pending.entry(last.token).or_default().push(pending);
+                return;
+            }
+        }
         let token = self.next_token;
         self.next_token += 1;
         self.stats.control += 1;
-        self.pending.insert(token, pending);
+        self.pending.insert(token, vec![pending]);
         self.control_out.push_back(ControlRequest { token, chain_index, control });
     }
 
@@ -609,7 +644,8 @@ impl ServerAgent {
                 at.insert(k.clone(), addr);
             }
         }
-        let id = self.next_token;
+        let id = self.next_op;
+        self.next_op += 1;
         self.gets.insert(
             id,
             GetState { reply: h, keys, at, cells: HashMap::new(), waiting: by_switch.len() },
@@ -658,7 +694,8 @@ impl ServerAgent {
     fn clear(&mut self, h: Header) {
         let mut copied: HashMap<Vec<u8>, i64> = std::mem::take(&mut self.host);
         copied.retain(|_, v| *v != 0);
-        let id = self.next_token;
+        let id = self.next_op;
+        self.next_op += 1;
         let cells: Vec<Addr> = self.resident.keys().copied().collect();
         self.clears.insert(id, ClearState { reply: h, copied, waiting: cells.len() });
         if cells.is_empty() {
@@ -1113,7 +1150,42 @@ impl ServerAgent {
     /// Takes the reply to control request `token` (replies come in request
     /// order).
     pub fn handle_control(&mut self, now: u64, token: u64, reply: ControlReply) {
-        let Some(pending) = self.pending.remove(&token) else { return };
+        let Some(list) = self.pending.remove(&token) else { return };
+        match reply {
+            ControlReply::SwappedMany(old) if old.len() == list.len() => {
+                for (p, (tag, value)) in list.into_iter().zip(old) {
+                    self.complete(now, p, ControlReply::Swapped { tag, value });
+                }
+            }
+            ControlReply::Cells(cells) => {
+                // Each read takes its share, in order.
+                let mut rest = cells.into_iter();
+                for p in list {
+                    let n = match &p {
+                        Pending::GetRead { addrs, .. } | Pending::PeriodRead { addrs } => {
+                            addrs.len()
+                        }
+                        _ => 0,
+                    };
+                    let mine: Vec<(u32, i32)> = rest.by_ref().take(n).collect();
+                    let reply = if mine.len() == n {
+                        ControlReply::Cells(mine)
+                    } else {
+                        ControlReply::Refused("short read".into())
+                    };
+                    self.complete(now, p, reply);
+                }
+            }
+            other => {
+                for p in list {
+                    self.complete(now, p, other.clone());
+                }
+            }
+        }
+    }
+
+    /// Completes one queued operation with its part of a reply.
+    fn complete(&mut self, now: u64, pending: Pending, reply: ControlReply) {
         match (pending, reply) {
             (Pending::Install { l, addr }, ControlReply::Swapped { .. }) => {
                 if let Some(k) = self.keys.get_mut(&l) {

@@ -165,18 +165,23 @@ fn spec(app: &str, clients: u16, scale: u32, extra: &[&str]) -> AppSpec {
     }
 }
 
+/// The schemes of the `apps` experiment: (name, switches, flags).
+/// `server-only` keeps the network path (the switch process forwards the
+/// application's packets without computing: it has no data-plane memory),
+/// so the only difference from `inc` is whether the data plane computes;
+/// `direct` has no switch process at all (clients talk to the server agent).
+const SCHEMES: [(&str, u8, &[&str]); 3] =
+    [("inc", 1, &[]), ("server-only", 1, &["--memory=0"]), ("direct", 0, &[])];
+
 fn apps(b: &mut Bench, rounds: u32, scale: u32) -> Result<(), String> {
     let n = b.clients;
     for round in 0..rounds {
         for app in ["sync-agg", "async-agg", "key-value", "agreement"] {
-            // Alternate which scheme goes first.
-            let schemes: [(&str, u8); 2] = if round % 2 == 0 {
-                [("inc", 1), ("server-only", 0)]
-            } else {
-                [("server-only", 0), ("inc", 1)]
-            };
-            for (scheme, switches) in schemes {
-                let (r, _) = b.run(switches, &spec(app, n, scale, &[]))?;
+            // Rotate which scheme goes first.
+            let mut schemes = SCHEMES;
+            schemes.rotate_left(round as usize % SCHEMES.len());
+            for (scheme, switches, extra) in schemes {
+                let (r, _) = b.run(switches, &spec(app, n, scale, extra))?;
                 let seconds = if app == "agreement" { r.leader_seconds } else { r.seconds };
                 let items =
                     if app == "agreement" { 200.0 * f64::from(scale) } else { r.items as f64 };
@@ -193,7 +198,9 @@ fn apps(b: &mut Bench, rounds: u32, scale: u32) -> Result<(), String> {
                     b.push("apps", app, scheme, round, "query_latency_ms", ms.unwrap_or(f64::NAN));
                 }
                 if app == "agreement" {
-                    let (l, _) = b.run(switches, &spec(app, n, 1, &["--sequential"]))?;
+                    let mut seq = vec!["--sequential"];
+                    seq.extend_from_slice(extra);
+                    let (l, _) = b.run(switches, &spec(app, n, 1, &seq))?;
                     b.push("apps", app, scheme, round, "commit_latency_us", l.commit_latency_us);
                 }
             }
@@ -421,7 +428,7 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
         let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---|");
         let mut targets = Vec::new();
         for app in ["sync-agg", "async-agg", "key-value", "agreement"] {
-            for scheme in ["inc", "server-only"] {
+            for scheme in ["inc", "server-only", "direct"] {
                 let latency = match app {
                     "key-value" => {
                         format!("query {:.2} ms", b.med("apps", app, scheme, "query_latency_ms"))
@@ -444,11 +451,20 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
                 / b.med("apps", app, "server-only", "goodput_items_per_s");
             let bytes = b.med("apps", app, "inc", "server_bytes")
                 / b.med("apps", app, "server-only", "server_bytes");
-            targets.push((app, g, bytes));
+            let d = b.med("apps", app, "inc", "goodput_items_per_s")
+                / b.med("apps", app, "direct", "goodput_items_per_s");
+            targets.push((app, g, bytes, d));
         }
-        let _ = writeln!(s, "\n| application | goodput in-network / server-only (target ≥ 1.3) | server bytes in-network / server-only |");
-        let _ = writeln!(s, "|---|---:|---:|");
-        for (app, g, bytes) in &targets {
+        let _ = writeln!(
+            s,
+            "\n`server-only`: the same processes and network path, the switch forwarding without computing; `direct`: no switch process.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| application | goodput in-network / server-only (target ≥ 1.3) | server bytes in-network / server-only | goodput in-network / direct |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|");
+        for (app, g, bytes, d) in &targets {
             let mark = if *g >= 1.3 { "met" } else { "NOT met" };
             let bytes_note = if *app == "sync-agg" {
                 let met = if *bytes <= 1.0 / f64::from(n) { "met" } else { "NOT met" };
@@ -456,7 +472,7 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
             } else {
                 format!("{bytes:.3}")
             };
-            let _ = writeln!(s, "| {app} | {g:.2} ({mark}) | {bytes_note} |");
+            let _ = writeln!(s, "| {app} | {g:.2} ({mark}) | {bytes_note} | {d:.2} |");
         }
         s.push('\n');
     }

@@ -204,6 +204,11 @@ impl Control {
             Control::Read { app, addrs } => {
                 json!({"op": "read", "app": app, "addrs": addrs.iter().map(|a| a.0).collect::<Vec<_>>()})
             }
+            Control::SwapMany { app, cells } => json!({
+                "op": "swap_many",
+                "app": app,
+                "cells": cells.iter().map(|(a, t, v)| json!([a.0, t, v])).collect::<Vec<_>>(),
+            }),
             Control::ReadMeta { app, indices } => {
                 json!({"op": "read_meta", "app": app, "indices": indices})
             }
@@ -233,6 +238,17 @@ impl Control {
                 addr: Addr(uint(o, "addr")?),
                 tag: uint(o, "tag")?,
                 value: int32(o, "value")?,
+            },
+            "swap_many" => Control::SwapMany {
+                app: uint(o, "app")?,
+                cells: list(o, "cells", |v| {
+                    let a = v.as_array().filter(|a| a.len() == 3)?;
+                    Some((
+                        Addr(u32_of(&a[0])?),
+                        u32_of(&a[1])?,
+                        i32::try_from(a[2].as_i64()?).ok()?,
+                    ))
+                })?,
             },
             "read" => Control::Read {
                 app: uint(o, "app")?,
@@ -265,6 +281,7 @@ impl ControlReply {
                 json!({"reply": "swapped", "tag": tag, "value": value})
             }
             ControlReply::Cells(c) => json!({"reply": "cells", "cells": c}),
+            ControlReply::SwappedMany(c) => json!({"reply": "swapped_many", "cells": c}),
             ControlReply::Meta(m) => json!({"reply": "meta", "meta": m}),
             ControlReply::LastSeen(s) => json!({"reply": "last_seen", "seen": s}),
             ControlReply::Slot { tag, count, bits, overflow, values } => json!({
@@ -288,6 +305,10 @@ impl ControlReply {
             "done" => ControlReply::Done,
             "swapped" => ControlReply::Swapped { tag: uint(o, "tag")?, value: int32(o, "value")? },
             "cells" => ControlReply::Cells(list(o, "cells", |v| {
+                let a = v.as_array().filter(|a| a.len() == 2)?;
+                Some((u32_of(&a[0])?, i32::try_from(a[1].as_i64()?).ok()?))
+            })?),
+            "swapped_many" => ControlReply::SwappedMany(list(o, "cells", |v| {
                 let a = v.as_array().filter(|a| a.len() == 2)?;
                 Some((u32_of(&a[0])?, i32::try_from(a[1].as_i64()?).ok()?))
             })?),
@@ -348,6 +369,10 @@ mod tests {
             Control::ReadMeta { app: 3, indices: vec![64, 65] },
             Control::ResetMeta { app: 3, slots: vec![(64, 7)] },
             Control::ReadSlot { app: 3, index: 64 },
+            Control::SwapMany {
+                app: 3,
+                cells: vec![(Addr::new(0, 1, 2), 7, -7), (Addr::new(1, 0, 0), 0, 0)],
+            },
             Control::LastSeen,
             Control::Describe,
         ];
@@ -361,6 +386,7 @@ mod tests {
             ControlReply::Done,
             ControlReply::Swapped { tag: 1, value: i32::MIN },
             ControlReply::Cells(vec![(1, -1), (0, i32::MAX)]),
+            ControlReply::SwappedMany(vec![(3, -3)]),
             ControlReply::Meta(vec![(1, 2, 3, u64::MAX)]),
             ControlReply::LastSeen(vec![(3, 1_700_000_000_000_000)]),
             ControlReply::Described {

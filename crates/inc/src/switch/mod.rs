@@ -200,6 +200,14 @@ pub enum Control {
         /// New value.
         value: i32,
     },
+    /// Several swaps, applied in order as one request (all refused if one
+    /// cell is outside the application's memory).
+    SwapMany {
+        /// Application id.
+        app: u16,
+        /// (cell, new tag, new value).
+        cells: Vec<(Addr, u32, i32)>,
+    },
     /// Reads cells (tag and value).
     Read {
         /// Application id.
@@ -249,6 +257,8 @@ pub enum ControlReply {
         /// Value before.
         value: i32,
     },
+    /// The old tag and value of every cell of a `SwapMany`, in order.
+    SwappedMany(Vec<(u32, i32)>),
     /// Cells read, in request order.
     Cells(Vec<(u32, i32)>),
     /// Metadata read, in request order: (tag, count, contributor bits,
@@ -392,6 +402,20 @@ impl Switch {
                 }
                 Err(why) => ControlReply::Refused(why),
             },
+            Control::SwapMany { app, cells } => {
+                let mut at = Vec::with_capacity(cells.len());
+                for (addr, _, _) in &cells {
+                    match self.cell_of(app, *addr) {
+                        Ok(c) => at.push(c),
+                        Err(why) => return ControlReply::Refused(why),
+                    }
+                }
+                let old = at
+                    .iter()
+                    .zip(&cells)
+                    .map(|((g, i), (_, tag, value))| self.regs.group_swap(*g, *i, *tag, *value));
+                ControlReply::SwappedMany(old.collect())
+            }
             Control::Read { app, addrs } => {
                 let mut cells = Vec::with_capacity(addrs.len());
                 for addr in addrs {
@@ -559,15 +583,19 @@ impl Switch {
             self.pass_on(&packet, packet.header.dst, out);
             return;
         }
-        self.last_seen.insert(packet.header.app, now);
-        let entry = self.apps[&packet.header.app].clone();
+        let app = packet.header.app;
+        self.last_seen.insert(app, now);
+        // The entry leaves the table for the pass (the pass borrows the
+        // switch mutably) and goes back after it.
+        let Some(entry) = self.apps.remove(&app) else { return };
         let mut pass = Pass::default();
         match packet.header.kind {
             Kind::Add => self.add(&entry, &mut pass, packet, out),
             Kind::Agg => self.agg(&entry, &mut pass, packet, out),
             Kind::Vote => self.vote(&entry, &mut pass, packet, out),
-            _ => unreachable!("filtered above"),
+            _ => {}
         }
+        self.apps.insert(app, entry);
         self.stats.double_touch += u64::from(pass.double_touch);
     }
 

@@ -17,6 +17,11 @@
 //!
 //! Sans-IO like the client agent: `now` is an argument, datagrams and
 //! control requests are polled.
+//!
+//! This file has the state, the packet paths of `Map.addTo`, `Map.get`
+//! and `Map.clear`, and the control-plane plumbing; [`cache`] decides
+//! which keys get cells, `agg` does synchronous aggregation on the host
+//! and keeps the `copy` backups, `votes` counts `CntFwd` votes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -25,6 +30,10 @@ use crate::keys::logical;
 use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{Control, ControlReply, ModifyOp};
+
+mod agg;
+mod cache;
+mod votes;
 
 /// Tuning of a server agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -574,57 +583,6 @@ impl ServerAgent {
         self.ack(&h, mappings);
     }
 
-    /// Gives key `l` a cell now if the policy allows.
-    fn maybe_install(&mut self, l: u32) {
-        let Some((base, len)) = self.plan.memory else { return };
-        if self.keys.get(&l).is_none_or(|k| k.installing || k.cell.is_some()) {
-            return;
-        }
-        let addr = match self.plan.cache {
-            CachePolicy::Hashing => {
-                let s = u32::from(self.plan.switches.max(1));
-                let g = u32::from(self.plan.groups);
-                let addr = Addr::new(
-                    (l % s) as u8,
-                    ((l / s) % g) as u8,
-                    (base + (l / (s * g)) % len) as u16,
-                );
-                if self.resident.contains_key(&addr) {
-                    return;
-                }
-                addr
-            }
-            CachePolicy::Fcfs | CachePolicy::PeriodicCounting => match self.free_cells.pop() {
-                Some(a) => a,
-                None => return,
-            },
-        };
-        self.install(l, addr);
-    }
-
-    fn install(&mut self, l: u32, addr: Addr) {
-        self.installed_in.insert(l, self.period);
-        if let Some(k) = self.keys.get_mut(&l) {
-            k.installing = true;
-        }
-        self.resident.insert(addr, l);
-        let control = Control::Swap { app: self.plan.app, addr, tag: l, value: 0 };
-        self.control(addr.switch(), control, Pending::Install { l, addr });
-    }
-
-    /// Moves the key in `addr` back to the host; `reused` when another
-    /// key is installed there right after.
-    fn evict(&mut self, addr: Addr, reused: bool) {
-        let Some(l) = self.resident.remove(&addr) else { return };
-        if let Some(k) = self.keys.get_mut(&l) {
-            k.cell = None;
-        }
-        self.evicting.insert(l, addr);
-        self.last_cell_values.remove(&addr);
-        let control = Control::Swap { app: self.plan.app, addr, tag: 0, value: 0 };
-        self.control(addr.switch(), control, Pending::Evict { addr, l, reused });
-    }
-
     /// `Map.get`: host part plus, for keys with cells, a control-plane read
     /// (a read and a move of the same cell are ordered on the control
     /// channel, so a value is never counted twice or missed).
@@ -718,207 +676,6 @@ impl ServerAgent {
         self.ack(&c.reply, Vec::new());
     }
 
-    /// Synchronous aggregation the data plane did not do: every
-    /// contribution of an application without memory, and late ones.
-    fn on_agg(&mut self, p: &Packet) {
-        let h = p.header;
-        let Some(member) = self.plan.member_of(h.flow) else { return };
-        let chunk = h.aux;
-        if h.flags.has(Flags::STALE) {
-            // The slot moved on, so every member had the result; only the
-            // copy policy keeps a backup to answer a late retransmission.
-            if self.backups.contains_key(&chunk) {
-                self.send_backup(chunk, h.src);
-            }
-            return;
-        }
-        if self.too_old(chunk) {
-            return;
-        }
-        let keep = self.chunks_kept();
-        let bit = 1u64 << (member % 64);
-        let n = p.pair_items().len();
-        let c = self.chunks.entry(chunk).or_insert_with(|| HostChunk {
-            sums: vec![0; n],
-            members: 0,
-            count: 0,
-        });
-        let threshold = self.plan.threshold;
-        if c.members & bit == 0 && c.sums.len() == n {
-            c.members |= bit;
-            c.count += 1;
-            for (s, pair) in c.sums.iter_mut().zip(p.pair_items()) {
-                let v = match self.modify {
-                    Some((op, param)) => op.apply_wide(i64::from(pair.value), param),
-                    None => i64::from(pair.value),
-                };
-                add_to(s, v);
-            }
-            self.stats.host_items += n as u64;
-            if c.count == threshold {
-                self.send_host_result(chunk, None);
-            }
-        } else if c.count >= threshold {
-            self.send_host_result(chunk, Some(h.src));
-        }
-        let low = self.newest_chunk.wrapping_sub(keep);
-        self.chunks.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
-        self.parts.retain(|(id, _), _| id.wrapping_sub(low) as i32 >= 0);
-        self.backups.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
-    }
-
-    /// Chunks this agent keeps state for, behind the newest it has seen:
-    /// a member is never further behind than its window.
-    fn chunks_kept(&self) -> u32 {
-        4 * self.plan.agg_slots().map_or(64, |s| s.1.max(64))
-    }
-
-    /// Notes `chunk` as seen; `true` if it is older than anything kept.
-    fn too_old(&mut self, chunk: u32) -> bool {
-        if chunk.wrapping_sub(self.newest_chunk) as i32 > 0 {
-            self.newest_chunk = chunk;
-        }
-        self.newest_chunk.wrapping_sub(chunk) > self.chunks_kept()
-    }
-
-    /// The result of a chunk this agent aggregated: to every member, or to
-    /// one that asked again. Sums that do not fit 32 bits are marked
-    /// overflowed; the members then ask for them as `AggPart`s and get
-    /// the exact sums as `AggFix`.
-    fn send_host_result(&mut self, chunk: u32, to: Option<u16>) {
-        let Some(c) = self.chunks.get(&chunk) else { return };
-        let mut mask = 0u64;
-        let pairs: Vec<Pair> = c
-            .sums
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let value = i32::try_from(*s).unwrap_or_else(|_| {
-                    mask |= 1u64 << (i % 64);
-                    0
-                });
-                Pair { key: i as u32, addr: Addr::NONE, value }
-            })
-            .collect();
-        self.send_result(chunk, pairs, mask, to);
-    }
-
-    fn send_result(&mut self, chunk: u32, pairs: Vec<Pair>, mask: u64, to: Option<u16>) {
-        let mut h = self.header(Kind::Result, 0);
-        h.aux = chunk;
-        h.seq = chunk;
-        h.mask = mask;
-        if mask != 0 {
-            h.flags = Flags(Flags::OVERFLOW);
-        }
-        let p = Packet::pairs(h, pairs);
-        match to {
-            Some(dst) => {
-                let mut p = p;
-                p.header.dst = dst;
-                self.send(p);
-            }
-            None => self.multicast(&p),
-        }
-    }
-
-    fn send_backup(&mut self, chunk: u32, dst: u16) {
-        let Some((values, mask)) = self.backups.get(&chunk).cloned() else { return };
-        let pairs = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Pair { key: i as u32, addr: Addr::NONE, value: *v })
-            .collect();
-        self.send_result(chunk, pairs, mask, Some(dst));
-    }
-
-    /// A member's value of an overflowed aggregation position.
-    fn on_part(&mut self, h: &Header, item: &Wide) {
-        let Some((chunk, pos)) = chunk_position(&item.key) else { return };
-        let Some(member) = self.plan.member_of(h.flow) else { return };
-        if self.too_old(chunk) {
-            return;
-        }
-        // A chunk this agent aggregated itself has the exact sum already.
-        let host_sum = self
-            .chunks
-            .get(&chunk)
-            .filter(|c| c.count >= self.plan.threshold)
-            .and_then(|c| c.sums.get(pos as usize).copied());
-        let sum = match host_sum {
-            Some(s) => Some(s),
-            None => {
-                let bit = 1u64 << (member % 64);
-                let v = self.modified(item.value);
-                let part =
-                    self.parts.entry((chunk, pos)).or_insert(Part { members: 0, count: 0, sum: 0 });
-                if part.members & bit == 0 {
-                    part.members |= bit;
-                    part.count += 1;
-                    add_to(&mut part.sum, v);
-                    self.stats.host_items += 1;
-                    if part.count == self.plan.threshold {
-                        let fix =
-                            Wide { op: WideOp::AggFix, key: item.key.clone(), value: part.sum };
-                        let mut hd = self.header(Kind::Wide, 0);
-                        hd.aux = chunk;
-                        self.multicast(&Packet::wide(hd, vec![fix]));
-                        if let Some(b) = self.backups.get_mut(&chunk) {
-                            b.1 &= !(1u64 << (pos % 64));
-                        }
-                        return;
-                    }
-                }
-                (part.count >= self.plan.threshold).then_some(part.sum)
-            }
-        };
-        if let Some(sum) = sum {
-            let fix = Wide { op: WideOp::AggFix, key: item.key.clone(), value: sum };
-            let mut hd = self.header(Kind::Wide, h.src);
-            hd.aux = chunk;
-            self.send(Packet::wide(hd, vec![fix]));
-        }
-    }
-
-    fn release_packet(&self, chunk: u32, dst: u16) -> Packet {
-        let mut hd = self.header(Kind::Wide, dst);
-        hd.aux = chunk;
-        Packet::wide(
-            hd,
-            vec![Wide { op: WideOp::Release, key: chunk.to_be_bytes().to_vec(), value: 0 }],
-        )
-    }
-
-    /// A member waits for the release of `chunk` (the `copy` policy).
-    fn on_release_request(&mut self, h: &Header, item: &Wide) {
-        let Ok(b) = <[u8; 4]>::try_from(item.key.as_slice()) else { return };
-        let chunk = u32::from_be_bytes(b);
-        if self.backups.contains_key(&chunk) {
-            let p = self.release_packet(chunk, h.src);
-            self.send(p);
-            return;
-        }
-        // The data plane's copy of the result has not arrived: read the
-        // slot back. Each switch reads it atomically and must still hold
-        // the completed chunk (the result may arrive meanwhile, release the
-        // slot and let a later chunk take it: then this read is discarded).
-        let Some(index) = self.plan.agg_index(chunk) else { return };
-        if self.plan.clear == ClearPolicy::Copy && self.recovering.insert(chunk) {
-            let switches = self.plan.switches.max(1);
-            let r = Recovery {
-                left: usize::from(switches),
-                ok: true,
-                overflow: 0,
-                parts: BTreeMap::new(),
-            };
-            self.recover_reads.insert(chunk, r);
-            for s in 0..switches {
-                let control = Control::ReadSlot { app: self.plan.app, index };
-                self.control(s, control, Pending::RecoverSlot { chunk, switch: s });
-            }
-        }
-    }
-
     /// A completed chunk or a reached quorum from the data plane.
     fn on_result(&mut self, p: &Packet) {
         let h = p.header;
@@ -934,129 +691,6 @@ impl ServerAgent {
         let values = p.pair_items().iter().map(|x| x.value).collect();
         let mask = if h.flags.has(Flags::OVERFLOW) { h.mask } else { 0 };
         self.store_backup(chunk, values, mask);
-    }
-
-    /// Keeps the first backup of a chunk (the data plane's result or a
-    /// verified read) and releases the chunk's slot.
-    fn store_backup(&mut self, chunk: u32, values: Vec<i32>, mask: u64) {
-        if self.too_old(chunk) || self.backups.contains_key(&chunk) {
-            return;
-        }
-        self.backups.insert(chunk, (values, mask));
-        self.recovering.remove(&chunk);
-        let p = self.release_packet(chunk, 0);
-        self.multicast(&p);
-        let keep = self.chunks_kept();
-        let low = self.newest_chunk.wrapping_sub(keep);
-        self.backups.retain(|id, _| id.wrapping_sub(low) as i32 >= 0);
-    }
-
-    /// A vote the data plane did not count.
-    fn on_vote(&mut self, p: &Packet) {
-        let h = p.header;
-        let Some(member) = self.plan.member_of(h.flow) else { return };
-        if let Some(pair) = p.pair_items().first() {
-            let instance = pair.key;
-            let bit = 1u64 << (member % 64);
-            let inst = self.instances.entry(instance).or_insert(Instance {
-                value: i64::from(pair.value),
-                addr: Addr::NONE,
-                voters: 0,
-                count: 0,
-                committed: false,
-                proposed_at: 0,
-                ready: false,
-            });
-            if inst.voters & bit == 0 && !inst.committed {
-                inst.voters |= bit;
-                inst.count += 1;
-                self.stats.host_items += 1;
-                if inst.count >= self.plan.threshold {
-                    self.commit(instance, pair.value, false);
-                }
-            }
-        }
-        self.ack(&h, Vec::new());
-    }
-
-    fn commit(&mut self, instance: u32, value: i32, in_network: bool) {
-        let inst = self.instances.entry(instance).or_insert(Instance {
-            value: i64::from(value),
-            addr: Addr::NONE,
-            voters: 0,
-            count: 0,
-            committed: false,
-            proposed_at: 0,
-            ready: true,
-        });
-        if inst.committed {
-            return;
-        }
-        inst.committed = true;
-        let addr = inst.addr;
-        self.events.push_back(ServerEvent::Committed { instance, value, in_network });
-        if !in_network {
-            let mut hd = self.header(Kind::Result, 0);
-            hd.aux = instance;
-            hd.flags = Flags(Flags::QUORUM);
-            let p = Packet::pairs(hd, vec![Pair { key: instance, addr: Addr::NONE, value }]);
-            self.multicast(&p);
-        }
-        if !addr.is_none() {
-            let index = u32::from(addr.index());
-            let control = Control::ResetMeta { app: self.plan.app, slots: vec![(index, 0)] };
-            self.control(addr.switch(), control, Pending::Ignore);
-            self.free_vote_slots.push(index);
-        }
-        // Keep a bounded history of committed instances.
-        while self.instances.len() > 4096 {
-            let Some((&first, _)) = self.instances.iter().find(|(_, i)| i.committed) else { break };
-            self.instances.remove(&first);
-        }
-    }
-
-    /// Opens vote `instance` (at least 1) for `value`: gives it a
-    /// data-plane slot if there is one, then asks every member to vote.
-    pub fn propose(&mut self, now: u64, instance: u32, value: i64) -> Result<(), String> {
-        if instance == 0 {
-            return Err("instance 0 is reserved (an empty slot has tag 0)".into());
-        }
-        if self.instances.contains_key(&instance) {
-            return Err(format!("instance {instance} was already proposed"));
-        }
-        let slot = if self.plan.switch.is_some() { self.free_vote_slots.pop() } else { None };
-        let addr = slot.map_or(Addr::NONE, |i| Addr::new(0, 0, i as u16));
-        self.instances.insert(
-            instance,
-            Instance {
-                value,
-                addr,
-                voters: 0,
-                count: 0,
-                committed: false,
-                proposed_at: now,
-                ready: slot.is_none(),
-            },
-        );
-        match slot {
-            Some(index) => {
-                let control =
-                    Control::ResetMeta { app: self.plan.app, slots: vec![(index, instance)] };
-                self.control(0, control, Pending::OpenVote { instance });
-            }
-            None => self.send_proposal(instance),
-        }
-        Ok(())
-    }
-
-    fn send_proposal(&mut self, instance: u32) {
-        let Some(inst) = self.instances.get(&instance) else { return };
-        let mut key = instance.to_be_bytes().to_vec();
-        key.extend_from_slice(&inst.addr.0.to_be_bytes());
-        let mut hd = self.header(Kind::Wide, 0);
-        hd.aux = instance;
-        let p = Packet::wide(hd, vec![Wide { op: WideOp::Propose, key, value: inst.value }]);
-        self.multicast(&p);
     }
 
     /// Periodic work: the cache period, and vote instances that waited too long.
@@ -1098,52 +732,6 @@ impl ServerAgent {
                 self.control(addr.switch(), control, Pending::VoteCheck { instance: id });
             }
             self.send_proposal(id);
-        }
-    }
-
-    /// The periodic-counting decision: `reads` are (cell, value) of every
-    /// resident cell now.
-    fn rebalance(&mut self, reads: &[(Addr, i32)]) {
-        self.period += 1;
-        // A resident's heat: how much its cell moved plus what still reached
-        // the host for it (clients that have not learned its cell yet).
-        // Keys installed last period are not judged yet.
-        let mut residents: Vec<(u64, Addr)> = reads
-            .iter()
-            .filter_map(|(a, v)| {
-                let before = self.last_cell_values.insert(*a, *v).unwrap_or(0);
-                let l = *self.resident.get(a)?;
-                let young = self.installed_in.get(&l).is_some_and(|p| *p + 1 >= self.period);
-                let host = self.heat.get(&l).copied().unwrap_or(0);
-                (!young).then_some((u64::from(v.abs_diff(before)) + host, *a))
-            })
-            .collect();
-        residents.sort_unstable();
-        let mut candidates: Vec<(u64, u32)> = self
-            .heat
-            .iter()
-            .filter(|(l, _)| self.keys.get(l).is_some_and(|k| k.cell.is_none() && !k.installing))
-            .filter(|(l, _)| !self.evicting.contains_key(l))
-            .map(|(l, h)| (*h, *l))
-            .collect();
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
-        self.heat.clear();
-        let mut coldest = residents.into_iter();
-        for (heat, l) in candidates.into_iter().take(self.tuning.moves_per_period) {
-            if let Some(addr) = self.free_cells.pop() {
-                self.install(l, addr);
-                continue;
-            }
-            // Move only for a clear gain (twice as hot), so keys of similar
-            // heat do not trade places every period.
-            match coldest.next() {
-                Some((cold, addr)) if heat > 2 * cold => {
-                    self.stats.evictions += 1;
-                    self.evict(addr, true);
-                    self.install(l, addr);
-                }
-                _ => break,
-            }
         }
     }
 

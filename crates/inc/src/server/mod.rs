@@ -19,7 +19,7 @@
 //! control requests are polled.
 //!
 //! This file has the state, the packet paths of `Map.addTo`, `Map.get`
-//! and `Map.clear`, and the control-plane plumbing; [`cache`] decides
+//! and `Map.clear`, and the control-plane plumbing; `cache` decides
 //! which keys get cells, `agg` does synchronous aggregation on the host
 //! and keeps the `copy` backups, `votes` counts `CntFwd` votes.
 

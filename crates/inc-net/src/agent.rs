@@ -3,7 +3,7 @@
 //! [`ServerRuntime`] registers an application instance with the
 //! controller, connects to the switches' control planes and runs the
 //! server agent; the application calls [`ServerRuntime::step`] in its loop
-//! (or [`ServerRuntime::serve`]). [`ClientRuntime`] joins by name and
+//! (or [`ServerRuntime::serve_until`]). [`ClientRuntime`] joins by name and
 //! offers blocking calls — `add`, `get`, `aggregate`, `vote` — that drive
 //! the client agent until the call finishes.
 

@@ -2,9 +2,9 @@
 //! and a clock, so the sans-IO data plane, controller and agents run as
 //! processes on one machine (loopback) or in network namespaces.
 //!
-//! - [`switch::run`]: `protoplane switch`, the data plane on a UDP port,
+//! - [`switch::bind`] and `Runner::run`: `protoplane switch`, the data plane on a UDP port,
 //!   its control plane on a TCP port, fault injection per egress port.
-//! - [`controller::run`]: `protoplane controller`, registration and name
+//! - [`controller::bind`] and `Runner::run`: `protoplane controller`, registration and name
 //!   lookup on a TCP port; it drives the switches' control planes.
 //! - [`agent::ServerRuntime`] and [`agent::ClientRuntime`]: the agents with
 //!   a socket and a clock, for application code (blocking calls).

@@ -13,7 +13,7 @@
 //!
 //! - Memory is **register arrays of 32-bit cells** laid out over a fixed
 //!   number of **stages** ([`SwitchConfig`]); a pass touches each array at
-//!   most once, in stage order, with one read-modify-write ([`regs`]
+//!   most once, in stage order, with one read-modify-write (`regs.rs`
 //!   enforces it at run time, see [`Stats::double_touch`]):
 //!
 //!   ```text

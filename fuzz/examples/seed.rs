@@ -734,7 +734,7 @@ fn inc_seeds(corpus: &Path) -> Dir {
     let header = |kind: Kind, seq: u32, aux: u32| {
         let mut h = Header::new(kind, A, 2, SERVER);
         h.flow = 1;
-        h.window = 64;
+        h.ext = Header::SEQUENCED;
         h.seq = seq;
         h.aux = aux;
         h

@@ -274,14 +274,15 @@ fn binned(points: &[(u64, u64)], t0: u64, t1: u64, bin_us: u64) -> Vec<f64> {
 fn share(b: &mut Bench, scale: u32, out: &std::path::Path) -> Result<String, String> {
     let n = b.clients;
     let infra = Infra::start(1, None)?;
-    let mut first = spec("sync-agg", n, scale, &[]);
+    // The first runs long enough for the second to arrive, run beside it
+    // and finish first.
+    let mut first = spec("sync-agg", n, 8 * scale, &[]);
     first.progress = true;
     let mut second = first.clone();
-    second.scale = (scale / 2).max(1);
+    second.scale = 3 * scale;
     let t0 = protoplane_inc_net::now_us();
     let a = AppRun::start(&infra, &first)?;
-    // The second application arrives once the first is running.
-    std::thread::sleep(Duration::from_millis(300 * u64::from(scale.min(8))));
+    std::thread::sleep(Duration::from_millis(100 * u64::from(scale)));
     let b2 = AppRun::start(&infra, &second)?;
     let deadline = Instant::now() + Duration::from_secs(300);
     let ra = a.finish(deadline);
@@ -296,8 +297,16 @@ fn share(b: &mut Bench, scale: u32, out: &std::path::Path) -> Result<String, Str
         b.push("share", "sync-agg", "first", i as u32, "goodput_values_per_s", *x);
         b.push("share", "sync-agg", "second", i as u32, "goodput_values_per_s", *y);
     }
-    let xs: Vec<String> =
-        (0..ga.len()).map(|i| format!("{:.1}", (i as u64 * bin) as f64 / 1e6)).collect();
+    // A label on every fifth bin.
+    let xs: Vec<String> = (0..ga.len())
+        .map(|i| {
+            if i % 5 == 0 {
+                format!("{:.1}", (i as u64 * bin) as f64 / 1e6)
+            } else {
+                String::new()
+            }
+        })
+        .collect();
     let total: Vec<f64> = ga.iter().zip(&gb).map(|(x, y)| x + y).collect();
     let svg = grid(
         "Two synchronous aggregations sharing the data plane (goodput over time)",

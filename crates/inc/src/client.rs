@@ -218,8 +218,8 @@ pub struct ClientAgent {
     chunks: BTreeMap<u32, Chunk>,
     released: BTreeSet<u32>,
     release_asked: u64,
-    proposals: HashSet<u32>,
-    commits: HashSet<u32>,
+    proposals: BTreeSet<u32>,
+    commits: BTreeSet<u32>,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: ClientStats,
@@ -257,8 +257,8 @@ impl ClientAgent {
             chunks: BTreeMap::new(),
             released: BTreeSet::new(),
             release_asked: 0,
-            proposals: HashSet::new(),
-            commits: HashSet::new(),
+            proposals: BTreeSet::new(),
+            commits: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
@@ -835,7 +835,7 @@ impl ClientAgent {
         let h = &p.header;
         if h.flags.has(Flags::QUORUM) {
             if let Some(pair) = p.pair_items().first() {
-                if self.commits.insert(pair.key) {
+                if remember(&mut self.commits, pair.key) {
                     self.events
                         .push_back(Event::Committed { instance: pair.key, value: pair.value });
                 }
@@ -925,7 +925,7 @@ impl ClientAgent {
                 }
                 WideOp::Propose => {
                     let Some((instance, addr)) = proposal_key(&i.key) else { continue };
-                    if self.proposals.insert(instance) {
+                    if remember(&mut self.proposals, instance) {
                         self.events.push_back(Event::Proposal { instance, value: i.value, addr });
                     }
                 }
@@ -938,6 +938,20 @@ impl ClientAgent {
     pub fn member(&self) -> u16 {
         self.member
     }
+}
+
+/// Instances a member remembers having seen (proposals, commits): the
+/// newest; an older one seen again is reported again, harmlessly.
+const REMEMBERED: usize = 65_536;
+
+/// Records `instance`; `true` if it is new. Keeps the newest
+/// [`REMEMBERED`] so a flood of numbers cannot grow the set.
+fn remember(set: &mut BTreeSet<u32>, instance: u32) -> bool {
+    let new = set.insert(instance);
+    while set.len() > REMEMBERED {
+        set.pop_first();
+    }
+    new
 }
 
 /// Wide items per packet (keeps a packet of the longest keys near 2.4 KB).

@@ -1,7 +1,8 @@
-//! Reproducers of what the `inc` fuzz target (fuzz/src/inc.rs) found in
-//! the host agents.
+//! Host agents against hostile or broken peers: reproducers of what the
+//! `inc` fuzz target (fuzz/src/inc.rs) found, and state a peer must not be
+//! able to make an agent keep.
 
-use protoplane_inc::packet::{Header, Kind, Packet, Wide, WideOp};
+use protoplane_inc::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
 use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
 use protoplane_inc::server::{ServerAgent, ServerTuning};
 
@@ -39,4 +40,54 @@ fn wide_adds_whose_sum_leaves_i64_do_not_panic_the_server_agent() {
         server.handle(0, &Packet::wide(h, vec![add]).to_bytes());
     }
     assert_eq!(server.stats().host_items, 2);
+}
+
+/// Votes and quorum results for instances the agent never proposed, and
+/// overflow parts for positions no chunk has, leave no state and no event.
+#[test]
+fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
+    let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
+    server.set_member_nodes(&[1, 2]);
+    for instance in 1..=1000u32 {
+        for member in 0..2u16 {
+            let mut h = Header::new(Kind::Vote, 1, 1 + member, 100);
+            h.flow = member;
+            h.seq = instance;
+            h.aux = instance;
+            let vote = Pair { key: instance, addr: Addr::NONE, value: 7 };
+            server.handle(0, &Packet::pairs(h, vec![vote]).to_bytes());
+        }
+        let mut r = Header::new(Kind::Result, 1, 900, 100);
+        r.flags = Flags(Flags::QUORUM);
+        let q = Pair { key: instance, addr: Addr::NONE, value: 7 };
+        server.handle(0, &Packet::pairs(r, vec![q]).to_bytes());
+    }
+    assert_eq!(server.poll_event(), None, "nothing was proposed, nothing commits");
+    assert_eq!(server.stats().host_items, 0);
+    // A part for position 4,000,000 of chunk 0.
+    let mut key = 0u32.to_be_bytes().to_vec();
+    key.extend_from_slice(&4_000_000u32.to_be_bytes());
+    let mut h = Header::new(Kind::Wide, 1, 1, 100);
+    h.flow = 0;
+    server
+        .handle(0, &Packet::wide(h, vec![Wide { op: WideOp::AggPart, key, value: 1 }]).to_bytes());
+    assert_eq!(server.stats().host_items, 0);
+    // A proposed instance still commits once, with the proposed value.
+    server.propose(0, 5, 42).expect("proposes");
+    while server.poll_control().is_some() {}
+    for member in 0..2u16 {
+        let mut h = Header::new(Kind::Vote, 1, 1 + member, 100);
+        h.flow = member;
+        h.aux = 5;
+        let vote = Pair { key: 5, addr: Addr::NONE, value: 999 };
+        server.handle(0, &Packet::pairs(h, vec![vote]).to_bytes());
+    }
+    let e = server.poll_event();
+    assert!(
+        matches!(
+            e,
+            Some(protoplane_inc::server::ServerEvent::Committed { instance: 5, value: 42, .. })
+        ),
+        "{e:?}"
+    );
 }

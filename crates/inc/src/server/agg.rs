@@ -124,7 +124,7 @@ impl ServerAgent {
     pub(super) fn on_part(&mut self, h: &Header, item: &Wide) {
         let Some((chunk, pos)) = chunk_position(&item.key) else { return };
         let Some(member) = self.plan.member_of(h.flow) else { return };
-        if self.too_old(chunk) {
+        if pos as usize >= self.plan.pairs_per_packet().max(32) || self.too_old(chunk) {
             return;
         }
         // A chunk this agent aggregated itself has the exact sum already.

@@ -681,7 +681,7 @@ impl ServerAgent {
         let h = p.header;
         if h.flags.has(Flags::QUORUM) {
             let Some(pair) = p.pair_items().first() else { return };
-            self.commit(pair.key, pair.value, true);
+            self.commit(pair.key, true);
             return;
         }
         let chunk = h.aux;
@@ -858,8 +858,7 @@ impl ServerAgent {
             (Pending::VoteCheck { instance }, ControlReply::Meta(m)) => {
                 if let Some((tag, count, _, _)) = m.first() {
                     if *tag == instance && *count >= self.plan.threshold {
-                        let value = self.instances.get(&instance).map_or(0, |i| i.value as i32);
-                        self.commit(instance, value, true);
+                        self.commit(instance, true);
                     }
                 }
             }

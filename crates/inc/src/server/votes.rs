@@ -11,42 +11,32 @@ impl ServerAgent {
         if let Some(pair) = p.pair_items().first() {
             let instance = pair.key;
             let bit = 1u64 << (member % 64);
-            let inst = self.instances.entry(instance).or_insert(Instance {
-                value: i64::from(pair.value),
-                addr: Addr::NONE,
-                voters: 0,
-                count: 0,
-                committed: false,
-                proposed_at: 0,
-                ready: false,
-            });
-            if inst.voters & bit == 0 && !inst.committed {
-                inst.voters |= bit;
-                inst.count += 1;
-                self.stats.host_items += 1;
-                if inst.count >= self.plan.threshold {
-                    self.commit(instance, pair.value, false);
+            // Only instances this agent proposed are counted: a vote for
+            // any other number must not make the agent keep state.
+            if let Some(inst) = self.instances.get_mut(&instance) {
+                if inst.voters & bit == 0 && !inst.committed {
+                    inst.voters |= bit;
+                    inst.count += 1;
+                    self.stats.host_items += 1;
+                    if inst.count >= self.plan.threshold {
+                        self.commit(instance, false);
+                    }
                 }
             }
         }
         self.ack(&h, Vec::new());
     }
 
-    pub(super) fn commit(&mut self, instance: u32, value: i32, in_network: bool) {
-        let inst = self.instances.entry(instance).or_insert(Instance {
-            value: i64::from(value),
-            addr: Addr::NONE,
-            voters: 0,
-            count: 0,
-            committed: false,
-            proposed_at: 0,
-            ready: true,
-        });
+    /// Commits a proposed instance once, with the proposed value (a quorum
+    /// for a number this agent never proposed is ignored).
+    pub(super) fn commit(&mut self, instance: u32, in_network: bool) {
+        let Some(inst) = self.instances.get_mut(&instance) else { return };
         if inst.committed {
             return;
         }
         inst.committed = true;
         let addr = inst.addr;
+        let value = inst.value as i32;
         self.events.push_back(ServerEvent::Committed { instance, value, in_network });
         if !in_network {
             let mut hd = self.header(Kind::Result, 0);

@@ -21,7 +21,7 @@ use protoplane_inc::messages::{Reply, Request};
 use protoplane_inc::packet::Addr;
 use protoplane_inc::plan::AppPlan;
 use protoplane_inc::server::{ServerAgent, ServerEvent, ServerStats, ServerTuning};
-use protoplane_inc::switch::{ControlReply, ModifyOp};
+use protoplane_inc::switch::ControlReply;
 use serde_json::Value;
 
 use crate::lines::{call, write_value, LineReader};
@@ -187,7 +187,6 @@ fn until(deadline: Option<u64>, cap: Duration) -> Duration {
 pub struct ServerRuntime {
     agent: ServerAgent,
     io: Io,
-    plan: AppPlan,
     controller: TcpStream,
     links: Vec<(TcpStream, VecDeque<u64>)>,
     events: VecDeque<ServerEvent>,
@@ -198,15 +197,16 @@ pub struct ServerRuntime {
 
 impl ServerRuntime {
     /// Registers `reg` (its `server` is set to this agent's node) and
-    /// connects to the data plane.
+    /// connects to the data plane; the agent applies `reg.modify` like the
+    /// data plane does.
     pub fn register(
         opts: &Options,
         reg: Registration,
-        modify: Option<(ModifyOp, i32)>,
         tuning: ServerTuning,
     ) -> io::Result<ServerRuntime> {
         let io = Io::bind(opts)?;
         let name = reg.name.clone();
+        let modify = reg.modify;
         let (controller, reply) = controller_call(
             opts.controller,
             &Request::Register(Registration { server: io.node, ..reg }),
@@ -240,11 +240,10 @@ impl ServerRuntime {
                 links.push((s, VecDeque::new()));
             }
         }
-        let agent = ServerAgent::new(plan.clone(), io.node, modify, tuning);
+        let agent = ServerAgent::new(plan, io.node, modify, tuning);
         Ok(ServerRuntime {
             agent,
             io,
-            plan,
             controller,
             links,
             events: VecDeque::new(),
@@ -256,7 +255,7 @@ impl ServerRuntime {
 
     /// The plan the controller gave.
     pub fn plan(&self) -> &AppPlan {
-        &self.plan
+        self.agent.plan()
     }
 
     /// This agent's node.
@@ -395,7 +394,10 @@ impl ServerRuntime {
 
     /// Releases the application's resources at the controller.
     pub fn deregister(mut self) -> io::Result<()> {
-        write_value(&mut self.controller, &Request::Deregister { app: self.plan.app }.to_json())
+        write_value(
+            &mut self.controller,
+            &Request::Deregister { app: self.agent.plan().app }.to_json(),
+        )
     }
 }
 

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::io::{self, ErrorKind};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use protoplane_inc::controller::{Controller, ControllerEvent, ControllerTuning, 
 use protoplane_inc::messages::{Reply, Request};
 use protoplane_inc::switch::{Control, ControlReply};
 
-use crate::lines::{call, write_value, LineReader};
+use crate::lines::{accept_lines, call, Incoming, LineReader, Writers};
 use crate::now_us;
 
 /// How to run a controller.
@@ -48,11 +48,6 @@ impl SwitchLink {
         let v = call(&mut self.stream, &mut self.reader, &c.to_json())?;
         ControlReply::from_json(&v).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
     }
-}
-
-enum Msg {
-    Request(u64, Result<Request, String>),
-    Closed(u64),
 }
 
 /// A bound controller.
@@ -109,30 +104,26 @@ impl Runner {
             links.push(link);
         }
         let mut controller = Controller::new(plane, self.opts.tuning);
-        let (tx, rx) = mpsc::channel::<Msg>();
-        let writers: Arc<Mutex<HashMap<u64, TcpStream>>> = Arc::default();
+        let (tx, rx) = mpsc::channel();
+        let writers = Writers::default();
         let listener = self.listener.try_clone()?;
         let w2 = writers.clone();
-        thread::spawn(move || accept(listener, tx, w2));
+        thread::spawn(move || accept_lines(listener, tx, w2, || {}));
         // Which connection registered which application (for probes).
         let mut owners: HashMap<u16, u64> = HashMap::new();
         while !stop.load(Ordering::Relaxed) {
             match rx.recv_timeout(Duration::from_millis(5)) {
-                Ok(Msg::Request(conn, req)) => {
+                Ok(Incoming::Line(conn, v)) => {
                     let now = now_us();
-                    let reply = match req {
+                    let reply = match Request::from_json(&v) {
                         Err(why) => Reply::Error(why),
                         Ok(r) => handle(&mut controller, now, r, conn, &mut owners, &mut log),
                     };
                     // Install before answering: drain the switch requests now.
                     flush(&mut controller, &mut links)?;
-                    send(&writers, conn, &reply);
+                    writers.send(conn, &reply.to_json());
                 }
-                Ok(Msg::Closed(conn)) => {
-                    if let Ok(mut w) = writers.lock() {
-                        w.remove(&conn);
-                    }
-                }
+                Ok(Incoming::Closed(conn)) => writers.forget(conn),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -146,7 +137,7 @@ impl Runner {
                     ControllerEvent::Probe { app, .. } => {
                         log(&format!("probe application {app}"));
                         if let Some(conn) = owners.get(&app) {
-                            send(&writers, *conn, &Reply::Probe(app));
+                            writers.send(*conn, &Reply::Probe(app).to_json());
                         }
                     }
                     ControllerEvent::Reclaimed { app, name } => {
@@ -215,43 +206,4 @@ fn flush(c: &mut Controller, links: &mut [SwitchLink]) -> io::Result<()> {
         c.handle_control(token, reply);
     }
     Ok(())
-}
-
-fn send(writers: &Arc<Mutex<HashMap<u64, TcpStream>>>, conn: u64, reply: &Reply) {
-    if let Ok(mut w) = writers.lock() {
-        if let Some(s) = w.get_mut(&conn) {
-            if write_value(s, &reply.to_json()).is_err() {
-                w.remove(&conn);
-            }
-        }
-    }
-}
-
-fn accept(listener: TcpListener, tx: Sender<Msg>, writers: Arc<Mutex<HashMap<u64, TcpStream>>>) {
-    for (id, stream) in listener.incoming().enumerate() {
-        let Ok(stream) = stream else { continue };
-        let id = id as u64;
-        let _ = stream.set_nodelay(true);
-        let Ok(w) = stream.try_clone() else { continue };
-        if let Ok(mut map) = writers.lock() {
-            map.insert(id, w);
-        }
-        let tx = tx.clone();
-        thread::spawn(move || {
-            let mut r = LineReader::new(stream);
-            loop {
-                match r.next_value() {
-                    Ok(Some(v)) => {
-                        if tx.send(Msg::Request(id, Request::from_json(&v))).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(None) | Err(_) => {
-                        let _ = tx.send(Msg::Closed(id));
-                        return;
-                    }
-                }
-            }
-        });
-    }
 }

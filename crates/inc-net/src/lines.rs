@@ -1,8 +1,12 @@
 //! JSON lines over TCP, with a bound on the line length: a peer cannot
 //! make a reader buffer without limit.
 
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread;
 
 use serde_json::Value;
 
@@ -74,4 +78,70 @@ pub fn call(
     reader
         .next_value()?
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))
+}
+
+/// What a connection's reader thread reports.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A JSON line from connection `.0`.
+    Line(u64, Value),
+    /// Connection `.0` ended (or sent something that is not a JSON line).
+    Closed(u64),
+}
+
+/// The write halves of accepted connections, by connection id.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Writers(Arc<Mutex<HashMap<u64, TcpStream>>>);
+
+impl Writers {
+    /// Writes `v` as a line to connection `id`; a connection whose write
+    /// fails is forgotten.
+    pub(crate) fn send(&self, id: u64, v: &Value) {
+        if let Ok(mut map) = self.0.lock() {
+            if let Some(w) = map.get_mut(&id) {
+                if write_value(w, v).is_err() {
+                    map.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Forgets connection `id`.
+    pub(crate) fn forget(&self, id: u64) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(&id);
+        }
+    }
+}
+
+/// Accepts connections on `listener` until it fails: each gets an id, its
+/// write half goes into `writers`, and a reader thread of its own sends
+/// every line to `tx` (calling `after_line` after each) and then `Closed`.
+pub(crate) fn accept_lines(
+    listener: TcpListener,
+    tx: Sender<Incoming>,
+    writers: Writers,
+    after_line: impl Fn() + Clone + Send + 'static,
+) {
+    for (id, stream) in listener.incoming().enumerate() {
+        let Ok(stream) = stream else { continue };
+        let id = id as u64;
+        let _ = stream.set_nodelay(true);
+        let Ok(w) = stream.try_clone() else { continue };
+        if let Ok(mut map) = writers.0.lock() {
+            map.insert(id, w);
+        }
+        let tx = tx.clone();
+        let after_line = after_line.clone();
+        thread::spawn(move || {
+            let mut r = LineReader::new(stream);
+            while let Ok(Some(v)) = r.next_value() {
+                if tx.send(Incoming::Line(id, v)).is_err() {
+                    return;
+                }
+                after_line();
+            }
+            let _ = tx.send(Incoming::Closed(id));
+        });
+    }
 }

@@ -11,9 +11,9 @@
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use protoplane_inc::faults::{Faults, Injector};
 use protoplane_inc::switch::{Control, ControlReply, Emit, Stats, Switch, SwitchConfig};
 
-use crate::lines::{write_value, LineReader};
+use crate::lines::{accept_lines, Incoming, Writers};
 use crate::{node_addr, now_us, DelayQueue};
 
 /// How to run a switch.
@@ -52,11 +52,6 @@ pub struct Bound {
     pub control: SocketAddr,
 }
 
-enum CtlMsg {
-    Request(u64, Result<Control, String>),
-    Closed(u64),
-}
-
 /// Binds the sockets; returns where they are and the loop to run.
 pub fn bind(opts: SwitchOptions) -> io::Result<(Bound, Runner)> {
     let udp = UdpSocket::bind(SocketAddr::new(opts.host, opts.port))?;
@@ -78,56 +73,23 @@ pub struct Runner {
     switch: Switch,
 }
 
-/// Reads control connections. After each request it sends an empty
-/// datagram to the data plane's own port, so a pipeline thread blocked in
-/// `recv` wakes up and applies the request at once.
-fn accept_loop(
-    listener: TcpListener,
-    tx: Sender<CtlMsg>,
-    writers: Arc<std::sync::Mutex<HashMap<u64, TcpStream>>>,
-    wake: SocketAddr,
-) {
-    let Ok(waker) = UdpSocket::bind(SocketAddr::new(wake.ip(), 0)) else { return };
-    let waker = Arc::new(waker);
-    for (id, stream) in listener.incoming().enumerate() {
-        let Ok(stream) = stream else { continue };
-        let id = id as u64;
-        let _ = stream.set_nodelay(true);
-        let Ok(w) = stream.try_clone() else { continue };
-        if let Ok(mut map) = writers.lock() {
-            map.insert(id, w);
-        }
-        let tx = tx.clone();
-        let waker = waker.clone();
-        thread::spawn(move || {
-            let mut r = LineReader::new(stream);
-            loop {
-                match r.next_value() {
-                    Ok(Some(v)) => {
-                        if tx.send(CtlMsg::Request(id, Control::from_json(&v))).is_err() {
-                            return;
-                        }
-                        let _ = waker.send_to(&[], wake);
-                    }
-                    Ok(None) | Err(_) => {
-                        let _ = tx.send(CtlMsg::Closed(id));
-                        return;
-                    }
-                }
-            }
-        });
-    }
-}
-
 impl Runner {
     /// Runs until `stop` is set; returns the final counters.
     pub fn run(mut self, stop: Arc<AtomicBool>) -> io::Result<Stats> {
-        let (tx, rx): (Sender<CtlMsg>, Receiver<CtlMsg>) = mpsc::channel();
-        let writers = Arc::new(std::sync::Mutex::new(HashMap::new()));
+        let (tx, rx) = mpsc::channel();
+        let writers = Writers::default();
         let listener = self.listener.try_clone()?;
         let w2 = writers.clone();
+        // After each control request the reader sends an empty datagram to
+        // the data plane's own port, so the pipeline thread blocked in
+        // `recv` wakes up and applies the request at once.
         let wake = self.udp.local_addr()?;
-        thread::spawn(move || accept_loop(listener, tx, w2, wake));
+        let waker = Arc::new(UdpSocket::bind(SocketAddr::new(wake.ip(), 0))?);
+        thread::spawn(move || {
+            accept_lines(listener, tx, w2, move || {
+                let _ = waker.send_to(&[], wake);
+            })
+        });
         let mut injectors: HashMap<u16, Injector> = HashMap::new();
         let mut delayed = DelayQueue::default();
         let mut buf = vec![0u8; 65_536];
@@ -138,24 +100,14 @@ impl Runner {
             // Control first: a request waits at most one batch.
             loop {
                 match rx.try_recv() {
-                    Ok(CtlMsg::Request(id, req)) => {
-                        let reply = match req {
+                    Ok(Incoming::Line(id, v)) => {
+                        let reply = match Control::from_json(&v) {
                             Ok(c) => self.switch.control(c),
                             Err(why) => ControlReply::Refused(why),
                         };
-                        if let Ok(mut map) = writers.lock() {
-                            if let Some(w) = map.get_mut(&id) {
-                                if write_value(w, &reply.to_json()).is_err() {
-                                    map.remove(&id);
-                                }
-                            }
-                        }
+                        writers.send(id, &reply.to_json());
                     }
-                    Ok(CtlMsg::Closed(id)) => {
-                        if let Ok(mut map) = writers.lock() {
-                            map.remove(&id);
-                        }
-                    }
+                    Ok(Incoming::Closed(id)) => writers.forget(id),
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }

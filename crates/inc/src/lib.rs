@@ -23,6 +23,7 @@
 pub mod client;
 pub mod controller;
 pub mod faults;
+mod json;
 pub mod keys;
 pub mod messages;
 pub mod netfilter;

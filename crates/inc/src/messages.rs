@@ -14,8 +14,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::controller::Registration;
+use crate::json::{enumerated, field as get, modify, modify_to_json, object as obj, text, uint};
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
-use crate::switch::{CountMode, Destinations, ModifyOp};
+use crate::switch::{CountMode, Destinations};
 
 /// A message to the controller.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,48 +60,6 @@ pub enum Reply {
     Error(String),
     /// Asks the server agent of an application for a heartbeat.
     Probe(u16),
-}
-
-fn obj(v: &Value) -> Result<&Map<String, Value>, String> {
-    v.as_object().ok_or_else(|| "not a JSON object".to_string())
-}
-
-fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
-}
-
-fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &str) -> Result<T, String> {
-    let v = get(o, k)?.as_u64().ok_or_else(|| format!("\"{k}\" is not an unsigned integer"))?;
-    T::try_from(v).map_err(|_| format!("\"{k}\" = {v} is out of range"))
-}
-
-fn text(o: &Map<String, Value>, k: &str) -> Result<String, String> {
-    Ok(get(o, k)?.as_str().ok_or_else(|| format!("\"{k}\" is not a string"))?.to_string())
-}
-
-fn parse_with<T>(
-    o: &Map<String, Value>,
-    k: &str,
-    p: impl Fn(&str) -> Option<T>,
-) -> Result<T, String> {
-    let s = text(o, k)?;
-    p(&s).ok_or_else(|| format!("unknown \"{k}\" {s:?}"))
-}
-
-fn cache_parse(s: &str) -> Option<CachePolicy> {
-    Some(match s {
-        "periodic-counting" => CachePolicy::PeriodicCounting,
-        "fcfs" => CachePolicy::Fcfs,
-        "hashing" => CachePolicy::Hashing,
-        _ => return None,
-    })
-}
-
-impl CachePolicy {
-    /// Parses [`CachePolicy::name`].
-    pub fn parse(s: &str) -> Option<CachePolicy> {
-        cache_parse(s)
-    }
 }
 
 /// The JSON fields of a plan.
@@ -153,8 +112,8 @@ pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, String> {
         groups: uint(o, "groups")?,
         window: uint(o, "window")?,
         memory,
-        clear: parse_with(o, "clear", ClearPolicy::parse)?,
-        cache: parse_with(o, "cache", cache_parse)?,
+        clear: enumerated(o, "clear", ClearPolicy::parse)?,
+        cache: enumerated(o, "cache", CachePolicy::parse)?,
         threshold: uint(o, "threshold")?,
         key_bits: uint(o, "key_bits")?,
     };
@@ -189,7 +148,7 @@ impl Request {
                 "threshold": r.threshold,
                 "forward": r.forward.name(),
                 "count": r.count.name(),
-                "modify": r.modify.map(|(op, p)| json!([op.name(), p])),
+                "modify": modify_to_json(r.modify),
                 "key_bits": r.key_bits,
             }),
             Request::Join { name, member, node } => {
@@ -205,45 +164,34 @@ impl Request {
     pub fn from_json(v: &Value) -> Result<Request, String> {
         let o = obj(v)?;
         let op = text(o, "op")?;
-        Ok(match op.as_str() {
+        Ok(match op {
             "register" => {
-                let modify = match o.get("modify") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::Array(a)) if a.len() == 2 => {
-                        let op = a[0].as_str().and_then(ModifyOp::parse).ok_or("bad \"modify\"")?;
-                        let p = a[1]
-                            .as_i64()
-                            .and_then(|p| i32::try_from(p).ok())
-                            .ok_or("bad \"modify\"")?;
-                        Some((op, p))
-                    }
-                    _ => return Err("bad \"modify\"".into()),
-                };
+                let modify = modify(o)?;
                 let key_bits: u32 = uint(o, "key_bits")?;
                 if !(1..=32).contains(&key_bits) {
                     return Err(format!("\"key_bits\" = {key_bits} (1 to 32)"));
                 }
                 Request::Register(Registration {
-                    name: text(o, "name")?,
+                    name: text(o, "name")?.to_string(),
                     server: uint(o, "server")?,
                     members: uint(o, "members")?,
                     flows_per_member: uint(o, "flows_per_member")?,
                     memory: uint(o, "memory")?,
-                    clear: parse_with(o, "clear", ClearPolicy::parse)?,
-                    cache: parse_with(o, "cache", cache_parse)?,
+                    clear: enumerated(o, "clear", ClearPolicy::parse)?,
+                    cache: enumerated(o, "cache", CachePolicy::parse)?,
                     threshold: uint(o, "threshold")?,
-                    forward: parse_with(o, "forward", Destinations::parse)?,
-                    count: parse_with(o, "count", CountMode::parse)?,
+                    forward: enumerated(o, "forward", Destinations::parse)?,
+                    count: enumerated(o, "count", CountMode::parse)?,
                     modify,
                     key_bits,
                 })
             }
             "join" => Request::Join {
-                name: text(o, "name")?,
+                name: text(o, "name")?.to_string(),
                 member: uint(o, "member")?,
                 node: uint(o, "node")?,
             },
-            "lookup" => Request::Lookup { name: text(o, "name")? },
+            "lookup" => Request::Lookup { name: text(o, "name")?.to_string() },
             "heartbeat" => Request::Heartbeat { app: uint(o, "app")? },
             "deregister" => Request::Deregister { app: uint(o, "app")? },
             other => return Err(format!("unknown request {other:?}")),
@@ -277,7 +225,7 @@ impl Reply {
                 .map(Reply::Probe)
                 .ok_or("bad \"probe\"".into());
         }
-        Ok(match text(o, "reply")?.as_str() {
+        Ok(match text(o, "reply")? {
             "plan" => {
                 let members = match o.get("member_nodes") {
                     Some(Value::Array(a)) if a.len() <= 65_536 => {
@@ -288,7 +236,7 @@ impl Reply {
                 Reply::Plan(plan_from_json(o)?, members)
             }
             "ok" => Reply::Ok,
-            "error" => Reply::Error(text(o, "why")?),
+            "error" => Reply::Error(text(o, "why")?.to_string()),
             other => return Err(format!("unknown reply {other:?}")),
         })
     }
@@ -297,6 +245,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::switch::ModifyOp;
 
     #[test]
     fn requests_and_replies_round_trip() {

@@ -626,7 +626,7 @@ impl NetFilter {
             None => CachePolicy::PeriodicCounting,
             Some(v) => {
                 let s = string("Cache", v)?;
-                parse_cache(s).ok_or_else(|| {
+                CachePolicy::parse(s).ok_or_else(|| {
                     NetFilterError::new(
                         "Cache",
                         format!(
@@ -1020,7 +1020,7 @@ impl<'a> Cx<'a> {
             let field = self.field(&e, "Field", m, Side::Request, STREAMS, STREAM)?;
             seen.check(&e, m, &field.name, "Field")?;
             let op_name = e.str("Op", OPS)?;
-            let op = parse_op(op_name).ok_or_else(|| {
+            let op = ModifyOp::parse(op_name).ok_or_else(|| {
                 NetFilterError::new(
                     e.at("Op"),
                     format!("unknown operation {op_name:?}; one of {OPS}"),
@@ -1051,7 +1051,7 @@ impl<'a> Cx<'a> {
                         e.path.clone(),
                         format!(
                             "{op_name} {parameter} differs from {} {} at {first_path}; the data plane applies one operation to all of an application's values",
-                            op_label(prev.op),
+                            prev.op.name(),
                             prev.parameter
                         ),
                     ));
@@ -1268,37 +1268,6 @@ fn app_name(v: Option<&Value>) -> Result<String> {
     Ok(name.to_owned())
 }
 
-fn parse_cache(s: &str) -> Option<CachePolicy> {
-    [CachePolicy::PeriodicCounting, CachePolicy::Fcfs, CachePolicy::Hashing]
-        .into_iter()
-        .find(|c| c.name() == s)
-}
-
-fn parse_op(s: &str) -> Option<ModifyOp> {
-    Some(match s {
-        "add" => ModifyOp::Add,
-        "max" => ModifyOp::Max,
-        "min" => ModifyOp::Min,
-        "and" => ModifyOp::And,
-        "or" => ModifyOp::Or,
-        "shl" => ModifyOp::Shl,
-        "shr" => ModifyOp::Shr,
-        _ => return None,
-    })
-}
-
-fn op_label(op: ModifyOp) -> &'static str {
-    match op {
-        ModifyOp::Add => "add",
-        ModifyOp::Max => "max",
-        ModifyOp::Min => "min",
-        ModifyOp::And => "and",
-        ModifyOp::Or => "or",
-        ModifyOp::Shl => "shl",
-        ModifyOp::Shr => "shr",
-    }
-}
-
 fn counting_label(t: Threshold, d: Destinations, c: CountMode) -> String {
     let t = match t {
         Threshold::Count(n) => n.to_string(),
@@ -1310,9 +1279,5 @@ fn counting_label(t: Threshold, d: Destinations, c: CountMode) -> String {
         Destinations::Members => "clients",
         Destinations::Both => "both",
     };
-    let c = match c {
-        CountMode::TestAndSet => "test-and-set",
-        CountMode::Accumulate => "accumulate",
-    };
-    format!("Threshold {t}, Destinations {d}, Count {c}")
+    format!("Threshold {t}, Destinations {d}, Count {}", c.name())
 }

@@ -68,6 +68,13 @@ impl CachePolicy {
             CachePolicy::Hashing => "hashing",
         }
     }
+
+    /// Parses [`CachePolicy::name`].
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        [CachePolicy::PeriodicCounting, CachePolicy::Fcfs, CachePolicy::Hashing]
+            .into_iter()
+            .find(|c| c.name() == s)
+    }
 }
 
 /// An application instance's place in the data plane.

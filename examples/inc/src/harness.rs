@@ -10,7 +10,6 @@ use protoplane_inc::client::ClientTuning;
 use protoplane_inc::controller::Registration;
 use protoplane_inc::netfilter::{load_sources, select_service, NetFilter};
 use protoplane_inc::server::{ServerStats, ServerTuning};
-use protoplane_inc::switch::ModifyOp;
 use protoplane_inc_net::agent::{ClientRuntime, Options, ServerRuntime};
 
 use crate::{agreement, async_agg, check, key_value, sync_agg, Params, Tweaks, Verdict};
@@ -93,17 +92,11 @@ pub fn netfilter(app: App) -> Result<NetFilter, String> {
 }
 
 /// What the filter asks of the data plane, for `members` members.
-pub fn registration(
-    app: App,
-    name: &str,
-    members: u16,
-) -> Result<(Registration, Option<(ModifyOp, i32)>), String> {
+pub fn registration(app: App, name: &str, members: u16) -> Result<Registration, String> {
     let f = netfilter(app)?;
     // Map workloads spread a large call over two flows per member.
     let flows_per_member = if f.add_to.is_empty() || !f.cnt_fwd.is_empty() { 1 } else { 2 };
-    let reg = f.registration(name, members, flows_per_member);
-    let modify = reg.modify;
-    Ok((reg, modify))
+    Ok(f.registration(name, members, flows_per_member))
 }
 
 /// What the server process measured.
@@ -131,14 +124,14 @@ pub fn serve(
     stop: &AtomicBool,
     ready: impl FnOnce(&ServerRuntime),
 ) -> Result<ServerReport, String> {
-    let (mut reg, modify) = registration(app, name, params.clients)?;
+    let mut reg = registration(app, name, params.clients)?;
     reg.clear = tweaks.clear.unwrap_or(reg.clear);
     reg.cache = tweaks.cache.unwrap_or(reg.cache);
     reg.memory = tweaks.memory.unwrap_or(reg.memory);
     let mut commit_latency = None;
     let mut leader_time = None;
-    let mut rt = ServerRuntime::register(opts, reg, modify, ServerTuning::default())
-        .map_err(|e| e.to_string())?;
+    let mut rt =
+        ServerRuntime::register(opts, reg, ServerTuning::default()).map_err(|e| e.to_string())?;
     ready(&rt);
     let mut verdict = None;
     if app == App::Agreement {

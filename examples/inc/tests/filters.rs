@@ -8,7 +8,7 @@ fn every_netfilter_fits_its_service() {
     for app in App::ALL {
         let f = netfilter(app).unwrap_or_else(|e| panic!("{}: {e}", app.name()));
         assert_eq!(f.app_name, app.name());
-        let (reg, _) = registration(app, "x", 5).expect("registration");
+        let reg = registration(app, "x", 5).expect("registration");
         match app {
             App::SyncAgg => assert_eq!(reg.threshold, 5, "all members"),
             App::Agreement => assert_eq!(reg.threshold, 3, "a majority of 5"),

@@ -317,6 +317,11 @@ impl ServerAgent {
         }
     }
 
+    /// The plan this agent follows.
+    pub fn plan(&self) -> &AppPlan {
+        &self.plan
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> ServerStats {
         self.stats

@@ -13,60 +13,10 @@
 use serde_json::{json, Map, Value};
 
 use super::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
+use crate::json::{
+    int32, list, modify, modify_to_json, object, text, u16_of, u32_of, uint, Error as CodecError,
+};
 use crate::packet::Addr;
-
-/// Why a control message was refused.
-type CodecError = String;
-
-fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, CodecError> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
-}
-
-fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &str) -> Result<T, CodecError> {
-    let v = field(o, k)?.as_u64().ok_or_else(|| format!("\"{k}\" is not an unsigned integer"))?;
-    T::try_from(v).map_err(|_| format!("\"{k}\" = {v} is out of range"))
-}
-
-fn int32(o: &Map<String, Value>, k: &str) -> Result<i32, CodecError> {
-    let v = field(o, k)?.as_i64().ok_or_else(|| format!("\"{k}\" is not an integer"))?;
-    i32::try_from(v).map_err(|_| format!("\"{k}\" = {v} does not fit 32 bits"))
-}
-
-fn text<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a str, CodecError> {
-    field(o, k)?.as_str().ok_or_else(|| format!("\"{k}\" is not a string"))
-}
-
-fn array<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Vec<Value>, CodecError> {
-    field(o, k)?.as_array().ok_or_else(|| format!("\"{k}\" is not an array"))
-}
-
-/// At most this many items in one request's list (a switch control
-/// message is small; a bigger one is refused, not allocated).
-const MAX_LIST: usize = 1 << 16;
-
-fn list<T>(
-    o: &Map<String, Value>,
-    k: &str,
-    each: impl Fn(&Value) -> Option<T>,
-) -> Result<Vec<T>, CodecError> {
-    let a = array(o, k)?;
-    if a.len() > MAX_LIST {
-        return Err(format!("\"{k}\" has {} items (at most {MAX_LIST})", a.len()));
-    }
-    a.iter().map(|v| each(v).ok_or_else(|| format!("bad item in \"{k}\": {v}"))).collect()
-}
-
-fn u16_of(v: &Value) -> Option<u16> {
-    u16::try_from(v.as_u64()?).ok()
-}
-
-fn u32_of(v: &Value) -> Option<u32> {
-    u32::try_from(v.as_u64()?).ok()
-}
-
-fn object(v: &Value) -> Result<&Map<String, Value>, CodecError> {
-    v.as_object().ok_or_else(|| "not a JSON object".to_string())
-}
 
 impl Destinations {
     /// The control-plane spelling.
@@ -151,26 +101,14 @@ impl AppEntry {
             "mem_len": self.mem_len,
             "threshold": self.threshold,
             "count": self.count.name(),
-            "modify": self.modify.map(|(op, p)| json!([op.name(), p])),
+            "modify": modify_to_json(self.modify),
         })
     }
 
     fn from_json(o: &Map<String, Value>) -> Result<AppEntry, CodecError> {
         let forward = text(o, "forward")?;
         let count = text(o, "count")?;
-        let modify = match o.get("modify") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) if a.len() == 2 => {
-                let op =
-                    a[0].as_str().and_then(ModifyOp::parse).ok_or("bad \"modify\" operation")?;
-                let p = a[1]
-                    .as_i64()
-                    .and_then(|p| i32::try_from(p).ok())
-                    .ok_or("bad \"modify\" parameter")?;
-                Some((op, p))
-            }
-            Some(v) => return Err(format!("bad \"modify\": {v}")),
-        };
+        let modify = modify(o)?;
         Ok(AppEntry {
             app: uint(o, "app")?,
             server: uint(o, "server")?,

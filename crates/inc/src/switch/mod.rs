@@ -557,7 +557,8 @@ impl Switch {
             self.stats.malformed += 1;
             return;
         };
-        if queue_depth > self.config.ecn_threshold {
+        let marked = queue_depth > self.config.ecn_threshold;
+        if marked {
             packet.header.flags = packet.header.flags.with(Flags::ECN);
             self.stats.ecn_marked += 1;
         }
@@ -580,7 +581,10 @@ impl Switch {
             if matches!(packet.header.kind, Kind::Add | Kind::Agg | Kind::Vote) {
                 self.stats.not_admitted += 1;
             }
-            self.pass_on(&packet, packet.header.dst, out);
+            // Unchanged unless ECN-marked: the layout is fixed, so the
+            // datagram is its packet's encoding.
+            let bytes = if marked { packet.to_bytes() } else { datagram.to_vec() };
+            out.push(Emit { dst: self.config.next_hop.unwrap_or(packet.header.dst), bytes });
             return;
         }
         let app = packet.header.app;

@@ -1,6 +1,8 @@
 //! Builds the word-count corpus from the repository's own documentation:
 //! every Markdown file and every doc comment (`//!`, `///`) of the crates,
-//! in path order, so the example runs from the repository alone.
+//! in path order, so the example runs from the repository alone; and
+//! generates the four services' views, builders, server traits and client
+//! stubs (the in-network ones included) from their `.proto` files.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,20 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn main() {
+    if let Err(e) = protoplane_codegen::configure()
+        .service_generator(protoplane_codegen::inc_services())
+        .compile(
+            &[
+                "proto/sync_agg.proto",
+                "proto/async_agg.proto",
+                "proto/key_value.proto",
+                "proto/agreement.proto",
+            ],
+            &["proto", "../../protos"],
+        )
+    {
+        panic!("protoplane codegen: {e}");
+    }
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let root = manifest.join("../..");
     let mut files = Vec::new();

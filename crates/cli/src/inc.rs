@@ -324,6 +324,9 @@ pub(crate) struct RoleArgs {
     /// Print a progress line after each unit of work.
     #[arg(long)]
     progress: bool,
+    /// Clients: the gRPC address of the application's server.
+    #[arg(long)]
+    rpc: Option<SocketAddr>,
     #[command(flatten)]
     faults: FaultArgs,
 }
@@ -368,8 +371,8 @@ pub(crate) fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
     let (app, opts, params, tweaks) = role_setup(a)?;
     if server {
         let stop = stop_on_eof(true);
-        let r = harness::serve(app, &opts, &params, tweaks, &a.name, &stop, |rt| {
-            say(&format!("ready node={} memory={:?}", rt.node(), rt.plan().memory));
+        let r = harness::serve(app, &opts, &params, tweaks, &a.name, &stop, |rt, rpc| {
+            say(&format!("ready node={} rpc={rpc} memory={:?}", rt.node(), rt.plan().memory));
         })?;
         if let Some(v) = r.verdict {
             say(&format!("verdict exact={} items={} {}", yes(v.exact), v.items, v.detail));
@@ -389,12 +392,15 @@ pub(crate) fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
             say(&format!("progress t={} items={items}", protoplane_inc_net::now_us()));
         }
     };
-    let v = harness::client(app, &opts, &params, &a.name, a.member, &mut report)?;
+    let rpc = a.rpc.ok_or("a client needs --rpc (the server's gRPC address)")?;
+    let v = harness::client(app, &opts, &params, &a.name, a.member, rpc, &mut report)?;
     say(&format!(
-        "verdict exact={} items={} seconds={:.4} {}",
+        "verdict exact={} items={} seconds={:.4} rpcs={} rpc_bytes={} {}",
         yes(v.exact),
         v.items,
         t.elapsed().as_secs_f64(),
+        v.face.rpcs,
+        v.face.rpc_bytes,
         v.detail
     ));
     Ok(())
@@ -551,7 +557,13 @@ pub(crate) struct RunReport {
     pub(crate) seconds: f64,
     pub(crate) items: u64,
     pub(crate) server_packets: u64,
+    /// What reached the server agent through the network (INC datagrams).
     pub(crate) server_bytes: u64,
+    /// Ordinary calls the clients' stubs made to the server, and their
+    /// request bytes (encoded protobuf, IEDT fields cut out; HTTP/2 framing
+    /// not counted).
+    pub(crate) rpcs: u64,
+    pub(crate) rpc_bytes: u64,
     pub(crate) server_cpu: f64,
     pub(crate) commit_latency_us: f64,
     /// Agreement: first proposal to last commit.
@@ -593,8 +605,13 @@ impl AppRun {
             v
         };
         let (server, ready) = Proc::announced("server", &role("server", 0))?;
+        let rpc = field(&ready, "rpc").ok_or_else(|| format!("server announced {ready:?}"))?;
         let clients = (0..spec.clients)
-            .map(|m| Proc::start(&format!("client {m}"), &role("client", m)))
+            .map(|m| {
+                let mut args = role("client", m);
+                args.push(format!("--rpc={rpc}"));
+                Proc::start(&format!("client {m}"), &args)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(AppRun { server, clients, ready })
     }
@@ -618,6 +635,8 @@ impl AppRun {
                 Some(l) => {
                     r.exact &= l.contains("exact=yes");
                     r.items += num(&l, "items") as u64;
+                    r.rpcs += num(&l, "rpcs") as u64;
+                    r.rpc_bytes += num(&l, "rpc_bytes") as u64;
                     r.seconds = r.seconds.max(num(&l, "seconds"));
                     r.details.push(l.clone());
                     r.lines.push(format!("client {m}: {l}"));
@@ -698,8 +717,9 @@ pub(crate) fn print_run(a: &RunArgs, r: &RunReport) -> String {
         s.push('\n');
     }
     s.push_str(&format!(
-        "{:.3} s of client work, {} items from clients, server received {} packets / {} bytes, server CPU {:.3} s\n",
-        r.seconds, r.items, r.server_packets, r.server_bytes, r.server_cpu
+        "{:.3} s of client work, {} items from clients, server received {} packets / {} bytes \
+         and {} ordinary calls / {} bytes, server CPU {:.3} s\n",
+        r.seconds, r.items, r.server_packets, r.server_bytes, r.rpcs, r.rpc_bytes, r.server_cpu
     ));
     s.push_str(&format!("exact: {}\n", yes(r.exact)));
     s

@@ -147,7 +147,7 @@ use prost::Message as _;
 use prost_types::FileDescriptorSet;
 use protoplane_schema::{SchemaError, TableSet};
 
-pub use rpc::{rpc_services, RpcServices};
+pub use rpc::{inc_services, rpc_services, RpcServices};
 pub use service::{MessageType, Method, Service, ServiceGenerator};
 pub use writer::CodeWriter;
 

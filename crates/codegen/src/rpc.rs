@@ -52,6 +52,8 @@ pub struct RpcServices {
     /// View types that already got their `protoplane_rpc::View` impl (a type
     /// used by several methods or services gets one).
     views: HashSet<String>,
+    /// Also emit the in-network computation client ([`inc_services`]).
+    inc: bool,
 }
 
 /// The generator to pass to [`Config::service_generator`](crate::Config::service_generator).
@@ -309,5 +311,116 @@ impl ServiceGenerator for RpcServices {
         self.view_impls(service, out);
         Self::server(service, out);
         Self::client(service, out);
+        if self.inc {
+            Self::inc_client(service, out);
+        }
+    }
+}
+
+/// The generator for services with a NetFilter (in-network computation):
+/// everything [`rpc_services`] emits, plus a client stub
+/// `<service>_inc_client::<Service>IncClient` with the same methods as the
+/// ordinary one, whose unary calls route the request's IEDT fields through
+/// the client agent (`protoplane_inc_net::rpc::IncChannel`). The server side
+/// is the ordinary one. The generated code needs `protoplane-inc-net` as a
+/// dependency too.
+pub fn inc_services() -> Box<dyn ServiceGenerator> {
+    Box::new(RpcServices { inc: true, ..RpcServices::default() })
+}
+
+impl RpcServices {
+    fn inc_client(s: &Service, w: &mut CodeWriter) {
+        let module = format!("{}_inc_client", snake(&s.name));
+        let name = &s.rust_name;
+        let server_module = format!("{}_server", snake(&s.name));
+        w.blank();
+        w.doc(&format!(
+            "The client side of `{}` with in-network computation: the same methods as\n\
+             [`super::{}_client`]'s, with the IEDT fields of a request going through the\n\
+             client agent as the service's NetFilter says.",
+            s.full_name,
+            snake(&s.name)
+        ));
+        w.open(format!("pub mod {module}"));
+        w.line("#![allow(unused_imports, clippy::module_inception)]");
+        w.line("use super::*;");
+        w.blank();
+        w.doc(&format!("A client of `{}` whose IEDT fields travel in the network.", s.full_name));
+        w.line("#[derive(Clone, Debug)]");
+        w.open(format!("pub struct {name}IncClient"));
+        w.line("inner: ::protoplane_inc_net::rpc::IncChannel,");
+        w.close();
+        w.blank();
+        w.open(format!("impl {name}IncClient"));
+        w.doc(
+            "Connects over gRPC/HTTP2 (`host:port`); `netfilter` is the service's NetFilter\n\
+             (JSON), `agent` a joined client agent.",
+        );
+        w.open_fn(
+            "pub async fn connect",
+            &[
+                "target: &str".to_owned(),
+                "netfilter: &str".to_owned(),
+                "agent: ::protoplane_inc_net::agent::ClientHandle".to_owned(),
+            ],
+            "Result<Self, ::protoplane_rpc::Status>",
+        );
+        w.line("Self::new(::protoplane_rpc::Channel::connect(target).await?, netfilter, agent)");
+        w.close();
+        w.blank();
+        w.doc("A client over an established channel; fails when the NetFilter does not fit.");
+        w.open_fn(
+            "pub fn new",
+            &[
+                "channel: ::protoplane_rpc::Channel".to_owned(),
+                "netfilter: &str".to_owned(),
+                "agent: ::protoplane_inc_net::agent::ClientHandle".to_owned(),
+            ],
+            "Result<Self, ::protoplane_rpc::Status>",
+        );
+        w.line(format!("let schema = super::{server_module}::schema().clone();"));
+        w.line(format!(
+            "let inner = ::protoplane_inc_net::rpc::IncChannel::new(channel, schema, {:?}, netfilter, agent)?;",
+            s.full_name
+        ));
+        w.line("Ok(Self { inner })");
+        w.close();
+        w.blank();
+        w.doc("The channel: counters, the agent, the ordinary client.");
+        w.open("pub fn inc(&self) -> &::protoplane_inc_net::rpc::IncChannel");
+        w.line("&self.inner");
+        w.close();
+        for m in &s.methods {
+            w.blank();
+            if !m.client_streaming && !m.server_streaming {
+                w.doc(&format!(
+                    "`rpc {}` (unary): a `{}` block in, the decoded `{}` out.",
+                    m.name, m.input.full_name, m.output.full_name
+                ));
+                w.open(format!(
+                    "pub async fn {}(&self, request: ::protoplane_rpc::Request<&::protoplane_wire::Block>) -> Result<::protoplane_rpc::Message, ::protoplane_rpc::Status>",
+                    m.rust_name
+                ));
+                w.line(format!("self.inner.unary({:?}, request).await", m.name));
+            } else {
+                w.doc(&format!(
+                    "`rpc {}` ({}): an ordinary call (no IEDT field travels in a stream).",
+                    m.name,
+                    kind(m)
+                ));
+                w.open(format!(
+                    "pub async fn {}(&self, options: ::protoplane_rpc::CallOptions) -> Result<::protoplane_rpc::TypedCall, ::protoplane_rpc::Status>",
+                    m.rust_name
+                ));
+                w.line(format!(
+                    "let id = super::{server_module}::schema().find({:?}, {:?}).unwrap_or(u32::MAX);",
+                    s.full_name, m.name
+                ));
+                w.line("self.inner.client().start(id, options).await");
+            }
+            w.close();
+        }
+        w.close();
+        w.close();
     }
 }

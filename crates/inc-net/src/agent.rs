@@ -48,6 +48,9 @@ enum Input {
     Control(usize, Result<ControlReply, String>),
     Controller(Result<Reply, String>),
     Closed(&'static str),
+    /// Something other than the network wants the state machine's thread
+    /// (a call for a spawned client, see [`ClientRuntime::spawn`]).
+    Wake,
 }
 
 fn invalid(e: impl ToString) -> io::Error {
@@ -362,7 +365,7 @@ impl ServerRuntime {
                         );
                     }
                 }
-                Input::Controller(_) => {}
+                Input::Controller(_) | Input::Wake => {}
                 Input::Closed(what) => {
                     return Err(io::Error::other(format!("{what} connection closed")))
                 }
@@ -562,5 +565,243 @@ impl ClientRuntime {
             self.events.retain(|e| !matches!(e, Event::Done { outcome: Outcome::Voted, .. }));
         }
         true
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A client agent on its own thread.
+
+/// How many events (proposals, commits) a [`ClientHandle`] holds for the
+/// application before it drops the oldest: the network decides how many
+/// arrive, so the queue must not grow with them.
+pub const EVENT_QUEUE: usize = 4096;
+
+/// How many proposals a [`ClientHandle`] remembers for
+/// [`ClientHandle::vote_for`] (the newest).
+pub const PROPOSALS_KEPT: usize = 65_536;
+
+/// A call for the agent's thread.
+enum Cmd {
+    Add(Vec<(Vec<u8>, i64)>),
+    Get(Vec<Vec<u8>>),
+    Aggregate(Vec<i32>),
+    Vote(u32, i32, Addr),
+    VoteFor(u32),
+    Clear,
+}
+
+type Reply1 = tokio::sync::oneshot::Sender<Result<Outcome, String>>;
+
+/// A client agent running on its own thread, for async code: calls are
+/// futures, any number can be in flight, and proposals and commits arrive
+/// on [`ClientHandle::next_event`]. Made by [`ClientRuntime::spawn`]; the
+/// thread ends when every handle is dropped and no call is in flight.
+#[derive(Clone, Debug)]
+pub struct ClientHandle {
+    calls: Sender<(Cmd, Reply1)>,
+    wake: Sender<Input>,
+    events: std::sync::Arc<std::sync::Mutex<VecDeque<Event>>>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    stats: std::sync::Arc<std::sync::Mutex<ClientStats>>,
+    node: u16,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Cmd::Add(_) => "add",
+            Cmd::Get(_) => "get",
+            Cmd::Aggregate(_) => "aggregate",
+            Cmd::Vote(..) | Cmd::VoteFor(_) => "vote",
+            Cmd::Clear => "clear",
+        };
+        f.write_str(name)
+    }
+}
+
+impl ClientRuntime {
+    /// Moves the agent to a thread of its own and returns a handle to it.
+    pub fn spawn(self) -> ClientHandle {
+        let (calls, rx) = mpsc::channel::<(Cmd, Reply1)>();
+        let h = ClientHandle {
+            calls,
+            wake: self.io.tx.clone(),
+            events: Default::default(),
+            notify: Default::default(),
+            stats: Default::default(),
+            node: self.io.node,
+        };
+        let (events, notify, stats) = (h.events.clone(), h.notify.clone(), h.stats.clone());
+        thread::spawn(move || self.drive(rx, events, notify, stats));
+        h
+    }
+
+    fn drive(
+        mut self,
+        calls: Receiver<(Cmd, Reply1)>,
+        events: std::sync::Arc<std::sync::Mutex<VecDeque<Event>>>,
+        notify: std::sync::Arc<tokio::sync::Notify>,
+        stats: std::sync::Arc<std::sync::Mutex<ClientStats>>,
+    ) {
+        let mut pending: std::collections::HashMap<CallId, (Reply1, Instant)> = Default::default();
+        let mut proposals: std::collections::HashMap<u32, (i64, Addr)> = Default::default();
+        let mut proposal_order: VecDeque<u32> = VecDeque::new();
+        let mut open = true;
+        while open || !pending.is_empty() {
+            loop {
+                let (cmd, reply) = match calls.try_recv() {
+                    Ok(c) => c,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                };
+                let started = match cmd {
+                    Cmd::Add(items) => self.agent.add(&items),
+                    Cmd::Get(keys) => self.agent.get(&keys),
+                    Cmd::Aggregate(values) => Ok(self.agent.aggregate(&values)),
+                    Cmd::Vote(instance, value, addr) => Ok(self.agent.vote(instance, value, addr)),
+                    Cmd::VoteFor(instance) => match proposals.get(&instance) {
+                        Some((value, addr)) => Ok(self.agent.vote(instance, *value as i32, *addr)),
+                        None => Err(format!("no proposal for instance {instance} was seen")),
+                    },
+                    Cmd::Clear => Ok(self.agent.clear()),
+                };
+                match started {
+                    Ok(call) => {
+                        pending.insert(call, (reply, Instant::now() + self.call_timeout));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            self.step(Duration::from_millis(5));
+            let mut woke = false;
+            for e in self.events.drain(..) {
+                match e {
+                    Event::Done { call, outcome } => {
+                        if let Some((reply, _)) = pending.remove(&call) {
+                            let _ = reply.send(Ok(outcome));
+                        }
+                    }
+                    other => {
+                        if let Event::Proposal { instance, value, addr } = &other {
+                            if proposals.insert(*instance, (*value, *addr)).is_none() {
+                                proposal_order.push_back(*instance);
+                                if proposal_order.len() > PROPOSALS_KEPT {
+                                    if let Some(old) = proposal_order.pop_front() {
+                                        proposals.remove(&old);
+                                    }
+                                }
+                            }
+                        }
+                        let mut q = events.lock().unwrap_or_else(|p| p.into_inner());
+                        if q.len() >= EVENT_QUEUE {
+                            q.pop_front();
+                        }
+                        q.push_back(other);
+                        woke = true;
+                    }
+                }
+            }
+            if woke {
+                notify.notify_waiters();
+                notify.notify_one();
+            }
+            let now = Instant::now();
+            pending.retain(|_, (_, deadline)| *deadline > now);
+            *stats.lock().unwrap_or_else(|p| p.into_inner()) = self.agent.stats();
+        }
+    }
+}
+
+impl ClientHandle {
+    /// Submits `cmd` now (so calls started one after another are in flight
+    /// together) and returns the future of its outcome.
+    fn call(&self, cmd: Cmd) -> impl std::future::Future<Output = Result<Outcome, String>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let what = format!("{cmd:?}");
+        let sent = self.calls.send((cmd, tx)).is_ok();
+        let _ = self.wake.send(Input::Wake);
+        async move {
+            if !sent {
+                return Err("the client agent's thread is gone".to_string());
+            }
+            match rx.await {
+                Ok(r) => r,
+                // The thread dropped the call: its deadline passed.
+                Err(_) => Err(format!("the {what} call did not finish in time")),
+            }
+        }
+    }
+
+    /// This agent's node.
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
+    /// Counters (as of the agent's last step).
+    pub fn stats(&self) -> ClientStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Map.addTo`.
+    pub async fn add(&self, items: Vec<(Vec<u8>, i64)>) -> Result<(), String> {
+        self.call(Cmd::Add(items)).await.map(|_| ())
+    }
+
+    /// `Map.get`: the value of each key, in order.
+    pub async fn get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<(Vec<u8>, i64)>, String> {
+        match self.call(Cmd::Get(keys)).await? {
+            Outcome::Values(v) => Ok(v),
+            other => Err(format!("unexpected outcome {other:?}")),
+        }
+    }
+
+    /// `Map.clear`.
+    pub async fn clear(&self) -> Result<(), String> {
+        self.call(Cmd::Clear).await.map(|_| ())
+    }
+
+    /// Synchronous aggregation: the element-wise sum over all members.
+    pub async fn aggregate(&self, values: Vec<i32>) -> Result<Vec<i64>, String> {
+        match self.call(Cmd::Aggregate(values)).await? {
+            Outcome::Aggregated(v) => Ok(v),
+            other => Err(format!("unexpected outcome {other:?}")),
+        }
+    }
+
+    /// A `CntFwd` vote for `value` in the slot `addr`.
+    pub async fn vote(&self, instance: u32, value: i32, addr: Addr) -> Result<(), String> {
+        self.call(Cmd::Vote(instance, value, addr)).await.map(|_| ())
+    }
+
+    /// A `CntFwd` vote for the value the server proposed for `instance`
+    /// (one of the newest [`PROPOSALS_KEPT`] proposals this agent saw).
+    /// The vote is submitted when this is called, not when the future is
+    /// first polled, so votes started in a row are in flight together.
+    pub fn vote_for(
+        &self,
+        instance: u32,
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send + 'static {
+        let reply = self.call(Cmd::VoteFor(instance));
+        async move { reply.await.map(|_| ()) }
+    }
+
+    /// The next proposal or commit, waiting up to `timeout` (the newest
+    /// [`EVENT_QUEUE`] are kept).
+    pub async fn next_event(&self, timeout: Duration) -> Option<Event> {
+        let end = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.notify.notified();
+            if let Some(e) = self.events.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
+                return Some(e);
+            }
+            if tokio::time::timeout_at(end, notified).await.is_err() {
+                return self.events.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+            }
+        }
     }
 }

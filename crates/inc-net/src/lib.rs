@@ -7,7 +7,11 @@
 //! - [`controller::bind`] and `Runner::run`: `protoplane controller`, registration and name
 //!   lookup on a TCP port; it drives the switches' control planes.
 //! - [`agent::ServerRuntime`] and [`agent::ClientRuntime`]: the agents with
-//!   a socket and a clock, for application code (blocking calls).
+//!   a socket and a clock, for application code (blocking calls), and
+//!   [`agent::ClientHandle`], a client agent on its own thread for async code.
+//! - [`rpc::IncChannel`]: the RPC face. A service with a NetFilter is called
+//!   through its generated `<Service>IncClient` like any other service; IEDT
+//!   fields go through the client agent, ordinary fields over gRPC.
 //!
 //! Addressing: a node id is the UDP port its process bound on the loopback
 //! address (or on `--host`), so every process can reach every other with
@@ -22,6 +26,7 @@
 pub mod agent;
 pub mod controller;
 pub mod lines;
+pub mod rpc;
 pub mod switch;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

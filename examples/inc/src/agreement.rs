@@ -1,14 +1,34 @@
 //! Agreement — user code. The leader (the server) proposes a value per
-//! instance; acceptors (the clients) accept it; the data plane counts
-//! distinct acceptors per instance and forwards the instance to the
-//! leader and the acceptors when a majority accepted (`CntFwd`).
+//! instance; acceptors (the clients) accept it with `Acceptor.Accept`; the
+//! data plane counts distinct acceptors per instance and forwards the
+//! instance to the leader and the acceptors when a majority accepted
+//! (`CntFwd`). An acceptance has no ordinary field, so it never reaches
+//! the server as a call.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use protoplane_inc::client::Event;
 use protoplane_inc::server::ServerEvent;
-use protoplane_inc_net::agent::{ClientRuntime, ServerRuntime};
+use protoplane_inc_net::agent::ServerRuntime;
+use protoplane_rpc::{Message, Request, Status};
+use protoplane_wire::Block;
+
+use crate::generated::protoplane::examples::agreement::acceptor_inc_client::AcceptorIncClient;
+use crate::generated::protoplane::examples::agreement::acceptor_server::Acceptor;
+use crate::generated::protoplane::examples::agreement::{
+    AcceptReply, AcceptRequest, AcceptRequestBuilder,
+};
+
+/// The server's side of `Accept` (the network answers every acceptance).
+#[derive(Debug, Default)]
+pub struct AcceptorService;
+
+impl Acceptor for AcceptorService {
+    async fn accept(&self, _request: Request<Message>) -> Result<Block, Status> {
+        Ok(AcceptReply::builder().finish())
+    }
+}
 
 /// Proposes every (instance, value) and returns what was committed.
 pub fn leader(
@@ -32,28 +52,44 @@ pub fn leader(
     Ok(committed)
 }
 
+/// What an acceptor saw.
+#[derive(Debug, Default)]
+pub struct Accepted {
+    /// The commits it was told about.
+    pub commits: BTreeMap<u32, i32>,
+    /// Acceptances that failed (the leader's count is the one that matters).
+    pub failed: usize,
+}
+
 /// Accepts every proposal until `instances` commits were seen, or nothing
-/// happened for `quiet` (a commit notice can be lost; the leader's count
-/// is the one that matters); returns the commits seen.
-pub fn acceptor(
-    rt: &mut ClientRuntime,
+/// happened for `quiet` (a commit notice can be lost).
+pub async fn acceptor(
+    client: &AcceptorIncClient,
     instances: usize,
     quiet: Duration,
-) -> Result<BTreeMap<u32, i32>, String> {
-    let mut commits = BTreeMap::new();
+) -> Result<Accepted, Status> {
+    let mut seen = Accepted::default();
+    let mut accepts = tokio::task::JoinSet::new();
     let mut last = Instant::now();
-    while commits.len() < instances && last.elapsed() < quiet {
-        match rt.next_event(Duration::from_millis(20)) {
-            Some(Event::Proposal { instance, value, addr }) => {
-                rt.vote_async(instance, value as i32, addr)
+    while seen.commits.len() < instances && last.elapsed() < quiet {
+        match client.inc().agent().next_event(Duration::from_millis(20)).await {
+            Some(Event::Proposal { instance, .. }) => {
+                let mut b = AcceptRequest::builder();
+                AcceptRequestBuilder::root(&mut b).instance()?.set_value(i64::from(instance));
+                let (client, request) = (client.clone(), b.finish());
+                accepts.spawn(async move { client.accept(Request::new(&request)).await.is_ok() });
             }
             Some(Event::Committed { instance, value }) => {
-                commits.insert(instance, value);
+                seen.commits.insert(instance, value);
             }
             _ => continue,
         }
         last = Instant::now();
     }
-    rt.drain(Duration::from_secs(5));
-    Ok(commits)
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while let Ok(Some(done)) = tokio::time::timeout_at(end, accepts.join_next()).await {
+        seen.failed += usize::from(!done.unwrap_or(false));
+    }
+    seen.failed += accepts.len();
+    Ok(seen)
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use protoplane_inc::keys::Quantizer;
 use protoplane_inc::rng::Rng;
 
-use crate::{async_agg, sync_agg};
+use crate::async_agg;
 
 /// Steps and gradient length of synchronous aggregation at `scale`.
 pub fn sync_shape(scale: u32) -> (usize, usize) {
@@ -37,9 +37,12 @@ pub fn gradients(seed: u64, member: u16, scale: u32, overflow_permille: u32) -> 
         .collect()
 }
 
+/// The sync-agg NetFilter's `Precision` (a test checks they agree).
+pub const PRECISION: u32 = 6;
+
 /// The sums every worker must get: quantized gradients added exactly.
 pub fn sync_expected(seed: u64, clients: u16, scale: u32, overflow_permille: u32) -> Vec<Vec<f64>> {
-    let q = Quantizer::new(sync_agg::PRECISION);
+    let q = Quantizer::new(PRECISION);
     let all: Vec<Vec<Vec<f64>>> =
         (0..clients).map(|m| gradients(seed, m, scale, overflow_permille)).collect();
     let (steps, len) = sync_shape(scale);

@@ -3,7 +3,9 @@
 //! data, and the results are checked against [`crate::check`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use protoplane_inc::client::ClientTuning;
@@ -11,7 +13,21 @@ use protoplane_inc::controller::Registration;
 use protoplane_inc::netfilter::{load_sources, select_service, NetFilter};
 use protoplane_inc::server::{ServerStats, ServerTuning};
 use protoplane_inc_net::agent::{ClientRuntime, Options, ServerRuntime};
+use protoplane_inc_net::rpc::FaceStats;
+use protoplane_rpc::{Channel, Router, ServerOptions, Service, Status};
 
+use crate::agreement::AcceptorService;
+use crate::async_agg::WordCountService;
+use crate::generated::protoplane::examples::agreement::acceptor_inc_client::AcceptorIncClient;
+use crate::generated::protoplane::examples::agreement::acceptor_server::AcceptorServer;
+use crate::generated::protoplane::examples::monitor::monitor_inc_client::MonitorIncClient;
+use crate::generated::protoplane::examples::monitor::monitor_server::MonitorServer;
+use crate::generated::protoplane::examples::syncagg::trainer_inc_client::TrainerIncClient;
+use crate::generated::protoplane::examples::syncagg::trainer_server::TrainerServer;
+use crate::generated::protoplane::examples::wordcount::word_count_inc_client::WordCountIncClient;
+use crate::generated::protoplane::examples::wordcount::word_count_server::WordCountServer;
+use crate::key_value::MonitorService;
+use crate::sync_agg::TrainerService;
 use crate::{agreement, async_agg, check, key_value, sync_agg, Params, Tweaks, Verdict};
 
 /// The four applications.
@@ -112,9 +128,40 @@ pub struct ServerReport {
     pub leader_time: Option<Duration>,
 }
 
-/// Registers and runs the server agent until `stop`; for agreement, the
-/// leader proposes and checks the commits. `ready` is called once the
-/// application is registered.
+/// The application's service (the user's server trait implementation).
+pub fn service(app: App) -> Arc<dyn Service> {
+    match app {
+        App::SyncAgg => TrainerServer::new(TrainerService),
+        App::AsyncAgg => WordCountServer::new(WordCountService::default()),
+        App::KeyValue => MonitorServer::new(MonitorService::default()),
+        App::Agreement => AcceptorServer::new(AcceptorService),
+    }
+}
+
+/// Serves the application's service over gRPC on `host` (a free port), on
+/// a thread of its own for the rest of the process; returns the address.
+pub fn serve_rpc(app: App, host: std::net::IpAddr) -> Result<SocketAddr, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind((host, 0)))
+        .map_err(|e| format!("rpc listener: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let router = Arc::new(Router::new(ServerOptions::default()).add_service(service(app)));
+    std::thread::spawn(move || {
+        if let Err(e) = rt.block_on(router.serve(listener)) {
+            eprintln!("rpc server: {e}");
+        }
+    });
+    Ok(addr)
+}
+
+/// Registers and runs the server agent until `stop`, with the application's
+/// service served over gRPC beside it; for agreement, the leader proposes
+/// and checks the commits. `ready` is called once the application is
+/// registered and the service listens (at the address it is given).
 pub fn serve(
     app: App,
     opts: &Options,
@@ -122,7 +169,7 @@ pub fn serve(
     tweaks: Tweaks,
     name: &str,
     stop: &AtomicBool,
-    ready: impl FnOnce(&ServerRuntime),
+    ready: impl FnOnce(&ServerRuntime, SocketAddr),
 ) -> Result<ServerReport, String> {
     let mut reg = registration(app, name, params.clients)?;
     reg.clear = tweaks.clear.unwrap_or(reg.clear);
@@ -130,9 +177,10 @@ pub fn serve(
     reg.memory = tweaks.memory.unwrap_or(reg.memory);
     let mut commit_latency = None;
     let mut leader_time = None;
+    let rpc = serve_rpc(app, opts.host)?;
     let mut rt =
         ServerRuntime::register(opts, reg, ServerTuning::default()).map_err(|e| e.to_string())?;
-    ready(&rt);
+    ready(&rt, rpc);
     let mut verdict = None;
     if app == App::Agreement {
         // Acceptors must have joined before the first proposal.
@@ -161,15 +209,15 @@ pub fn serve(
         };
         leader_time = Some(started.elapsed());
         let expect: BTreeMap<u32, i32> = proposals.iter().map(|(i, v)| (*i, *v as i32)).collect();
-        verdict = Some(Verdict {
-            exact: committed == expect,
-            detail: format!(
+        verdict = Some(self::verdict(
+            committed == expect,
+            format!(
                 "leader: {} of {} instances committed with their values",
                 committed.iter().filter(|(i, v)| expect.get(i) == Some(v)).count(),
                 expect.len()
             ),
-            items: proposals.len() as u64,
-        });
+            proposals.len() as u64,
+        ));
     }
     while !stop.load(Ordering::Relaxed) {
         rt.step(Duration::from_millis(20)).map_err(|e| e.to_string())?;
@@ -177,95 +225,152 @@ pub fn serve(
     Ok(ServerReport { verdict, stats: rt.stats(), commit_latency, leader_time })
 }
 
-/// Joins as `member` and runs the application's client side, checking
-/// the results.
+fn status(e: Status) -> String {
+    e.to_string()
+}
+
+/// Joins as `member` and runs the application's client side through the
+/// service's generated in-network client (the server's gRPC address is
+/// `rpc`), checking the results.
 pub fn client(
     app: App,
     opts: &Options,
     params: &Params,
     name: &str,
     member: u16,
+    rpc: SocketAddr,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Verdict, String> {
-    let mut rt = ClientRuntime::join(opts, name, member, ClientTuning::default())
-        .map_err(|e| e.to_string())?;
+    let agent = ClientRuntime::join(opts, name, member, ClientTuning::default())
+        .map_err(|e| e.to_string())?
+        .spawn();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let channel = Channel::connect(&rpc.to_string()).await.map_err(status)?;
+        let filter = app.filter();
+        let (mut verdict, face) = match app {
+            App::SyncAgg => {
+                let c = TrainerIncClient::new(channel, filter, agent).map_err(status)?;
+                (sync_client(&c, params, member, progress).await?, c.inc().stats())
+            }
+            App::AsyncAgg => {
+                let c = WordCountIncClient::new(channel, filter, agent).map_err(status)?;
+                (async_client(&c, params, member).await?, c.inc().stats())
+            }
+            App::KeyValue => {
+                let c = MonitorIncClient::new(channel, filter, agent).map_err(status)?;
+                (kv_client(&c, params, member).await?, c.inc().stats())
+            }
+            App::Agreement => {
+                let c = AcceptorIncClient::new(channel, filter, agent).map_err(status)?;
+                (agreement_client(&c, params).await?, c.inc().stats())
+            }
+        };
+        verdict.face = face;
+        Ok(verdict)
+    })
+}
+
+fn verdict(exact: bool, detail: String, items: u64) -> Verdict {
+    Verdict { exact, detail, items, face: FaceStats::default() }
+}
+
+async fn sync_client(
+    c: &TrainerIncClient,
+    params: &Params,
+    member: u16,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Verdict, String> {
     let (seed, n, scale) = (params.seed, params.clients, params.scale);
-    match app {
-        App::SyncAgg => {
-            // Step by step, to report progress between steps.
-            let mut got = Vec::new();
-            for step in check::gradients(seed, member, scale, params.overflow_permille) {
-                let len = step.len() as u64;
-                got.extend(sync_agg::worker(&mut rt, std::slice::from_ref(&step))?);
-                progress(len);
-            }
-            let expect = check::sync_expected(seed, n, scale, params.overflow_permille);
-            let values: usize = expect.iter().map(Vec::len).sum();
-            Ok(Verdict {
-                exact: got == expect,
-                detail: format!("{values} summed values over {} steps", expect.len()),
-                items: values as u64,
-            })
-        }
-        App::AsyncAgg => {
-            let sent = async_agg::worker(&mut rt, &check::corpus_share(member, n, scale), 50)?;
-            if member != 0 {
-                return Ok(Verdict {
-                    exact: true,
-                    detail: format!("sent {sent} word counts"),
-                    items: sent,
-                });
-            }
-            let expect = check::word_counts(scale);
-            let mut words: Vec<String> = expect.keys().cloned().collect();
-            words.sort();
-            let got = async_agg::reader(&mut rt, i64::from(n), &words)?;
-            let wrong = expect.iter().filter(|(w, c)| got.get(*w) != Some(c)).count();
-            let total: i64 = expect.values().sum();
-            Ok(Verdict {
-                exact: wrong == 0 && got.len() == expect.len(),
-                detail: format!(
-                    "{} distinct words, {total} words counted, {wrong} wrong",
-                    expect.len()
-                ),
-                items: sent,
-            })
-        }
-        App::KeyValue => {
-            let sent = key_value::reporter(&mut rt, &check::reports(seed, member, scale))?;
-            if member != 0 {
-                return Ok(Verdict {
-                    exact: true,
-                    detail: format!("sent {sent} counter updates"),
-                    items: sent,
-                });
-            }
-            let keys: Vec<i64> = (0..check::KV_KEYS).collect();
-            let (got, latency) = key_value::dashboard(&mut rt, i64::from(n), &keys)?;
-            let expect = check::kv_expected(seed, n, scale);
-            let wrong = got.iter().zip(&expect).filter(|(g, e)| g != e).count();
-            Ok(Verdict {
-                exact: wrong == 0,
-                detail: format!(
-                    "{} counters read in {:.2} ms, {wrong} wrong",
-                    keys.len(),
-                    latency.as_secs_f64() * 1e3
-                ),
-                items: sent,
-            })
-        }
-        App::Agreement => {
-            let proposals: HashMap<u32, i64> = check::proposals(seed, scale).into_iter().collect();
-            let seen = agreement::acceptor(&mut rt, proposals.len(), Duration::from_secs(3))?;
-            let wrong = seen
-                .iter()
-                .filter(|(i, v)| proposals.get(i).map(|p| *p as i32) != Some(**v))
-                .count();
-            Ok(Verdict {
-                exact: wrong == 0,
-                detail: format!("saw {} of {} commits, {wrong} wrong", seen.len(), proposals.len()),
-                items: seen.len() as u64,
-            })
-        }
+    // Step by step, to report progress between steps.
+    let mut got = Vec::new();
+    for (i, step) in
+        check::gradients(seed, member, scale, params.overflow_permille).iter().enumerate()
+    {
+        let len = step.len() as u64;
+        got.extend(
+            sync_agg::worker(c, i as u32, std::slice::from_ref(step)).await.map_err(status)?,
+        );
+        progress(len);
     }
+    let expect = check::sync_expected(seed, n, scale, params.overflow_permille);
+    let values: usize = expect.iter().map(Vec::len).sum();
+    Ok(verdict(
+        got == expect,
+        format!("{values} summed values over {} steps", expect.len()),
+        values as u64,
+    ))
+}
+
+async fn async_client(
+    c: &WordCountIncClient,
+    params: &Params,
+    member: u16,
+) -> Result<Verdict, String> {
+    let (n, scale) = (params.clients, params.scale);
+    let sent =
+        async_agg::worker(c, &check::corpus_share(member, n, scale), 50).await.map_err(status)?;
+    if member != 0 {
+        return Ok(verdict(true, format!("sent {sent} word counts"), sent));
+    }
+    let expect = check::word_counts(scale);
+    let mut words: Vec<String> = expect.keys().cloned().collect();
+    words.sort();
+    let got = async_agg::reader(c, i64::from(n), &words).await.map_err(status)?;
+    let wrong = expect.iter().filter(|(w, n)| got.get(*w) != Some(n)).count();
+    let total: i64 = expect.values().sum();
+    Ok(verdict(
+        wrong == 0 && got.len() == expect.len(),
+        format!("{} distinct words, {total} words counted, {wrong} wrong", expect.len()),
+        sent,
+    ))
+}
+
+async fn kv_client(c: &MonitorIncClient, params: &Params, member: u16) -> Result<Verdict, String> {
+    let (seed, n, scale) = (params.seed, params.clients, params.scale);
+    let host = format!("host-{member}");
+    let sent = key_value::reporter(c, &host, &check::reports(seed, member, scale))
+        .await
+        .map_err(status)?;
+    if member != 0 {
+        return Ok(verdict(true, format!("sent {sent} counter updates"), sent));
+    }
+    let keys: Vec<i64> = (0..check::KV_KEYS).collect();
+    let (got, latency) = key_value::dashboard(c, i64::from(n), &keys).await.map_err(status)?;
+    let expect = check::kv_expected(seed, n, scale);
+    let wrong = got.iter().zip(&expect).filter(|(g, e)| g != e).count();
+    Ok(verdict(
+        wrong == 0,
+        format!(
+            "{} counters read in {:.2} ms, {wrong} wrong",
+            keys.len(),
+            latency.as_secs_f64() * 1e3
+        ),
+        sent,
+    ))
+}
+
+async fn agreement_client(c: &AcceptorIncClient, params: &Params) -> Result<Verdict, String> {
+    let proposals: HashMap<u32, i64> =
+        check::proposals(params.seed, params.scale).into_iter().collect();
+    let seen =
+        agreement::acceptor(c, proposals.len(), Duration::from_secs(3)).await.map_err(status)?;
+    let wrong = seen
+        .commits
+        .iter()
+        .filter(|(i, v)| proposals.get(i).map(|p| *p as i32) != Some(**v))
+        .count();
+    Ok(verdict(
+        wrong == 0,
+        format!(
+            "saw {} of {} commits, {wrong} wrong, {} acceptances failed",
+            seen.commits.len(),
+            proposals.len(),
+            seen.failed
+        ),
+        seen.commits.len() as u64,
+    ))
 }

@@ -8,10 +8,48 @@
 //! | [`key_value`]: per-key counters, monitoring style | `Map.addTo`, `Map.get` | `key_value.rs` |
 //! | [`agreement`]: votes counted to a quorum, value committed | `CntFwd` (test-and-set) | `agreement.rs` |
 //!
-//! The user code is the four modules; the plain computations every run is
-//! checked against are in [`check`], and [`harness`] turns a NetFilter
-//! into a registration and runs a module as a server or client process
-//! (`protoplane inc run`).
+//! The user code is the four modules. Each is written against the code
+//! `build.rs` generates from its `.proto` ([`generated`]) exactly as for any
+//! protoplane service: a server trait implemented, a client stub called with
+//! blocks laid out by the builders and answers read through the views. The
+//! stub is the `<Service>IncClient`, which sends the IEDT fields through the
+//! client agent as the NetFilter says and the ordinary fields to the server.
+//!
+//! The plain computations every run is checked against are in [`check`],
+//! and [`harness`] turns a NetFilter into a registration and runs a module
+//! as a server or client process (`protoplane inc run`).
+
+/// What `build.rs` generated from `proto/*.proto` and
+/// `protos/protoplane/inc.proto`, one module per package.
+#[allow(missing_docs, missing_debug_implementations, unreachable_pub, clippy::all)]
+pub mod generated {
+    /// `protoplane.*`.
+    pub mod protoplane {
+        /// `protoplane.inc`: the IEDTs.
+        pub mod inc {
+            include!(concat!(env!("OUT_DIR"), "/protoplane.inc.rs"));
+        }
+        /// `protoplane.examples.*`.
+        pub mod examples {
+            /// `protoplane.examples.syncagg`.
+            pub mod syncagg {
+                include!(concat!(env!("OUT_DIR"), "/protoplane.examples.syncagg.rs"));
+            }
+            /// `protoplane.examples.wordcount`.
+            pub mod wordcount {
+                include!(concat!(env!("OUT_DIR"), "/protoplane.examples.wordcount.rs"));
+            }
+            /// `protoplane.examples.monitor`.
+            pub mod monitor {
+                include!(concat!(env!("OUT_DIR"), "/protoplane.examples.monitor.rs"));
+            }
+            /// `protoplane.examples.agreement`.
+            pub mod agreement {
+                include!(concat!(env!("OUT_DIR"), "/protoplane.examples.agreement.rs"));
+            }
+        }
+    }
+}
 
 pub mod agreement;
 pub mod async_agg;
@@ -29,6 +67,9 @@ pub struct Verdict {
     pub detail: String,
     /// Items (values, words, counters, votes) this client sent.
     pub items: u64,
+    /// What the client's in-network stub did (ordinary calls and their
+    /// bytes); zero for the server's own verdict.
+    pub face: protoplane_inc_net::rpc::FaceStats,
 }
 
 /// The knobs shared by the four applications.

@@ -1,31 +1,55 @@
-//! Synchronous aggregation — user code. Each worker contributes its
-//! gradient for a step and trains on the sum over all workers; the data
-//! plane adds the gradients and sends every worker the sum (NetFilter:
-//! `Map.addTo` + `CntFwd` to the members).
+//! Synchronous aggregation — user code. Each worker sends its gradient of
+//! a step and trains on the sum over all workers: an ordinary unary call of
+//! `Trainer.Aggregate`. The NetFilter (`Map.addTo` + `CntFwd` to the
+//! members) makes the data plane add the gradients and send every worker
+//! the sum; the server sees the step number only.
 
-use protoplane_inc::keys::Quantizer;
-use protoplane_inc_net::agent::ClientRuntime;
+use protoplane_rpc::{Code, Message, Request, Status};
+use protoplane_wire::Block;
 
-/// The filter's `Precision`: decimal digits kept of each float.
-pub const PRECISION: u32 = 6;
+use crate::generated::protoplane::examples::syncagg::trainer_inc_client::TrainerIncClient;
+use crate::generated::protoplane::examples::syncagg::trainer_server::Trainer;
+use crate::generated::protoplane::examples::syncagg::{
+    GradientReply, GradientReplyBuilder, GradientReplyView, GradientRequest,
+    GradientRequestBuilder, GradientRequestView,
+};
 
-/// Runs one worker over its gradients (one per step) and returns the
-/// summed gradient of every step.
-pub fn worker(rt: &mut ClientRuntime, steps: &[Vec<f64>]) -> Result<Vec<Vec<f64>>, String> {
-    let q = Quantizer::new(PRECISION);
+/// The server: it answers with the step; the gradient field of the reply
+/// is the network's.
+#[derive(Debug, Default)]
+pub struct TrainerService;
+
+impl Trainer for TrainerService {
+    async fn aggregate(&self, request: Request<Message>) -> Result<Block, Status> {
+        let req: GradientRequestView<'_> = request.message.typed()?;
+        let mut b = GradientReply::builder();
+        GradientReplyBuilder::root(&mut b).set_step(req.step());
+        Ok(b.finish())
+    }
+}
+
+/// Runs one worker over its gradients (one per step, numbered from
+/// `first_step`) and returns the summed gradient of every step.
+pub async fn worker(
+    client: &TrainerIncClient,
+    first_step: u32,
+    steps: &[Vec<f64>],
+) -> Result<Vec<Vec<f64>>, Status> {
     let mut sums = Vec::with_capacity(steps.len());
-    for gradient in steps {
-        let mine = gradient
-            .iter()
-            .map(|g| {
-                q.quantize(*g)
-                    .ok()
-                    .and_then(|v| i32::try_from(v).ok())
-                    .ok_or(format!("{g} out of range"))
-            })
-            .collect::<Result<Vec<i32>, String>>()?;
-        let total = rt.aggregate(&mine)?;
-        sums.push(total.into_iter().map(|s| q.dequantize(s)).collect());
+    for (step, gradient) in (first_step..).zip(steps) {
+        let mut b = GradientRequest::builder();
+        let mut req = GradientRequestBuilder::root(&mut b);
+        req.set_step(step);
+        req.gradient()?.extend_values(gradient.iter().copied())?;
+        let reply = client.aggregate(Request::new(&b.finish())).await?;
+        let reply: GradientReplyView<'_> = reply.typed()?;
+        if reply.step() != step {
+            return Err(Status::new(
+                Code::Internal,
+                format!("step {step} answered as {}", reply.step()),
+            ));
+        }
+        sums.push(reply.gradient().map(|g| g.values().to_vec()).unwrap_or_default());
     }
     Ok(sums)
 }

@@ -575,6 +575,13 @@ pub(crate) struct RunReport {
     pub(crate) lines: Vec<String>,
 }
 
+impl RunReport {
+    /// Bytes that reached the server: INC datagrams and ordinary calls.
+    pub(crate) fn bytes_to_server(&self) -> u64 {
+        self.server_bytes + self.rpc_bytes
+    }
+}
+
 impl AppRun {
     pub(crate) fn start(infra: &Infra, spec: &AppSpec) -> Result<AppRun, String> {
         let name =

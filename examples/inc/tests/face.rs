@@ -239,12 +239,19 @@ fn bad_requests_and_filters_fail_clearly() {
         let c = TrainerIncClient::new(channel, App::SyncAgg.filter(), agent).expect("fits");
         // A gradient value whose fixed-point form leaves 32 bits.
         let mut b = GradientRequest::builder();
-        GradientRequestBuilder::root(&mut b).gradient().expect("opens").extend_values([1e6]).expect("builds");
+        GradientRequestBuilder::root(&mut b)
+            .gradient()
+            .expect("opens")
+            .extend_values([1e6])
+            .expect("builds");
         let e = c.aggregate(Request::new(&b.finish())).await.expect_err("too large");
         assert_eq!(e.code, Code::InvalidArgument, "{e}");
         assert!(e.message.contains("32-bit"), "{e}");
         // A block of another type.
-        let e = c.aggregate(Request::new(&GradientReply::builder().finish())).await.expect_err("wrong type");
+        let e = c
+            .aggregate(Request::new(&GradientReply::builder().finish()))
+            .await
+            .expect_err("wrong type");
         assert_eq!(e.code, Code::InvalidArgument, "{e}");
         // A good call still works on the same channel.
         let sums = sync_agg::worker(&c, 3, &[vec![1.5, -2.0]]).await.expect("aggregates");

@@ -16,7 +16,8 @@
 #    against hostile datagrams, another application's state unchanged)
 #    and inc_control (the switch's control plane, the controller's protocol
 #    and the line reader they arrive through on a peer's JSON lines, and
-#    the NetFilter parser), each for SECONDS_PER_TARGET seconds.
+#    the NetFilter parser) and inc_face (the RPC face cutting fields out of
+#    a server's response bytes), each for SECONDS_PER_TARGET seconds.
 #
 # Prints per target how many inputs libFuzzer executed. Exits non-zero if any
 # target crashed, leaked, timed out or ran out of memory; the reproducer is
@@ -31,7 +32,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control)
+targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

@@ -289,6 +289,7 @@ fn main() {
     let hpack = hpack_seeds(corpus);
     let inc = inc_seeds(corpus);
     let inc_control = inc_control_seeds(corpus);
+    let inc_face = inc_face_seeds(corpus);
 
     for dir in [
         &wire,
@@ -303,9 +304,34 @@ fn main() {
         &hpack,
         &inc,
         &inc_control,
+        &inc_face,
     ] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
+}
+
+/// Seeds of the `inc_face` target: a mask byte (fields dropped) and a
+/// response's bytes — the shapes the examples' replies take, a group, and
+/// a truncation.
+fn inc_face_seeds(corpus: &Path) -> Dir {
+    let mut dir = Dir::new(corpus, "inc_face");
+    // GradientReply { step = 1; gradient = 2 { values = [0.5] } }
+    let gradient = [0x08, 0x07, 0x12, 0x0a, 0x0a, 0x08, 0, 0, 0, 0, 0, 0, 0xe0, 0x3f];
+    // QueryReply { counters = 1 { entries = 1 { 1: 3, 2: 150 } } }
+    let counters = [0x0a, 0x07, 0x0a, 0x05, 0x08, 0x03, 0x10, 0x96, 0x01];
+    // An unknown group beside a string field.
+    let group = [0x12, 0x02, b'h', b'i', 0x1b, 0x08, 0x01, 0x1c, 0x0d, 1, 2, 3, 4];
+    for (name, mask, wire) in [
+        ("gradient", 0b10u8, &gradient[..]),
+        ("counters", 0b1, &counters[..]),
+        ("group", 0b100, &group[..]),
+        ("truncated", 0b1, &counters[..5]),
+    ] {
+        let mut input = vec![mask];
+        input.extend_from_slice(wire);
+        dir.put(name, &input);
+    }
+    dir
 }
 
 /// Seeds of the `ring` target. Calls 0, 1, 2 are the prologue's (unary,

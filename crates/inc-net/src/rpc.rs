@@ -657,8 +657,11 @@ fn skip_value(
     Ok(())
 }
 
-/// `wire` without its top-level fields numbered in `drop`.
-fn strip_fields(wire: &[u8], drop: &[u32]) -> Result<Vec<u8>, &'static str> {
+/// `wire` (an encoded message: the server's response, so untrusted bytes)
+/// without its top-level fields numbered in `drop`, the others byte for
+/// byte in their order. Errors on bytes that are not a well-formed
+/// sequence of fields (groups are matched and nest at most 64 deep).
+pub fn strip_fields(wire: &[u8], drop: &[u32]) -> Result<Vec<u8>, &'static str> {
     if drop.is_empty() {
         return Ok(wire.to_vec());
     }

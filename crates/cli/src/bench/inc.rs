@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::svg::{grid, Panel, Series};
 use crate::inc::{AppRun, AppSpec, Infra, RunReport};
+use protoplane_inc_examples::harness::{code_lines, App};
 
 /// `protoplane bench inc`.
 #[derive(clap::Args, Debug)]
@@ -432,6 +433,26 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
     let n = b.clients;
     let _ = writeln!(s, "bench inc: {n} clients per application, scale {scale}, {rounds} round(s), medians; every run checked exactly\n");
     let has = |e: &str| b.rows.iter().any(|r| r.experiment == e);
+    let _ = writeln!(s, "## What each application takes to write\n");
+    let _ = writeln!(
+        s,
+        "Lines that are not blank and not only a comment: the user code (`examples/inc/src/<app>.rs`: \
+         the server trait implementation and the client functions, written against the generated \
+         code), the NetFilter and the `.proto`.\n"
+    );
+    let _ = writeln!(s, "| application | user code | NetFilter | .proto |");
+    let _ = writeln!(s, "|---|---:|---:|---:|");
+    for app in App::ALL {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            app.name(),
+            code_lines(app.user_code()),
+            code_lines(app.filter()),
+            code_lines(app.proto())
+        );
+    }
+    let _ = writeln!(s);
     if has("apps") {
         let _ = writeln!(s, "## Applications: in-network vs. server agents only\n");
         let _ = writeln!(s, "| application | scheme | goodput (items/s) | server bytes | of which ordinary calls | server packets | server CPU (s) | latency |");

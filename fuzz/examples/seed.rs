@@ -144,7 +144,7 @@ fn to_json(sel: u8, wire: &[u8]) -> Option<String> {
     let t = &targets()[sel as usize];
     let block = decode(t.tables, t.type_index, wire, &DecodeOptions::view()).ok()?;
     let view =
-        MessageView::new(t.tables, Source { block: block.as_bytes(), wire }, t.type_index).ok()?;
+        MessageView::new(t.tables, Source::viewing(block.as_bytes(), wire), t.type_index).ok()?;
     let mut text = String::new();
     json::to_json(&view, &mut text).ok()?;
     Some(text)

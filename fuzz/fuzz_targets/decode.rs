@@ -79,11 +79,11 @@ fuzz_target!(|data: &[u8]| {
         };
 
         let first = encode(enc, t, Source::owned(owned.as_bytes()), false);
-        let from_view = encode(enc, t, Source { block: view.as_bytes(), wire }, false);
+        let from_view = encode(enc, t, Source::viewing(view.as_bytes(), wire), false);
         assert!(first == from_view, "{}: owned and view decodes encode differently", t.name);
         for view in [false, true] {
             let again = redecode(t, &first, view);
-            let second = encode(enc, t, Source { block: again.as_bytes(), wire: &first }, false);
+            let second = encode(enc, t, Source::viewing(again.as_bytes(), &first), false);
             assert!(first == second, "{}: encoding not stable (view={view})", t.name);
         }
 

@@ -38,7 +38,7 @@ fn encode(enc: &mut Encoder, t: &GenTarget, block: &Block, wire: &[u8]) -> Vec<u
     enc.encode_into(
         t.tables,
         t.type_index,
-        Source { block: block.as_bytes(), wire },
+        Source::viewing(block.as_bytes(), wire),
         &opts,
         &mut out,
     )
@@ -48,7 +48,7 @@ fn encode(enc: &mut Encoder, t: &GenTarget, block: &Block, wire: &[u8]) -> Vec<u
 
 /// The table-driven and the generated encoder agree on `block`.
 fn same_encoding(t: &GenTarget, block: &[u8], wire: &[u8]) {
-    let src = Source { block, wire };
+    let src = Source::viewing(block, wire);
     for deterministic in [false, true] {
         let opts = EncodeOptions { deterministic, max_depth: 20, ..EncodeOptions::default() };
         let (mut a, mut b) = (Encoder::new(), Encoder::new());

@@ -82,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
             for view in [false, true] {
                 let opts = DecodeOptions { max_depth: 20, view, ..DecodeOptions::default() };
                 let Ok(block) = decode(&ts, ty, probe, &opts) else { continue };
-                let src = Source { block: block.as_bytes(), wire: probe };
+                let src = Source::viewing(block.as_bytes(), probe);
                 let mut out = Vec::new();
                 let _ = enc.encode_into(&ts, ty, src, &EncodeOptions::default(), &mut out);
                 if let Ok(root) = MessageView::new(&ts, src, ty) {

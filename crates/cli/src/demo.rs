@@ -266,7 +266,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
                 let block = protoplane_wire::decode(ts, *ty, first, &DecodeOptions::view())
                     .map_err(|e| e.to_string())?;
                 let view =
-                    MessageView::new(ts, Source { block: block.as_bytes(), wire: first }, *ty)
+                    MessageView::new(ts, Source::viewing(block.as_bytes(), first), *ty)
                         .map_err(|e| e.to_string())?;
                 json::to_json(&view, &mut example).map_err(|e| e.to_string())?;
             }
@@ -469,7 +469,7 @@ fn exercise(ts: &TableSet, ty: u32, messages: &[Vec<u8>]) -> Result<Stats, Strin
                 block_bytes += block.len();
             }
             out.clear();
-            enc.encode_into(ts, ty, Source { block: block.as_bytes(), wire: msg }, &opts, &mut out)
+            enc.encode_into(ts, ty, Source::viewing(block.as_bytes(), msg), &opts, &mut out)
                 .map_err(|e| e.to_string())?;
             if out != *msg {
                 return Err(format!("round trip of a {} differs", ts.message_name(ty)));

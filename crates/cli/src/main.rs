@@ -245,7 +245,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 enc.encode_into(
                     &ts,
                     ty,
-                    Source { block: block.as_bytes(), wire: bytes },
+                    Source::viewing(block.as_bytes(), bytes),
                     &eopts,
                     &mut encoded,
                 )
@@ -269,7 +269,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
                     .map_err(|e| input_error(index, at, &e))?;
                 let view =
-                    MessageView::new(&ts, Source { block: block.as_bytes(), wire: bytes }, ty)
+                    MessageView::new(&ts, Source::viewing(block.as_bytes(), bytes), ty)
                         .and_then(|v| json::to_json(&v, &mut out))
                         .map_err(|e| Failure::Input(format!("message {index}: {e}")));
                 view?;

@@ -66,7 +66,7 @@ fn encode(ts: &TableSet, ty: u32, block: &Block, wire: &[u8]) -> Vec<u8> {
     let opts = EncodeOptions { deterministic: true, ..EncodeOptions::default() };
     let mut out = Vec::new();
     Encoder::new()
-        .encode_into(ts, ty, Source { block: block.as_bytes(), wire }, &opts, &mut out)
+        .encode_into(ts, ty, Source::viewing(block.as_bytes(), wire), &opts, &mut out)
         .expect("a decoded block encodes");
     out
 }
@@ -74,7 +74,7 @@ fn encode(ts: &TableSet, ty: u32, block: &Block, wire: &[u8]) -> Vec<u8> {
 /// Encodes `block` with the tables and with the generated encoder, plain
 /// and deterministic, and asserts the same outcome.
 fn same_encoding(ts: &TableSet, ty: u32, encoder: EncodeFields, block: &[u8], wire: &[u8]) {
-    let src = Source { block, wire };
+    let src = Source::viewing(block, wire);
     for deterministic in [false, true] {
         let opts = EncodeOptions { deterministic, max_depth: 20, ..EncodeOptions::default() };
         let (mut a, mut b) = (Encoder::new(), Encoder::new());

@@ -38,7 +38,7 @@ fn round_trip(ts: &TableSet, ty: u32, built: &Block, check: &mut Check<'_>) -> V
     // The two decodes mean the same message (the built block too, but its
     // map entries are in insertion order, which JSON shows).
     let j = json_of(ts, ty, Source::owned(owned.as_bytes()));
-    assert_eq!(j, json_of(ts, ty, Source { block: view.as_bytes(), wire: &wire }));
+    assert_eq!(j, json_of(ts, ty, Source::viewing(view.as_bytes(), &wire)));
     // The owned decode re-encodes to the same bytes.
     assert_eq!(encode(ts, ty, &owned), wire);
     wire

@@ -211,7 +211,7 @@ pub(crate) fn emit(
         &["block: &'a [u8]".to_owned(), "wire: &'a [u8]".to_owned()],
         "Result<Self, ::protoplane_wire::BlockError>",
     );
-    w.line("let src = ::protoplane_wire::Source { block, wire };");
+    w.line("let src = ::protoplane_wire::Source::viewing(block, wire);");
     w.chain(
         &format!(
             "::protoplane_wire::MessageView::new({}(), src, {name}::TYPE_INDEX)",

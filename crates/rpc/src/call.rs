@@ -89,7 +89,7 @@ impl Message {
 
     /// The block and the bytes it references.
     pub fn source(&self) -> Source<'_> {
-        Source { block: &self.block, wire: &self.wire }
+        Source::viewing(&self.block, &self.wire)
     }
 
     /// A dynamic view of the message.

@@ -237,7 +237,13 @@ impl Back {
         }
         // The payload ends at `end` of the memory it lies in, so that short
         // ones can be copied in whole chunks from there (`put_payload`).
-        let base = if r.wire { src.wire } else { src.block };
+        let base = if r.device {
+            src.device
+        } else if r.wire {
+            src.wire
+        } else {
+            src.block
+        };
         self.len_field(tag, tag_len, base, r.offset as usize + data.len(), data.len())
     }
 

@@ -125,11 +125,43 @@ impl Decoder {
         // One decoder per kind of memory: private memory (the common case)
         // runs exactly the code it always did.
         match out.mem() {
-            Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v),
-            Store::Any(m) => self.run(tables, type_index, msg, input, opts, m),
+            Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v, None),
+            Store::Any(m) => self.run(tables, type_index, msg, input, opts, m, None),
         }
     }
 
+    /// Target-aware decode (RPCAcc's placement): like [`Decoder::decode_into`],
+    /// but every `string` / `bytes` field whose placement bit says
+    /// [`Placement::Device`](protoplane_schema::Placement) is appended to
+    /// `device` (the engine-private device region) instead of the block;
+    /// the block holds a reference with the device flag whose offset is in
+    /// `device`. The other fields decode as usual. `device` is appended to,
+    /// never cleared, so several messages can share one region; the decode
+    /// fails if it would pass `opts.max_block` bytes (offsets are 32-bit).
+    pub fn decode_placed(
+        &mut self,
+        tables: &TableSet,
+        type_index: u32,
+        input: &[u8],
+        opts: &DecodeOptions,
+        out: &mut Block,
+        device: &mut Vec<u8>,
+    ) -> Result<(), DecodeError> {
+        let Some(msg) = tables.messages().get(type_index as usize) else {
+            return Err(DecodeError {
+                kind: DecodeErrorKind::UnknownType,
+                message: format!("#{type_index}"),
+                field: 0,
+                offset: 0,
+            });
+        };
+        match out.mem() {
+            Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v, Some(device)),
+            Store::Any(m) => self.run(tables, type_index, msg, input, opts, m, Some(device)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one decode's inputs, passed flat
     fn run<M: BlockMem>(
         &mut self,
         tables: &TableSet,
@@ -138,9 +170,11 @@ impl Decoder {
         input: &[u8],
         opts: &DecodeOptions,
         out: &mut M,
+        device: Option<&mut Vec<u8>>,
     ) -> Result<(), DecodeError> {
         let root = out.start(type_index, msg.size, if opts.view { BLOCK_VIEW } else { 0 });
         let mut run = self.frame(tables, input, opts, out, (type_index, root, 0), (0, input.len()));
+        run.device = device;
         if input.len() > run.max_block {
             return Err(run.err(DecodeErrorKind::BlockTooLarge, 0));
         }
@@ -202,6 +236,7 @@ impl Decoder {
             field: 0,
             required_seen: false,
             depth0: depth,
+            device: None,
         }
     }
 }
@@ -237,6 +272,10 @@ struct Run<'a, M: BlockMem> {
     required_seen: bool,
     /// Nesting of the first frame (0 unless generated code called in).
     depth0: usize,
+    /// Target-aware decode (RPCAcc): where device-placed `string` / `bytes`
+    /// fields go instead of the block. `None` decodes every field into the
+    /// block, whatever its placement bit says.
+    device: Option<&'a mut Vec<u8>>,
 }
 
 const VARINT: u32 = WireType::Varint as u32;
@@ -361,7 +400,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
             ValueOp::Bool => (self.value(start)? != 0) as u64,
             ValueOp::Fixed32 => u32::from_le_bytes(self.fixed::<4>(start)?) as u64,
             ValueOp::Fixed64 => u64::from_le_bytes(self.fixed::<8>(start)?),
-            ValueOp::Bytes | ValueOp::Utf8 => return self.bytes_op(op, start),
+            ValueOp::Bytes | ValueOp::Utf8 => return self.bytes_op(op, index, start),
             ValueOp::Message => {
                 let len = self.length(start)?;
                 let f = &self.fields[index];
@@ -402,7 +441,7 @@ impl<'a, M: BlockMem> Run<'a, M> {
 
     /// A `string` or `bytes` occurrence, fast path.
     #[inline(always)]
-    fn bytes_op(&mut self, op: &FieldOp, start: usize) -> Result<(), DecodeError> {
+    fn bytes_op(&mut self, op: &FieldOp, index: usize, start: usize) -> Result<(), DecodeError> {
         let len = self.length(start)?;
         if len > MAX_LEN {
             return Err(self.err(DecodeErrorKind::TooLong, start));
@@ -413,6 +452,8 @@ impl<'a, M: BlockMem> Run<'a, M> {
         }
         let r = if len == 0 {
             0
+        } else if self.device.is_some() && self.fields[index].flags.has(FieldFlags::DEVICE) {
+            self.place_on_device(len, start)?.pack()
         } else if self.opts.view {
             Ref { offset: self.pos as u32, len: len as u32, wire: true, device: false }.pack()
         } else {
@@ -642,6 +683,8 @@ impl<'a, M: BlockMem> Run<'a, M> {
         }
         let r = if len == 0 {
             Ref::default()
+        } else if self.device.is_some() && f.flags.has(FieldFlags::DEVICE) {
+            self.place_on_device(len, start)?
         } else if self.opts.view {
             Ref { offset: self.pos as u32, len: len as u32, wire: true, device: false }
         } else {
@@ -651,6 +694,22 @@ impl<'a, M: BlockMem> Run<'a, M> {
         };
         self.pos += len;
         self.store_ref(f, r, start)
+    }
+
+    /// Appends the `len` bytes at `pos` to the device region: the
+    /// reference the block gets instead of the bytes.
+    #[cold]
+    fn place_on_device(&mut self, len: usize, start: usize) -> Result<Ref, DecodeError> {
+        let (pos, max) = (self.pos, self.max_block);
+        let Some(dev) = self.device.as_deref_mut() else {
+            return Err(self.err(DecodeErrorKind::BlockTooLarge, start));
+        };
+        let at = dev.len();
+        if at + len > max {
+            return Err(self.err(DecodeErrorKind::BlockTooLarge, start));
+        }
+        dev.extend_from_slice(&self.input[pos..pos + len]);
+        Ok(Ref { offset: at as u32, len: len as u32, wire: false, device: true })
     }
 
     /// Stores a reference into a singular, oneof or repeated slot.
@@ -887,7 +946,7 @@ pub(crate) fn move_entry_to_unknown<M: BlockMem>(
     entry: (u32, usize),
 ) -> Result<(), DecodeErrorKind> {
     let mut bytes = Vec::new();
-    let src = Source { block: out.bytes(), wire: input };
+    let src = Source::viewing(out.bytes(), input);
     Encoder::new()
         .encode_entry_as_unknown(ts, entry.0, entry.1, src, &EncodeOptions::default(), &mut bytes)
         .map_err(|_| DecodeErrorKind::BlockTooLarge)?;
@@ -915,7 +974,7 @@ pub(crate) fn missing_required(
     input: &[u8],
     opts: &DecodeOptions,
 ) -> Result<Option<(u32, u32)>, ()> {
-    let src = Source { block, wire: input };
+    let src = Source::viewing(block, input);
     let root_type = crate::block::read_u32(block, 4).unwrap_or(0);
     MessageView::new(ts, src, root_type)
         .and_then(|v| v.missing_required(opts.max_depth + 1))

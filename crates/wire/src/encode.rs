@@ -64,24 +64,45 @@ pub struct Source<'a> {
     pub block: &'a [u8],
     /// The wire bytes a view-mode block references (empty otherwise).
     pub wire: &'a [u8],
+    /// The device region that device references (RPCAcc placement) point
+    /// into; empty when the reader has none (the application's view of a
+    /// block: a device-placed field is then a handle, not bytes).
+    pub device: &'a [u8],
 }
 
 impl<'a> Source<'a> {
     /// A block that references nothing outside itself.
     pub fn owned(block: &'a [u8]) -> Self {
-        Source { block, wire: &[] }
+        Source { block, wire: &[], device: &[] }
+    }
+
+    /// A block whose strings and bytes may reference `wire` (view mode).
+    pub fn viewing(block: &'a [u8], wire: &'a [u8]) -> Self {
+        Source { block, wire, device: &[] }
+    }
+
+    /// The same, with device references resolved in `device` (what the
+    /// engine's encoder uses to pull device-placed fields).
+    pub fn with_device(self, device: &'a [u8]) -> Self {
+        Source { device, ..self }
     }
 
     /// The bytes a string / bytes / unknown-fields reference designates.
     #[inline(always)]
     pub(crate) fn bytes(&self, r: Ref, at: usize) -> Result<&'a [u8], BlockError> {
-        if r.device {
-            return Err(BlockError::NoDeviceRegion);
-        }
         if r.len == 0 {
             return Ok(&[]);
         }
-        let base = if r.wire { self.wire } else { self.block };
+        let base = if r.device {
+            if self.device.is_empty() {
+                return Err(BlockError::NoDeviceRegion);
+            }
+            self.device
+        } else if r.wire {
+            self.wire
+        } else {
+            self.block
+        };
         base.get(r.offset as usize..r.offset as usize + r.len as usize)
             .ok_or(BlockError::OutOfBounds { at })
     }
@@ -210,11 +231,12 @@ pub(crate) fn work_budget(src: Source<'_>, opts: &EncodeOptions) -> usize {
 /// The most bytes an encode of `src` may produce: per block byte at most 8
 /// (an unpacked `bool` element, one byte in its array, is a tag of up to
 /// five bytes and a value byte; every other slot or object yields less per
-/// byte it occupies) plus the wire bytes a view references. Past this the
+/// byte it occupies) plus the wire bytes a view references and the device
+/// region device references point into. Past this the
 /// block shares references and fails with `TooLarge` before the output
 /// buffer grows further.
 pub(crate) fn output_budget(src: Source<'_>, opts: &EncodeOptions) -> usize {
-    opts.max_size.min(8 * src.block.len() + src.wire.len() + 64)
+    opts.max_size.min(8 * src.block.len() + src.wire.len() + src.device.len() + 64)
 }
 
 /// Reusable encoder scratch (sub-message sizes, map orderings).

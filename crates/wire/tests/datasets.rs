@@ -37,7 +37,7 @@ fn roundtrip(ts: &TableSet, ty: u32, msg: &[u8], what: &str) {
         for deterministic in [false, true] {
             let eopts = EncodeOptions { deterministic, ..EncodeOptions::default() };
             let mut out = Vec::new();
-            let src = Source { block: block.as_bytes(), wire: msg };
+            let src = Source::viewing(block.as_bytes(), msg);
             enc.encode_into(ts, ty, src, &eopts, &mut out)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(out == msg, "{what}: view={view} deterministic={deterministic}: bytes differ");
@@ -48,7 +48,7 @@ fn roundtrip(ts: &TableSet, ty: u32, msg: &[u8], what: &str) {
     let block =
         decode(ts, ty, msg, &DecodeOptions::view()).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut sg = protoplane_wire::SgList::new(64);
-    let src = Source { block: block.as_bytes(), wire: msg };
+    let src = Source::viewing(block.as_bytes(), msg);
     enc.encode_sg(ts, ty, src, &EncodeOptions::default(), &mut sg)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(sg.to_vec() == msg, "{what}: scatter-gather bytes differ");
@@ -181,7 +181,7 @@ fn socialnetwork_round_trips_byte_exactly_and_through_json() {
             // JSON: wire -> JSON -> wire gives the same (deterministic) bytes.
             dec.decode_into(&ts, ty, msg, &DecodeOptions::view(), &mut block)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let view = MessageView::new(&ts, Source { block: block.as_bytes(), wire: msg }, ty)
+            let view = MessageView::new(&ts, Source::viewing(block.as_bytes(), msg), ty)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let mut text = String::new();
             json::to_json(&view, &mut text).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -280,7 +280,7 @@ fn expect_encodes(
     for (view, result) in decode_modes(case, type_name, input, opts) {
         let block = result
             .unwrap_or_else(|e| panic!("{case} (view={view}): {e}\n  input {}", to_hex(input)));
-        let src = Source { block: block.as_bytes(), wire: input };
+        let src = Source::viewing(block.as_bytes(), input);
         let mut out = Vec::new();
         // The encoder's depth limit is its own knob: raise it with the decoder's.
         let eopts =
@@ -307,7 +307,7 @@ fn with_views(case: &str, type_name: &str, input: &[u8], check: impl Fn(bool, Me
     let (ts, t) = (tables(), ty(type_name));
     for (view, result) in decode_modes(case, type_name, input, DecodeOptions::default()) {
         let block = result.unwrap_or_else(|e| panic!("{case} (view={view}): {e}"));
-        let src = Source { block: block.as_bytes(), wire: input };
+        let src = Source::viewing(block.as_bytes(), input);
         let root = MessageView::new(ts, src, t).unwrap_or_else(|e| panic!("{case}: view: {e}"));
         check(view, root);
     }

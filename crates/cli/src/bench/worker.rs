@@ -105,7 +105,7 @@ pub(crate) fn run(args: &WorkerArgs) -> Result<String, String> {
                     measure(timing, || {
                         for (b, m) in views.iter().zip(&msgs) {
                             sg.clear();
-                            let src = Source { block: black_box(b.as_bytes()), wire: m };
+                            let src = Source::viewing(black_box(b.as_bytes()), m);
                             let r = enc.encode_sg(ts, ty, src, &eopts, &mut sg);
                             black_box((r.is_ok(), sg.len()));
                         }
@@ -143,7 +143,7 @@ fn verify(ts: &TableSet, ty: u32, msgs: &[Vec<u8>]) -> Result<(), String> {
                 .map_err(|e| format!("message {i}: {e}"))?;
             let mut out = Vec::new();
             Encoder::new()
-                .encode_into(ts, ty, Source { block: b.as_bytes(), wire: m }, &opts, &mut out)
+                .encode_into(ts, ty, Source::viewing(b.as_bytes(), m), &opts, &mut out)
                 .map_err(|e| format!("message {i}: {e}"))?;
             if out != *m {
                 return Err(format!("message {i}: re-encoding differs"));

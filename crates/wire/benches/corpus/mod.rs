@@ -315,7 +315,7 @@ pub(crate) fn verify(ts: &TableSet, ty: u32, wire: &[u8], values: usize) -> Resu
         let mode = if opts.view { "view" } else { "owned" };
         dec.decode_into(ts, ty, wire, &opts, &mut block)
             .map_err(|e| format!("decode ({mode}): {e}"))?;
-        let src = Source { block: block.as_bytes(), wire };
+        let src = Source::viewing(block.as_bytes(), wire);
         let view = MessageView::new(ts, src, ty).map_err(|e| format!("view ({mode}): {e}"))?;
         let found = count_values(&view)?;
         if found != values {

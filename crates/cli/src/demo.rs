@@ -265,9 +265,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
             if let Some(first) = messages.first() {
                 let block = protoplane_wire::decode(ts, *ty, first, &DecodeOptions::view())
                     .map_err(|e| e.to_string())?;
-                let view =
-                    MessageView::new(ts, Source::viewing(block.as_bytes(), first), *ty)
-                        .map_err(|e| e.to_string())?;
+                let view = MessageView::new(ts, Source::viewing(block.as_bytes(), first), *ty)
+                    .map_err(|e| e.to_string())?;
                 json::to_json(&view, &mut example).map_err(|e| e.to_string())?;
             }
         }

@@ -268,10 +268,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
                 dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
                     .map_err(|e| input_error(index, at, &e))?;
-                let view =
-                    MessageView::new(&ts, Source::viewing(block.as_bytes(), bytes), ty)
-                        .and_then(|v| json::to_json(&v, &mut out))
-                        .map_err(|e| Failure::Input(format!("message {index}: {e}")));
+                let view = MessageView::new(&ts, Source::viewing(block.as_bytes(), bytes), ty)
+                    .and_then(|v| json::to_json(&v, &mut out))
+                    .map_err(|e| Failure::Input(format!("message {index}: {e}")));
                 view?;
                 out.push('\n');
             }

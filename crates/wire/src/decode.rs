@@ -31,6 +31,7 @@ use protoplane_schema::{
 };
 
 use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
+use crate::count::{Counting, WriteStats};
 use crate::encode::{EncodeOptions, Encoder, Source};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::varint::{self, VarintError};
@@ -159,6 +160,43 @@ impl Decoder {
             Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v, Some(device)),
             Store::Any(m) => self.run(tables, type_index, msg, input, opts, m, Some(device)),
         }
+    }
+
+    /// Decodes like [`Decoder::decode_into`] (or, with `device`, like
+    /// [`Decoder::decode_placed`]) into private memory and counts every
+    /// store the decoder makes into the block: what a decoder writing each
+    /// field straight into host memory would issue as separate
+    /// transactions (RPCAcc's field-by-field baseline). The block is the
+    /// same as the plain decode's. With `bulk = Some((min, ranges))`, the
+    /// (offset, length) of every copy of at least `min` bytes (a long
+    /// string or bytes value) is appended to `ranges`: the parts of the
+    /// block a one-shot commit moves on their own.
+    #[allow(clippy::too_many_arguments)] // a decode's inputs and two outputs
+    pub fn decode_counted(
+        &mut self,
+        tables: &TableSet,
+        type_index: u32,
+        input: &[u8],
+        opts: &DecodeOptions,
+        out: &mut Vec<u8>,
+        device: Option<&mut Vec<u8>>,
+        bulk: Option<(usize, &mut Vec<(usize, usize)>)>,
+    ) -> Result<WriteStats, DecodeError> {
+        let Some(msg) = tables.messages().get(type_index as usize) else {
+            return Err(DecodeError {
+                kind: DecodeErrorKind::UnknownType,
+                message: format!("#{type_index}"),
+                field: 0,
+                offset: 0,
+            });
+        };
+        let (bulk_min, bulk) = match bulk {
+            Some((min, ranges)) => (min, Some(ranges)),
+            None => (usize::MAX, None),
+        };
+        let mut mem = Counting { inner: out, stats: WriteStats::default(), bulk_min, bulk };
+        self.run(tables, type_index, msg, input, opts, &mut mem, device)?;
+        Ok(mem.stats)
     }
 
     #[allow(clippy::too_many_arguments)] // one decode's inputs, passed flat

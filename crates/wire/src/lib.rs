@@ -12,6 +12,7 @@
 mod back;
 mod block;
 mod builder;
+mod count;
 mod decode;
 mod encode;
 mod error;
@@ -28,6 +29,7 @@ pub use block::{
     REF_DEVICE, REF_LEN_MASK, REF_WIRE,
 };
 pub use builder::{BuildError, Builder, MessageBuilder};
+pub use count::WriteStats;
 pub use decode::{decode, DecodeOptions, Decoder};
 pub use encode::{encode, EncodeOptions, Encoder, Source};
 pub use error::{BlockError, DecodeError, DecodeErrorKind};

@@ -1,0 +1,409 @@
+//! The measurements: every sample decoded field by field and one-shot,
+//! laid out and encoded, with the host-memory transactions counted and
+//! the CPU times measured on this machine. The interconnect model
+//! ([`crate::model`]) turns them into time.
+
+use std::time::Instant;
+
+use protoplane_offload::commit::{CommitDecoder, CommitMode};
+use protoplane_schema::{FieldFlags, ProtoSource, TableSet};
+use protoplane_wire::{
+    Block, Builder, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageBuilder, MessageView,
+    Source, Value, WriteStats,
+};
+
+use crate::dataset::{push_varint, put_len_field, Sample, Workload};
+
+/// Median nanoseconds per call of `f`: `rounds` rounds of enough calls to
+/// last about `round_ns` each.
+pub fn time_ns(rounds: usize, round_ns: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    f();
+    let once = t.elapsed().as_nanos().max(1) as f64;
+    let iters = ((round_ns / once).ceil() as usize).clamp(1, 1_000_000);
+    let mut per = Vec::with_capacity(rounds);
+    for _ in 0..rounds.max(1) {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        per.push(t.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    per.sort_by(f64::total_cmp);
+    per[per.len() / 2]
+}
+
+/// How hard to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Effort {
+    /// Rounds per timing (median taken).
+    pub rounds: usize,
+    /// Target length of a round, ns.
+    pub round_ns: f64,
+    /// Temp buffer of the one-shot commit.
+    pub temp: usize,
+}
+
+impl Effort {
+    /// Enough for stable medians.
+    pub fn full() -> Effort {
+        Effort { rounds: 7, round_ns: 2e6, temp: protoplane_offload::commit::DEFAULT_TEMP }
+    }
+
+    /// Quick (tests, `--quick`).
+    pub fn quick() -> Effort {
+        Effort { rounds: 3, round_ns: 2e5, temp: protoplane_offload::commit::DEFAULT_TEMP }
+    }
+}
+
+/// One message's decode, both ways.
+#[derive(Clone, Debug)]
+pub struct DecodeRow {
+    /// Group and name.
+    pub group: String,
+    /// Message name.
+    pub name: String,
+    /// Wire bytes.
+    pub wire_bytes: usize,
+    /// Block bytes in host memory.
+    pub block_bytes: usize,
+    /// Field-by-field: the decoder's stores into host memory.
+    pub field_by_field: WriteStats,
+    /// One-shot: the commit's copies.
+    pub one_shot: WriteStats,
+    /// Measured: the decode alone (into private memory), ns.
+    pub decode_ns: f64,
+    /// Measured: decode into the temp buffer plus the commit's copies, ns.
+    pub one_shot_ns: f64,
+}
+
+/// Decodes every sample both ways; checks that both give the plain
+/// decode's block.
+pub fn decode_rows(w: &Workload, e: Effort) -> Result<Vec<DecodeRow>, String> {
+    let mut rows = Vec::new();
+    let opts = DecodeOptions::default();
+    for (ts, s) in w.samples() {
+        rows.push(decode_row(ts, s, &opts, e)?);
+    }
+    Ok(rows)
+}
+
+fn decode_row(
+    ts: &TableSet,
+    s: &Sample,
+    opts: &DecodeOptions,
+    e: Effort,
+) -> Result<DecodeRow, String> {
+    let what = |x: &dyn std::fmt::Display| format!("{}/{}: {x}", s.group, s.name);
+    let mut plain = Block::new();
+    let mut d = Decoder::new();
+    d.decode_into(ts, s.type_index, &s.wire, opts, &mut plain).map_err(|x| what(&x))?;
+    let mut cd = CommitDecoder::new();
+    let mut host = Vec::new();
+    let fbf = cd
+        .decode(ts, s.type_index, &s.wire, opts, CommitMode::FieldByField, &mut host, None)
+        .map_err(|x| what(&x))?;
+    // The same message (large copies are placed by address, so padding
+    // may differ between two blocks of one message: compare encodings).
+    let encoded = |b: &[u8]| {
+        let mut out = Vec::new();
+        Encoder::new()
+            .encode_into(ts, s.type_index, Source::owned(b), &EncodeOptions::default(), &mut out)
+            .map(|()| out)
+            .map_err(|x| what(&x))
+    };
+    let reference = encoded(plain.as_bytes())?;
+    if encoded(&host)? != reference {
+        return Err(what(&"field-by-field gave another message"));
+    }
+    let mode = CommitMode::OneShot { temp: e.temp };
+    let one =
+        cd.decode(ts, s.type_index, &s.wire, opts, mode, &mut host, None).map_err(|x| what(&x))?;
+    if encoded(&host)? != reference {
+        return Err(what(&"one-shot gave another message"));
+    }
+    let decode_ns = time_ns(e.rounds, e.round_ns, || {
+        let _ = d.decode_into(ts, s.type_index, &s.wire, opts, &mut plain);
+        std::hint::black_box(plain.as_bytes());
+    });
+    let one_shot_ns = time_ns(e.rounds, e.round_ns, || {
+        let _ = cd.decode(ts, s.type_index, &s.wire, opts, mode, &mut host, None);
+        std::hint::black_box(&host);
+    });
+    Ok(DecodeRow {
+        group: s.group.clone(),
+        name: s.name.clone(),
+        wire_bytes: s.wire.len(),
+        block_bytes: plain.len(),
+        field_by_field: fbf,
+        one_shot: one,
+        decode_ns,
+        one_shot_ns,
+    })
+}
+
+/// Lays out the message `view` holds with a builder, as an application
+/// would (pre-serialization); `skip` decides which `string` / `bytes`
+/// values it leaves to someone else (device-placed or large ones).
+pub fn lay_out(
+    view: MessageView<'_>,
+    b: &mut Builder<'_>,
+    at: MessageBuilder,
+    skip: &dyn Fn(&protoplane_schema::Field, usize) -> bool,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    for f in view.fields() {
+        if f.is_repeated() {
+            for v in view.repeated(f).map_err(|x| e(&x))?.iter() {
+                match v.map_err(|x| e(&x))? {
+                    Value::Message(m) => {
+                        let sub = b.message(at, f.number).map_err(|x| e(&x))?;
+                        lay_out(m, b, sub, skip)?;
+                    }
+                    Value::String(x) | Value::Bytes(x) if skip(f, x.len()) => {}
+                    v => b.push(at, f.number, v).map_err(|x| e(&x))?,
+                }
+            }
+        } else if view.has(f) {
+            match view.get(f).map_err(|x| e(&x))? {
+                Some(Value::Message(m)) => {
+                    let sub = b.message(at, f.number).map_err(|x| e(&x))?;
+                    lay_out(m, b, sub, skip)?;
+                }
+                Some(Value::String(x) | Value::Bytes(x)) if skip(f, x.len()) => {}
+                Some(v) => b.set(at, f.number, v).map_err(|x| e(&x))?,
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One message's encode side.
+#[derive(Clone, Debug)]
+pub struct EncodeRow {
+    /// Group.
+    pub group: String,
+    /// Message name.
+    pub name: String,
+    /// Measured: laying the message out with a builder (pre-serialization), ns.
+    pub lay_out_ns: f64,
+    /// Measured: the same, leaving `string` / `bytes` values of at least
+    /// [`LARGE`] bytes to the engine (memcpy offload), ns.
+    pub lay_out_small_ns: f64,
+    /// Measured: the engine's copies of those large values, ns.
+    pub large_copy_ns: f64,
+    /// Measured: encoding the laid-out block, ns.
+    pub encode_ns: f64,
+    /// A device that encodes by reading the host block one item at a time:
+    /// the reads (as many as a field-by-field layout has stores).
+    pub device_reads: WriteStats,
+    /// Co-serialization: the engine pulls the block in temp-buffer copies.
+    pub block_pull: WriteStats,
+}
+
+/// Values at least this long are copied by the engine in the memcpy
+/// offload scheme.
+pub const LARGE: usize = 256;
+
+/// Lays out and encodes every sample; checks that the encoding of the
+/// laid-out block is the sample's wire bytes (HyperProtoBench's are
+/// canonical; other inputs are checked to decode to the same block).
+pub fn encode_rows(w: &Workload, e: Effort) -> Result<Vec<EncodeRow>, String> {
+    let mut rows = Vec::new();
+    let opts = DecodeOptions::default();
+    for (ts, s) in w.samples() {
+        let what = |x: &dyn std::fmt::Display| format!("{}/{}: {x}", s.group, s.name);
+        let block =
+            protoplane_wire::decode(ts, s.type_index, &s.wire, &opts).map_err(|x| what(&x))?;
+        let view = MessageView::new(ts, Source::owned(block.as_bytes()), s.type_index)
+            .map_err(|x| what(&x))?;
+        let build =
+            |skip: &dyn Fn(&protoplane_schema::Field, usize) -> bool| -> Result<Block, String> {
+                let mut b = Builder::new(ts, s.type_index).map_err(|x| x.to_string())?;
+                let root = b.root();
+                lay_out(view, &mut b, root, skip)?;
+                Ok(b.finish())
+            };
+        let none = |_: &protoplane_schema::Field, _: usize| false;
+        let large = |_: &protoplane_schema::Field, n: usize| n >= LARGE;
+        let laid = build(&none).map_err(|x| what(&x))?;
+        let mut enc = Encoder::new();
+        let mut out = Vec::new();
+        enc.encode_into(
+            ts,
+            s.type_index,
+            Source::owned(laid.as_bytes()),
+            &EncodeOptions::default(),
+            &mut out,
+        )
+        .map_err(|x| what(&x))?;
+        let again = protoplane_wire::decode(ts, s.type_index, &out, &opts).map_err(|x| what(&x))?;
+        if out != s.wire && again.as_bytes() != block.as_bytes() {
+            return Err(what(&"the laid-out block does not encode to the message"));
+        }
+        let lay_out_ns = time_ns(e.rounds, e.round_ns, || {
+            std::hint::black_box(build(&none).ok());
+        });
+        let lay_out_small_ns = time_ns(e.rounds, e.round_ns, || {
+            std::hint::black_box(build(&large).ok());
+        });
+        let big: Vec<&[u8]> = large_values(view);
+        let mut sink = Vec::with_capacity(big.iter().map(|b| b.len()).sum());
+        let large_copy_ns = time_ns(e.rounds, e.round_ns, || {
+            sink.clear();
+            for b in &big {
+                sink.extend_from_slice(b);
+            }
+            std::hint::black_box(&sink);
+        });
+        let encode_ns = time_ns(e.rounds, e.round_ns, || {
+            out.clear();
+            let _ = enc.encode_into(
+                ts,
+                s.type_index,
+                Source::owned(laid.as_bytes()),
+                &EncodeOptions::default(),
+                &mut out,
+            );
+            std::hint::black_box(&out);
+        });
+        let mut host = Vec::new();
+        let device_reads = CommitDecoder::new()
+            .decode(ts, s.type_index, &s.wire, &opts, CommitMode::FieldByField, &mut host, None)
+            .map_err(|x| what(&x))?;
+        // The engine pulls the laid-out block as a one-shot commit pushes
+        // one: temp-buffer copies, long values on their own.
+        let block_pull = CommitDecoder::new()
+            .decode(
+                ts,
+                s.type_index,
+                &s.wire,
+                &opts,
+                CommitMode::OneShot { temp: e.temp },
+                &mut host,
+                None,
+            )
+            .map_err(|x| what(&x))?;
+        rows.push(EncodeRow {
+            group: s.group.clone(),
+            name: s.name.clone(),
+            lay_out_ns,
+            lay_out_small_ns,
+            large_copy_ns,
+            encode_ns,
+            device_reads,
+            block_pull,
+        });
+    }
+    Ok(rows)
+}
+
+fn large_values<'a>(view: MessageView<'a>) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    for f in view.fields() {
+        let mut one = |v: Value<'a>| match v {
+            Value::String(x) | Value::Bytes(x) if x.len() >= LARGE => out.push(x),
+            Value::Message(m) => out.extend(large_values(m)),
+            _ => {}
+        };
+        if f.is_repeated() {
+            if let Ok(r) = view.repeated(f) {
+                for v in r.iter().flatten() {
+                    one(v);
+                }
+            }
+        } else if let Ok(Some(v)) = view.get(f) {
+            one(v);
+        }
+    }
+    out
+}
+
+/// One nesting depth of the nested-message experiment (RPCAcc Fig. 2).
+#[derive(Clone, Debug)]
+pub struct NestedRow {
+    /// Levels of nesting around the payload (0: flat).
+    pub depth: u32,
+    /// Wire bytes.
+    pub wire_bytes: usize,
+    /// Field-by-field stores.
+    pub field_by_field: WriteStats,
+    /// One-shot copies.
+    pub one_shot: WriteStats,
+    /// Measured decode, ns.
+    pub decode_ns: f64,
+    /// Measured one-shot decode and commit, ns.
+    pub one_shot_ns: f64,
+}
+
+/// The same fields — [`NESTED_UNITS`] units of eight integers and a
+/// 64-byte string — in one flat message, or spread evenly over a chain of
+/// `depth + 1` nested messages, for each depth in `depths` (depths that
+/// do not divide the units evenly are skipped).
+pub fn nested(depths: &[u32], e: Effort) -> Result<Vec<NestedRow>, String> {
+    const PROTO: &str = r#"
+syntax = "proto3";
+package protoplane.nested;
+message L {
+  repeated uint64 v = 1 [packed = false];
+  repeated string s = 2;
+  L child = 3;
+}
+"#;
+    let ts = TableSet::from_proto_sources(
+        &[ProtoSource { name: "nested.proto", text: PROTO }],
+        &["nested.proto"],
+    )
+    .map_err(|x| x.to_string())?;
+    let root = ts.message_by_name("protoplane.nested.L").ok_or("L")?;
+    let mut rows = Vec::new();
+    for &depth in depths {
+        let levels = depth + 1;
+        if NESTED_UNITS % levels != 0 {
+            continue;
+        }
+        let per = NESTED_UNITS / levels;
+        let mut inner = Vec::new();
+        for l in (0..levels).rev() {
+            let mut msg = Vec::new();
+            for u in 0..per {
+                for i in 0..8u64 {
+                    push_varint(&mut msg, 1 << 3);
+                    push_varint(&mut msg, (u64::from(l) * 1000 + u64::from(u) * 10 + i) * 7919);
+                }
+                put_len_field(&mut msg, 2, &[b'p'; 64]);
+            }
+            if l + 1 < levels {
+                put_len_field(&mut msg, 3, &inner);
+            }
+            inner = msg;
+        }
+        let s = Sample {
+            group: "nested".into(),
+            name: format!("depth-{depth}"),
+            type_index: root,
+            wire: inner,
+        };
+        let r = decode_row(&ts, &s, &DecodeOptions::default(), e)?;
+        rows.push(NestedRow {
+            depth,
+            wire_bytes: r.wire_bytes,
+            field_by_field: r.field_by_field,
+            one_shot: r.one_shot,
+            decode_ns: r.decode_ns,
+            one_shot_ns: r.one_shot_ns,
+        });
+    }
+    Ok(rows)
+}
+
+/// Units of payload in the nested-message experiment.
+pub const NESTED_UNITS: u32 = 16;
+
+/// Whether a field is device-placed (for callers that lay out with
+/// placement).
+pub fn device_placed(f: &protoplane_schema::Field) -> bool {
+    f.flags.has(FieldFlags::DEVICE)
+}

@@ -12,6 +12,7 @@ mod inc;
 mod interop;
 mod load;
 mod schema_args;
+mod sim;
 mod sn;
 mod stream;
 
@@ -71,6 +72,9 @@ enum Command {
     Inc(inc::IncCommand),
     /// Load-test a gRPC server (closed or open loop).
     Load(load::LoadArgs),
+    /// Replay messages through the offload engine's decode and encode with
+    /// transaction counting, modelled over PCIe, CXL and on-chip paths.
+    Sim(sim::SimArgs),
     /// Load .proto files and print a per-type summary of the schema tables.
     Compile {
         #[command(flatten)]
@@ -197,6 +201,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             inc::run_role(&args, false).map_err(Failure::Usage)
         }
         Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
+        Command::Sim(args) => {
+            let report = sim::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
         Command::Load(args) => {
             let report = load::main(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())

@@ -30,6 +30,13 @@
 //! max_waiting = 1024              # posts waiting for room, engine-wide
 //! queue_timeout_ms = 500          # then RESOURCE_EXHAUSTED
 //! stall_timeout_ms = 5000         # an application that takes no request this long is cut off
+//!
+//! [offload]                       # functional offload: see `crate::functional`
+//! methods = ["/socialnetwork.SocialNetwork/Login"]  # answered in the engine
+//! raw_above = 1048576             # larger requests reach the application undecoded
+//!
+//! [offload.handlers]              # a built-in handler by name, per method
+//! "/shop.Accounts/SignIn" = "login-token"
 //! ```
 //!
 //! Unknown sections and keys are refused by name, so a typo never passes
@@ -42,6 +49,7 @@ use std::time::Duration;
 
 use protoplane_rpc::{Schema, ServerOptions};
 
+use crate::functional::FunctionalOffload;
 use crate::proxy::Limits;
 
 /// Everything the engine is told.
@@ -84,6 +92,9 @@ pub struct Config {
     pub cores: Vec<usize>,
     /// Runtime threads.
     pub threads: usize,
+    /// Methods answered inside the engine, and their handlers (register
+    /// your own with [`FunctionalOffload::register`]).
+    pub offload: FunctionalOffload,
 }
 
 impl Default for Config {
@@ -106,6 +117,7 @@ impl Default for Config {
             stall_timeout: Duration::from_secs(5),
             cores: Vec::new(),
             threads: 1,
+            offload: FunctionalOffload::default(),
         }
     }
 }
@@ -132,6 +144,18 @@ fn list(v: &toml::Value, key: &str) -> Result<Vec<toml::Value>, String> {
     v.as_array().cloned().ok_or_else(|| format!("{key} must be an array"))
 }
 
+/// A method path as gRPC spells it: `/package.Service/Method`.
+fn method_path(p: String, key: &str) -> Result<String, String> {
+    let ok = p
+        .strip_prefix('/')
+        .and_then(|r| r.split_once('/'))
+        .is_some_and(|(s, m)| !s.is_empty() && !m.is_empty() && !m.contains('/'));
+    match ok {
+        true => Ok(p),
+        false => Err(format!("{key}: {p:?} is not a method path (/package.Service/Method)")),
+    }
+}
+
 impl Config {
     /// Applies a TOML configuration (paths relative to `base`).
     pub fn apply_toml(&mut self, text: &str, base: &Path) -> Result<(), String> {
@@ -151,6 +175,26 @@ impl Config {
             for (key, v) in body {
                 let k = format!("{section}.{key}");
                 match (section.as_str(), key.as_str()) {
+                    ("offload", "methods") => {
+                        for p in list(v, &k)? {
+                            self.offload.offload(method_path(string(&p, &k)?, &k)?);
+                        }
+                    }
+                    ("offload", "raw_above") => {
+                        self.offload.raw_above = Some(uint(v, &k)? as usize)
+                    }
+                    ("offload", "handlers") => {
+                        for (path, name) in table(v, &k)? {
+                            let at = format!("{k}.{path}");
+                            let name = string(name, &at)?;
+                            if FunctionalOffload::builtin(&name).is_none() {
+                                return Err(format!(
+                                    "{at}: no built-in handler {name:?} (login-token, empty)"
+                                ));
+                            }
+                            self.offload.offload_with(method_path(path.clone(), &at)?, name);
+                        }
+                    }
                     ("listen", "grpc") => self.grpc = Some(addr(v, &k)?),
                     ("listen", "tls_cert") => cert = Some(path(string(v, &k)?)),
                     ("listen", "tls_key") => key_file = Some(path(string(v, &k)?)),
@@ -261,5 +305,25 @@ mod tests {
         assert!(bad("[listen]\ngrpc = \"nope\"").contains("listen.grpc"));
         assert!(bad("[listen]\ntls_cert = \"a\"").contains("go together"));
         assert!(bad("[engine]\ncores = [-1]").contains("non-negative"));
+        assert!(bad("[offload]\nmethods = [\"/a.B\"]").contains("not a method path"));
+        assert!(bad("[offload.handlers]\n\"/a.B/C\" = \"nope\"").contains("no built-in"));
+        assert!(bad("[offload]\nraw_above = -1").contains("non-negative"));
+    }
+
+    #[test]
+    fn toml_marks_offloaded_methods() {
+        let mut c = Config::default();
+        let text = r#"
+            [offload]
+            methods = ["/socialnetwork.SocialNetwork/Login"]
+            raw_above = 65536
+            [offload.handlers]
+            "/shop.Accounts/SignIn" = "login-token"
+        "#;
+        c.apply_toml(text, Path::new("/")).expect("valid config");
+        assert_eq!(c.offload.raw_above, Some(65536));
+        let dump = format!("{:?}", c.offload);
+        assert!(dump.contains("/socialnetwork.SocialNetwork/Login"), "{dump}");
+        assert!(dump.contains("\"/shop.Accounts/SignIn\": \"login-token\""), "{dump}");
     }
 }

@@ -5,8 +5,11 @@
 //! decompresses and decodes each request, and hands it to an application
 //! process attached over shared memory (`protoplane-shm`); it encodes the
 //! responses the application laid out in the region and sends them. Health
-//! and reflection are answered by the engine itself. Applications never
-//! touch a socket, a varint or an HTTP/2 frame (see `protoplane-app`).
+//! and reflection are answered by the engine itself, and so are methods
+//! marked for functional offload ([`functional`]: handlers that run in the
+//! engine, PsPIN-style; the application never sees those calls).
+//! Applications never touch a socket, a varint or an HTTP/2 frame (see
+//! `protoplane-app`).
 //!
 //! Read [`attachment`] first (what the engine trusts and checks), then
 //! [`proxy`] (how a call crosses), then this file (setup and the drain
@@ -27,6 +30,7 @@
 
 pub mod attachment;
 pub mod config;
+pub mod functional;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod proxy;
@@ -44,6 +48,7 @@ use tokio::io::AsyncReadExt;
 
 pub use attachment::Attachment;
 pub use config::Config;
+pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
 pub use proxy::{Limits, SplitService};
 pub use registry::Registry;
 
@@ -61,6 +66,9 @@ pub struct Running {
     pub attach: PathBuf,
     /// Attached applications.
     pub registry: Arc<Registry>,
+    /// Per-method counters: calls opened with applications, calls
+    /// answered in the engine (functional offload).
+    pub counters: Arc<Counters>,
 }
 
 struct Ctx {
@@ -80,19 +88,39 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let waiting = Arc::new(AtomicUsize::new(0));
     let mut router = Router::new(config.server.clone());
     let mut proxied = Vec::new();
+    let offloaded = config.offload.resolve(&config.schemas)?;
+    let mut counters = Counters::default();
     for schema in &config.schemas {
         for name in schema.services() {
             if proxied.contains(name) {
                 return Err(format!("service {name} is in two of the engine's schemas"));
             }
             proxied.push(name.clone());
-            let svc = SplitService::new(
+            let mut svc = SplitService::new(
                 schema.clone(),
                 name.clone(),
                 registry.clone(),
                 limits.clone(),
                 waiting.clone(),
             );
+            svc.set_raw_above(config.offload.raw_above);
+            for (id, m) in schema.methods().iter().enumerate() {
+                if m.service != *name {
+                    continue;
+                }
+                if let Some(h) = offloaded.get(&m.path) {
+                    if !svc.offload(id as u32, h.clone()) {
+                        return Err(format!(
+                            "offload: {} cannot be answered in the engine",
+                            m.path
+                        ));
+                    }
+                    eprintln!("engine: {} is answered in the engine (functional offload)", m.path);
+                }
+                if let Some(s) = svc.method_stats(id as u32) {
+                    counters.insert(m.path.clone(), s.clone());
+                }
+            }
             router = router.add_service(Arc::new(svc));
         }
     }
@@ -108,6 +136,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         lean: None,
         attach: config.attach.clone(),
         registry: registry.clone(),
+        counters: Arc::new(counters),
     };
     if let Some(addr) = config.grpc {
         let l = tokio::net::TcpListener::bind(addr)

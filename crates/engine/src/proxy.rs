@@ -10,6 +10,10 @@
 //! the transport straight from the region), the status. Deadlines and
 //! cancellation stay the transports' job: when they drop the call, its
 //! guard tells the application to stop.
+//!
+//! Methods marked for functional offload ([`crate::functional`]) never
+//! reach an application: the proxy answers them itself, with no
+//! descriptor on any ring.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,6 +25,7 @@ use protoplane_rpc::{
 use protoplane_shm::desc::{self, Descriptor};
 
 use crate::attachment::{open_side, timeout_ns, Attachment, Inbound, PostError};
+use crate::functional::{self, MethodStats, Offloaded};
 use crate::registry::Registry;
 
 /// Bounds on what waits for an application.
@@ -48,6 +53,13 @@ pub struct SplitService {
     registry: Arc<Registry>,
     limits: Arc<Limits>,
     waiting: Arc<AtomicUsize>,
+    /// Counters, by method id (every method of the schema; those of other
+    /// services stay 0).
+    stats: Vec<Arc<MethodStats>>,
+    /// Handlers of the methods answered in the engine, by method id.
+    offloaded: Vec<Option<Arc<dyn Offloaded>>>,
+    /// Requests larger than this cross to the application undecoded.
+    raw_above: Option<usize>,
 }
 
 impl std::fmt::Debug for SplitService {
@@ -65,7 +77,78 @@ impl SplitService {
         limits: Arc<Limits>,
         waiting: Arc<AtomicUsize>,
     ) -> SplitService {
-        SplitService { schema, name, registry, limits, waiting }
+        let n = schema.methods().len();
+        let stats = (0..n).map(|_| Arc::default()).collect();
+        SplitService {
+            schema,
+            name,
+            registry,
+            limits,
+            waiting,
+            stats,
+            offloaded: vec![None; n],
+            raw_above: None,
+        }
+    }
+
+    /// Answers method `method` (an id of the schema, of this service, unary)
+    /// with `handler` inside the engine from now on: its calls never reach
+    /// an application. `false` if the method is not one this service can
+    /// answer so.
+    pub fn offload(&mut self, method: u32, handler: Arc<dyn Offloaded>) -> bool {
+        let Some(m) = self.schema.method(method) else { return false };
+        if m.service != self.name || m.client_streaming || m.server_streaming {
+            return false;
+        }
+        match self.offloaded.get_mut(method as usize) {
+            Some(slot) => {
+                *slot = Some(handler);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Hands requests larger than `bytes` to the application as received,
+    /// undecoded (`None`: decode every request in the engine). The
+    /// application's handler then sees a raw [`protoplane_rpc::Message`]
+    /// (`is_raw`) and decodes it itself.
+    pub fn set_raw_above(&mut self, bytes: Option<usize>) {
+        self.raw_above = bytes;
+    }
+
+    /// The counters of method `method` (an id of the schema).
+    pub fn method_stats(&self, method: u32) -> Option<&Arc<MethodStats>> {
+        self.stats.get(method as usize)
+    }
+
+    /// Answers an offloaded call in the engine: nothing crosses to an
+    /// application.
+    async fn answer_here(
+        self: Arc<Self>,
+        method: u32,
+        handler: Arc<dyn Offloaded>,
+        request: Request<Streaming>,
+        mut responder: Responder,
+    ) -> Result<Metadata, Status> {
+        let Request { metadata, peer, message: mut requests, .. } = request;
+        let m = requests.single().await?;
+        let (Some(desc), Some(stats)) =
+            (self.schema.method(method), self.stats.get(method as usize))
+        else {
+            return Err(Status::new(Code::Unimplemented, "unknown method"));
+        };
+        let block = functional::answer(
+            &*handler,
+            &self.schema,
+            desc,
+            m,
+            &metadata,
+            peer.as_deref(),
+            stats,
+        )?;
+        responder.send(block).await?;
+        Ok(Metadata::new())
     }
 
     async fn forward(
@@ -79,6 +162,9 @@ impl SplitService {
             .method(method)
             .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
             .client_streaming;
+        if let Some(h) = self.offloaded.get(method as usize).and_then(Option::clone) {
+            return self.answer_here(method, h, request, responder).await;
+        }
         let Request { metadata, deadline, peer, message: mut requests } = request;
         // A unary request is here already: the instance whose region it
         // was received into (a lean landing) takes it without a copy.
@@ -122,6 +208,9 @@ impl SplitService {
             self.post(&att, d, Some(&m), &side).await?;
         } else {
             self.post(&att, open, None, &side).await?;
+        }
+        if let Some(s) = self.stats.get(method as usize) {
+            s.to_app.fetch_add(1, Ordering::Relaxed);
         }
         loop {
             tokio::select! {
@@ -176,6 +265,14 @@ impl SplitService {
         let mut waited: Option<(Instant, WaitSlot)> = None;
         loop {
             let posted = match m {
+                Some(m) if m.is_raw() && self.raw_above.is_some_and(|n| m.wire().len() > n) => {
+                    // Oversized: the application decodes it itself.
+                    let r = att.post(d, &[], m.wire(), side);
+                    if let (Ok(()), Some(s)) = (&r, self.stats.get(d.method as usize)) {
+                        s.raw_to_app.fetch_add(1, Ordering::Relaxed);
+                    }
+                    r
+                }
                 Some(m) if m.is_raw() => {
                     att.post_request(d, self.schema.tables(), m.type_index(), m.wire(), side)
                 }

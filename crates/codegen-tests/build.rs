@@ -1,5 +1,5 @@
 //! Generates the typed views and builders the tests exercise, exactly as a
-//! user's build script would: three `compile` calls (three independent table
+//! user's build script would: four `compile` calls (four independent table
 //! sets), no `protoc`.
 
 use std::path::PathBuf;
@@ -19,5 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     protoplane_codegen::configure()
         .service_generator(protoplane_codegen::rpc_services())
         .compile(&["../../protos/interop/grpc_testing.proto"], &["../../protos"])?;
+    // Device placement from the `(protoplane.placement)` option; the include
+    // root does not hold `protoplane/options.proto` (it is built in).
+    protoplane_codegen::configure().compile(&["protos/placed/placed.proto"], &["protos"])?;
     Ok(())
 }

@@ -19,6 +19,12 @@ pub mod codegen {
     }
 }
 
+/// `codegen.placed` (protos/placed/placed.proto): fields placed on the
+/// device by the `(protoplane.placement)` option.
+pub mod placed {
+    include!(concat!(env!("OUT_DIR"), "/codegen.placed.rs"));
+}
+
 /// `grpc.testing` (protos/interop/grpc_testing.proto), with services.
 pub mod grpc {
     /// `grpc.testing`

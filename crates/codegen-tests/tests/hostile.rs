@@ -67,7 +67,7 @@ impl Touch {
         for x in v.r_float().iter().rev() {
             self.add(x.to_bits() as u64);
         }
-        self.add(v.r_int64().iter().map(|x| x as u64).sum::<u64>());
+        self.add(v.r_int64().iter().map(|x| x as u64).fold(0, u64::wrapping_add));
         self.add(v.r_uint64().iter().fold(0, u64::wrapping_add));
         self.add(v.r_int32().iter().map(|x| x as u64).fold(0, u64::wrapping_add));
         self.add(v.r_fixed64().len() as u64 + v.r_fixed32().len() as u64);

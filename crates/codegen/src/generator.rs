@@ -101,6 +101,16 @@ impl Names {
         name
     }
 
+    /// Like [`Names::claim`], also stepping over the names in `avoid`
+    /// (ones claimed later by accessors that must keep their names).
+    pub(crate) fn claim_avoiding(&mut self, want: String, avoid: &HashSet<String>) -> String {
+        let mut name = want;
+        while avoid.contains(&name) || self.taken.contains(&name) {
+            name.push('_');
+        }
+        self.claim(name)
+    }
+
     /// Whether a claimed name makes clippy's `wrong_self_convention` fire
     /// (`as_`, `to_`, `into_`, `from_`, `is_` prefixes on a `&self` getter).
     pub(crate) fn has_conventional_prefix(&self) -> bool {

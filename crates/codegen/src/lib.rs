@@ -68,7 +68,11 @@
 //!   with `from_block(block, wire)` or `from_view(MessageView)`. Getters:
 //!   scalars return the value (the field's default when absent), `has_x()`
 //!   for fields with presence, `&'a str` / `&'a [u8]` for strings and bytes
-//!   (`x_bytes()` for a string's raw bytes), `Option<BarView<'a>>` for
+//!   (`x_bytes()` for a string's raw bytes; `x_device()` gives the
+//!   `protoplane_wire::Ref` of a string or bytes field a target-aware decode
+//!   placed in the device region, which the plain getters read as empty, see
+//!   `(protoplane.placement)` in `protos/protoplane/options.proto`),
+//!   `Option<BarView<'a>>` for
 //!   messages, `_protoplane::Repeated<'a, T>` for repeated fields,
 //!   `_protoplane::Map<'a, K, V>` for maps, `i32` for enums (plus a Rust
 //!   enum with `TryFrom<i32>`), and for each oneof `Option<foo::BarOneof<'a>>`;
@@ -84,7 +88,8 @@
 //! keeps its view and builder names (`OptionView`) but its marker becomes
 //! `Option_`; an accessor whose name another accessor of the same type
 //! already took (a field `has_x` next to a field `x` with presence) gets a
-//! `_`.
+//! `_`; an `x_device()` accessor steps aside (`x_device_()`) for any name a
+//! field's own accessors want, so adding it renames nothing.
 //!
 //! Services are left to a [`ServiceGenerator`] ([`Config::service_generator`]).
 //!
@@ -289,6 +294,12 @@ impl Config {
 
     /// Generates code for an already compiled `FileDescriptorSet` (it must
     /// include imports) and writes it.
+    ///
+    /// `(protoplane.placement)` options reach the generated tables only if
+    /// the set still carries them: [`protoplane_schema::compile_protos`]'s
+    /// output does; for `protoc --descriptor_set_out` bytes, decode with
+    /// [`protoplane_schema::decode_descriptor_set`] (plain `prost` decoding
+    /// drops extension options).
     pub fn compile_fds(&mut self, set: &FileDescriptorSet) -> Result<(), Error> {
         let out = match &self.out_dir {
             Some(d) => d.clone(),

@@ -356,6 +356,25 @@ pub mod _protoplane {
         view.ref_bytes(view.slot_u64(offset)).unwrap_or(&[])
     }
 
+    /// The reference in the slot at `offset` when its device flag is set
+    /// (a `string` / `bytes` field a target-aware decode placed in the
+    /// device region, RPCAcc's placement), `None` otherwise. The bytes are
+    /// not in the block: the reference is a handle into the device region.
+    #[inline(always)]
+    pub fn device_ref_at(view: &MessageView<'_>, offset: u32) -> Option<::protoplane_wire::Ref> {
+        let raw = view.slot_u64(offset);
+        let len = (raw >> 32) as u32;
+        if len & ::protoplane_wire::REF_DEVICE == 0 {
+            return None;
+        }
+        Some(::protoplane_wire::Ref {
+            offset: raw as u32,
+            len: len & ::protoplane_wire::REF_LEN_MASK,
+            wire: len & ::protoplane_wire::REF_WIRE != 0,
+            device: true,
+        })
+    }
+
     /// The sub-message of type `type_index` in the reference slot at
     /// `offset` (`None`: null, or a reference that does not resolve).
     #[inline(always)]

@@ -4,6 +4,8 @@
 //! through the `MessageView` slot primitives (one bounds check per read,
 //! against the object the view checked once when it was made).
 
+use std::collections::HashSet;
+
 use protoplane_schema::{Field, FieldFlags, Kind};
 
 use crate::generator::{Generator, Names, Scope};
@@ -141,7 +143,12 @@ pub(crate) fn declaration(gen: &Generator<'_>, f: &FieldInfo) -> String {
         };
         format!("{label}{}", f.proto_type())
     };
-    format!("`{ty} {} = {};`", f.name, f.field.number)
+    let placed = if f.field.flags.has(FieldFlags::DEVICE) {
+        " [(protoplane.placement) = DEVICE]"
+    } else {
+        ""
+    };
+    format!("`{ty} {} = {}{placed};`", f.name, f.field.number)
 }
 
 /// The view of one message.
@@ -164,7 +171,8 @@ pub(crate) fn emit(
          a bounds check. They never fail: an absent field reads as its default, and a\n\
          reference that does not resolve (a corrupt or hostile block) reads as absent or\n\
          empty. Strings that are not UTF-8 read as `\"\"` (the `_bytes` getters give the\n\
-         raw bytes)."
+         raw bytes); `string` / `bytes` fields placed in the device region read as empty\n\
+         (the `_device` getters give their handles)."
     ));
     w.line("#[derive(Clone, Copy)]");
     w.line(format!("pub struct {view}<'a>(pub(crate) ::protoplane_wire::MessageView<'a>);"));
@@ -257,6 +265,19 @@ fn getters(
     names: &mut Names,
 ) -> Result<(), Error> {
     let rt = scope.rt();
+    // Names the fields' own accessors want: a `<field>_device` accessor
+    // never takes one of them (it gets a `_` suffix instead), so adding it
+    // renames no existing accessor.
+    let mut wanted: HashSet<String> = HashSet::new();
+    for f in &info.fields {
+        let base = snake(&f.name);
+        wanted.insert(ident(&base));
+        wanted.insert(joined(&base, "_bytes"));
+        wanted.insert(joined("has_", &base));
+    }
+    for o in &info.oneofs {
+        wanted.insert(ident(&snake(&o.name)));
+    }
     let mut oneofs_done = vec![false; info.oneofs.len()];
     for f in &info.fields {
         // A oneof's enum getter comes before its members' getters.
@@ -358,7 +379,9 @@ fn getters(
                     Ok(s) => format!("{s:?}"),
                     Err(_) => "\"\"".to_owned(),
                 };
+                let device = names.claim_avoiding(joined(&snake(&f.name), "_device"), &wanted);
                 w.doc(&decl);
+                w.doc(&device_note(&device));
                 w.line("#[inline]");
                 w.open(format!("pub fn {getter}(&self) -> &'a str"));
                 w.if_else(&cond.pos, &format!("{rt}::str_at(&self.0, {off})"), &default);
@@ -369,22 +392,26 @@ fn getters(
                     d => byte_literal(d),
                 };
                 w.blank();
-                w.doc(&format!("{decl}, as raw bytes."));
+                w.doc(&format!("{decl}, as raw bytes (a device-placed field reads as empty)."));
                 w.line("#[inline]");
                 w.open(format!("pub fn {raw}(&self) -> &'a [u8]"));
                 w.if_else(&cond.pos, &format!("{rt}::bytes_at(&self.0, {off})"), &raw_default);
                 w.close();
+                device_getter(w, &rt, &decl, &device, &cond, off);
             }
             Kind::Bytes => {
                 let default = match gen.ts().default_bytes(&f.field) {
                     [] => "&[]".to_owned(),
                     d => byte_literal(d),
                 };
+                let device = names.claim_avoiding(joined(&snake(&f.name), "_device"), &wanted);
                 w.doc(&decl);
+                w.doc(&device_note(&device));
                 w.line("#[inline]");
                 w.open(format!("pub fn {getter}(&self) -> &'a [u8]"));
                 w.if_else(&cond.pos, &format!("{rt}::bytes_at(&self.0, {off})"), &default);
                 w.close();
+                device_getter(w, &rt, &decl, &device, &cond, off);
             }
             Kind::Bool => {
                 let default = f.field.default != 0;
@@ -431,6 +458,33 @@ fn getters(
     Ok(())
 }
 
+/// The note on a `string` / `bytes` accessor about device placement.
+fn device_note(device: &str) -> String {
+    format!(
+        "\n\
+         A field a target-aware decode placed in the device region (RPCAcc's\n\
+         placement bit, `Decoder::decode_placed`) is not in the block: unless the\n\
+         view's `Source` has that region, this reads as empty (presence still\n\
+         reports it set) and [`Self::{device}`] gives the device reference."
+    )
+}
+
+/// `<field>_device()`: the device reference of a `string` / `bytes` field.
+fn device_getter(w: &mut CodeWriter, rt: &str, decl: &str, device: &str, cond: &Cond, off: u32) {
+    w.blank();
+    w.doc(&format!(
+        "{decl}: its device handle.\n\
+         \n\
+         The reference into the device region when the field is present and a\n\
+         target-aware decode placed it there (RPCAcc's placement bit,\n\
+         `Decoder::decode_placed`); `None` otherwise (absent, or in the block)."
+    ));
+    w.line("#[inline]");
+    w.open(format!("pub fn {device}(&self) -> Option<::protoplane_wire::Ref>"));
+    w.if_else(&cond.pos, &format!("{rt}::device_ref_at(&self.0, {off})"), "None");
+    w.close();
+}
+
 /// Whether a oneof's enum needs the `'a` lifetime (a member borrows the block).
 fn oneof_borrows(info: &MessageInfo, o: usize) -> bool {
     info.oneofs[o].members.iter().any(|&i| !info.fields[i].kind().is_scalar())
@@ -463,7 +517,15 @@ fn oneof_getter(
     let enum_name = format!("{module}::{}", oneof_enum_name(info, o));
     let lt = if oneof_borrows(info, o) { "<'a>" } else { "" };
     w.blank();
-    w.doc(&format!("Oneof `{}`: the member that is set (`None`: none).", oneof.name));
+    let refs =
+        oneof.members.iter().any(|&i| matches!(info.fields[i].kind(), Kind::String | Kind::Bytes));
+    let note = if refs {
+        "\n\nA `string` / `bytes` member placed in the device region reads as empty (its\n\
+         `_device` getter gives the handle)."
+    } else {
+        ""
+    };
+    w.doc(&format!("Oneof `{}`: the member that is set (`None`: none).{note}", oneof.name));
     w.line("#[inline]");
     w.open_fn(
         &format!("pub fn {getter}"),

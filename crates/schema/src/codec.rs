@@ -296,7 +296,8 @@ impl TableSet {
                                 .messages
                                 .get(f.sub as usize)
                                 .is_some_and(|e| e.flags.has(crate::MessageFlags::MAP_ENTRY))))
-                    && (!flags.has(FieldFlags::ONEOF) || !f.is_repeated());
+                    && (!flags.has(FieldFlags::ONEOF) || !f.is_repeated())
+                    && (!flags.has(FieldFlags::DEVICE) || crate::lower::placeable(f.kind, f.label));
                 if !consistent {
                     return bad(format!(
                         "message {mi} field {}: flags do not fit its type",

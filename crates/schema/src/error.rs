@@ -14,6 +14,10 @@ pub enum SchemaError {
     Corrupt(String),
     /// A lookup by name failed.
     UnknownName(String),
+    /// A placement (the `(protoplane.placement)` option, an engine-config
+    /// entry, a run-time update) names a field that cannot be placed there,
+    /// or is malformed.
+    Placement(String),
 }
 
 impl fmt::Display for SchemaError {
@@ -24,6 +28,7 @@ impl fmt::Display for SchemaError {
             SchemaError::Unsupported(m) => write!(f, "unsupported schema feature: {m}"),
             SchemaError::Corrupt(m) => write!(f, "corrupt table set: {m}"),
             SchemaError::UnknownName(m) => write!(f, "no such type or field: {m}"),
+            SchemaError::Placement(m) => write!(f, "invalid placement: {m}"),
         }
     }
 }

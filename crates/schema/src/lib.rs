@@ -16,10 +16,14 @@ mod error;
 mod layout;
 mod load;
 mod lower;
+mod options;
+mod placement;
 mod table;
 
 pub use error::SchemaError;
-pub use load::{compile_proto_sources, compile_protos, ProtoSource};
+pub use load::{compile_proto_sources, compile_protos, decode_descriptor_set, ProtoSource};
+pub use options::{OPTIONS_PROTO, OPTIONS_PROTO_NAME, PLACEMENT_EXTENSION, PLACEMENT_OPTION};
+pub use placement::{apply_placements, parse_placement, PlacementSpec, PlacementTable};
 pub use table::{
     Card, Enum, EnumValue, Field, FieldFlags, FieldOp, Kind, Label, Message, MessageFlags, Oneof,
     Placement, Span, TableSet, ValueOp, WireType, NONE,

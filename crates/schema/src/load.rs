@@ -7,6 +7,7 @@ use prost::Message as _;
 use prost_types::FileDescriptorSet;
 
 use crate::lower::lower;
+use crate::options::{annotate, scan_descriptor_set, OPTIONS_PROTO, OPTIONS_PROTO_NAME};
 use crate::{SchemaError, TableSet};
 
 /// An in-memory `.proto` file: its import path and its text.
@@ -19,6 +20,14 @@ pub struct ProtoSource<'a> {
 }
 
 /// Compiles `.proto` files on disk into a `FileDescriptorSet` (with imports).
+///
+/// Besides `includes`, imports resolve to the built-in files:
+/// `protoplane/options.proto` ([`OPTIONS_PROTO`](crate::OPTIONS_PROTO)) and
+/// `google/protobuf/*.proto`. `prost_types` drops extension options, so
+/// every `(protoplane.placement)` comes back as an *uninterpreted* option
+/// (`FieldOptions.uninterpreted_option` named `(protoplane.placement)`,
+/// identifier `DEVICE` / `HOST`): the set keeps it through `prost_types` and
+/// `encode_to_vec`, and [`TableSet::from_file_descriptor_set`] honours it.
 pub fn compile_protos(
     files: &[impl AsRef<Path>],
     includes: &[impl AsRef<Path>],
@@ -32,30 +41,68 @@ pub fn compile_protos(
             includes.push(if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent });
         }
     }
-    let mut compiler =
-        protox::Compiler::new(&includes).map_err(|e| SchemaError::Compile(e.to_string()))?;
+    // What `protox::Compiler::new` builds, plus the built-in options file
+    // (after the user's roots: a copy of it there wins, like for google's).
+    let mut resolver = protox::file::ChainFileResolver::new();
+    for include in includes {
+        resolver.add(protox::file::IncludeFileResolver::new(include));
+    }
+    resolver.add(builtin());
+    resolver.add(protox::file::GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
     for f in files {
         compiler.open_file(f.as_ref()).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
     }
-    Ok(compiler.file_descriptor_set())
+    finish(&compiler)
 }
 
 /// Compiles `.proto` files held in memory into a `FileDescriptorSet` (with
-/// imports; `google/protobuf/*.proto` come built in).
+/// imports; `google/protobuf/*.proto` and `protoplane/options.proto` come
+/// built in). Placements are kept as in [`compile_protos`].
 pub fn compile_proto_sources(
     sources: &[ProtoSource<'_>],
     root: &[&str],
 ) -> Result<FileDescriptorSet, SchemaError> {
     let mut resolver = protox::file::ChainFileResolver::new();
     resolver.add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
+    resolver.add(builtin());
     resolver.add(protox::file::GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
     for name in root {
         compiler.open_file(name).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
     }
-    Ok(compiler.file_descriptor_set())
+    finish(&compiler)
+}
+
+/// The built-in files (`protoplane/options.proto`).
+fn builtin() -> Sources {
+    Sources(vec![(OPTIONS_PROTO_NAME.to_owned(), OPTIONS_PROTO.to_owned())])
+}
+
+/// The compiled set, with every `(protoplane.placement)` (which
+/// `prost_types` would drop with the other extension options) rewritten as
+/// an uninterpreted option.
+fn finish(compiler: &protox::Compiler) -> Result<FileDescriptorSet, SchemaError> {
+    let mut set = compiler.file_descriptor_set();
+    let found = scan_descriptor_set(&compiler.encode_file_descriptor_set())?;
+    annotate(&mut set, &found);
+    Ok(set)
+}
+
+/// Decodes a serialized `FileDescriptorSet` (e.g. `protoc --include_imports
+/// --descriptor_set_out`) into `prost_types`, keeping its
+/// `(protoplane.placement)` options: `prost_types` drops extension options,
+/// so each one found in the bytes is added as an uninterpreted option (the
+/// form [`compile_protos`] returns). Use it instead of `prost::Message::decode`
+/// to hand protoc output to [`TableSet::from_file_descriptor_set`] or to code
+/// generation.
+pub fn decode_descriptor_set(bytes: &[u8]) -> Result<FileDescriptorSet, SchemaError> {
+    let mut set =
+        FileDescriptorSet::decode(bytes).map_err(|e| SchemaError::Descriptor(e.to_string()))?;
+    annotate(&mut set, &scan_descriptor_set(bytes)?);
+    Ok(set)
 }
 
 impl TableSet {
@@ -77,14 +124,18 @@ impl TableSet {
     }
 
     /// Loads a serialized `FileDescriptorSet` (`protoc --include_imports
-    /// --descriptor_set_out`).
+    /// --descriptor_set_out`). `(protoplane.placement)` options are honoured
+    /// in both their interpreted (extension field) and uninterpreted form.
     pub fn from_descriptor_set(bytes: &[u8]) -> Result<TableSet, SchemaError> {
-        let set =
-            FileDescriptorSet::decode(bytes).map_err(|e| SchemaError::Descriptor(e.to_string()))?;
-        lower(&set)
+        lower(&decode_descriptor_set(bytes)?)
     }
 
     /// Builds tables from an already decoded `FileDescriptorSet`.
+    ///
+    /// `prost_types` drops extension options, so `(protoplane.placement)`
+    /// is seen here only in its uninterpreted form: what [`compile_protos`],
+    /// [`compile_proto_sources`] and [`decode_descriptor_set`] produce (a set
+    /// decoded from `protoc` output with plain `prost` has lost it).
     pub fn from_file_descriptor_set(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         lower(set)
     }

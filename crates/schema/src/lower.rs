@@ -8,8 +8,9 @@ use prost_types::field_descriptor_proto::Label as PLabel;
 use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};
 
 use crate::layout;
+use crate::options::{uninterpreted_placement, PLACEMENT_OPTION};
 use crate::table::{
-    Enum, EnumValue, Field, FieldFlags, Kind, Label, MessageFlags, Span, TableSet, NONE,
+    Enum, EnumValue, Field, FieldFlags, Kind, Label, MessageFlags, Placement, Span, TableSet, NONE,
 };
 use crate::SchemaError;
 
@@ -216,6 +217,27 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
             if is_entry {
                 flags |= FieldFlags::ALWAYS;
             }
+            // `[(protoplane.placement) = DEVICE]` (see `options.rs` for how
+            // the option reaches the descriptor).
+            let placement = uninterpreted_placement(f.options.as_ref()).map_err(|v| {
+                SchemaError::Placement(format!(
+                    "{}.{}: ({PLACEMENT_OPTION}) = {v} is not a placement (HOST or DEVICE)",
+                    m.name,
+                    f.name()
+                ))
+            })?;
+            if placement == Some(Placement::Device) {
+                if !placeable(kind, label) {
+                    return Err(SchemaError::Placement(format!(
+                        "{}.{}: ({PLACEMENT_OPTION}) = DEVICE on a field of type {}; only \
+                         string, bytes and repeated scalar fields can be placed on the device",
+                        m.name,
+                        f.name(),
+                        describe(kind, label, FieldFlags(flags)),
+                    )));
+                }
+                flags |= FieldFlags::DEVICE;
+            }
             let name = pool.add(f.name().as_bytes());
             let json = match f.json_name.as_deref() {
                 Some(j) if !j.is_empty() => j.to_owned(),
@@ -269,6 +291,23 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
     ts.strings = pool.bytes;
     ts.rebuild_index();
     Ok(ts)
+}
+
+/// Whether a field of this kind and label can be placed on the device
+/// (the rule of [`TableSet::set_placement`]).
+pub(crate) fn placeable(kind: Kind, label: Label) -> bool {
+    matches!(kind, Kind::String | Kind::Bytes) || (label == Label::Repeated && kind.is_scalar())
+}
+
+/// A field's type as `.proto` spells it, for messages (`repeated int32`, `map`).
+pub(crate) fn describe(kind: Kind, label: Label, flags: FieldFlags) -> String {
+    if flags.has(FieldFlags::MAP) {
+        "map".to_owned()
+    } else if label == Label::Repeated {
+        format!("repeated {}", kind.proto_name())
+    } else {
+        kind.proto_name().to_owned()
+    }
 }
 
 fn parse_default(

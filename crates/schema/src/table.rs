@@ -720,9 +720,7 @@ impl TableSet {
         let Some(m) = self.messages.get(message as usize).copied() else { return false };
         let Some(idx) = self.field_index(&m, number) else { return false };
         let field = &mut self.fields[m.fields.start as usize + idx];
-        let placeable = matches!(field.kind, Kind::String | Kind::Bytes)
-            || (field.is_repeated() && field.kind.is_scalar());
-        if !placeable {
+        if !crate::lower::placeable(field.kind, field.label) {
             return false;
         }
         match placement {

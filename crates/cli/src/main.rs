@@ -169,6 +169,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let report = bench::split::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
         }
+        Command::Bench(bench::BenchCommand::Offload(args)) => {
+            let report = bench::offload::run(&args).map_err(Failure::Usage)?;
+            write_stdout(report.as_bytes())
+        }
         Command::Bench(bench::BenchCommand::Inc(args)) => {
             let report = bench::inc::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())

@@ -5,6 +5,7 @@
 pub(crate) mod echo;
 pub(crate) mod inc;
 pub(crate) mod jobs;
+pub(crate) mod offload;
 pub(crate) mod ring;
 pub(crate) mod rpc;
 pub(crate) mod servers;
@@ -28,6 +29,9 @@ pub(crate) enum BenchCommand {
     /// server agents only, clear and cache policies, two applications
     /// sharing the data plane, overflow.
     Inc(inc::IncArgs),
+    /// The offload engine: one-shot commit, co-serialization, per-field
+    /// decode on engine workers, functional offload (RPCAcc, PsPIN).
+    Offload(offload::OffloadArgs),
 }
 
 /// The same allocator behaviour for every process a benchmark starts:

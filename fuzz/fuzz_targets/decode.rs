@@ -9,7 +9,11 @@
 //! * whatever decodes, encodes; its encoding decodes (in both modes) and
 //!   encodes to the same bytes again (round-trip stability), with plain and
 //!   with deterministic serialization; `encoded_len` is exact;
-//! * a decoded block reads back: its JSON form prints.
+//! * a decoded block reads back: its JSON form prints;
+//! * target-aware decode (every `string` / `bytes` field device-placed)
+//!   succeeds whenever the plain decode does, and with its device region
+//!   encodes to the same bytes; the counted decode (field-by-field
+//!   baseline) holds the same message too.
 
 #![no_main]
 
@@ -22,6 +26,10 @@ use protoplane_wire::{
 };
 
 thread_local! {
+    /// Per target, a copy of its tables with every placeable `string` /
+    /// `bytes` field on the device.
+    static PLACED: RefCell<std::collections::HashMap<String, protoplane_schema::TableSet>> =
+        RefCell::new(std::collections::HashMap::new());
     /// A decoder and block reused across inputs, as a server would.
     static REUSED: RefCell<(Decoder, Block, Encoder)> =
         RefCell::new((Decoder::new(), Block::new(), Encoder::new()));
@@ -79,6 +87,51 @@ fuzz_target!(|data: &[u8]| {
         };
 
         let first = encode(enc, t, Source::owned(owned.as_bytes()), false);
+        PLACED.with(|cell| {
+            let mut map = cell.borrow_mut();
+            let placed = map.entry(t.name.to_string()).or_insert_with(|| {
+                let mut p = protoplane_schema::TableSet::from_bytes(&ts.to_bytes())
+                    .unwrap_or_else(|e| panic!("{}: tables round trip: {e}", t.name));
+                for m in 0..ts.messages().len() as u32 {
+                    let numbers: Vec<u32> = ts
+                        .fields(ts.message(m))
+                        .iter()
+                        .filter(|f| {
+                            matches!(
+                                f.kind,
+                                protoplane_schema::Kind::String | protoplane_schema::Kind::Bytes
+                            )
+                        })
+                        .map(|f| f.number)
+                        .collect();
+                    for n in numbers {
+                        p.set_placement(m, n, protoplane_schema::Placement::Device);
+                    }
+                }
+                p
+            });
+            let mut block = Block::new();
+            let mut device = Vec::new();
+            decoder
+                .decode_placed(placed, ty, wire, &options(false), &mut block, &mut device)
+                .unwrap_or_else(|e| panic!("{}: target-aware decode fails: {e}", t.name));
+            let mut out = Vec::new();
+            enc.encode_into(
+                placed,
+                ty,
+                Source::owned(block.as_bytes()).with_device(&device),
+                &EncodeOptions::default(),
+                &mut out,
+            )
+            .unwrap_or_else(|e| panic!("{}: a placed block does not encode: {e}", t.name));
+            assert!(out == first, "{}: target-aware decode holds another message", t.name);
+            let mut counted = Vec::new();
+            decoder
+                .decode_counted(ts, ty, wire, &options(false), &mut counted, None, None)
+                .unwrap_or_else(|e| panic!("{}: counted decode fails: {e}", t.name));
+            let again = encode(enc, t, Source::owned(&counted), false);
+            assert!(again == first, "{}: counted decode holds another message", t.name);
+        });
         let from_view = encode(enc, t, Source::viewing(view.as_bytes(), wire), false);
         assert!(first == from_view, "{}: owned and view decodes encode differently", t.name);
         for view in [false, true] {

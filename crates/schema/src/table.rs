@@ -715,12 +715,19 @@ impl TableSet {
     /// `move_to_device` / `move_to_host`). The only run-time mutation of a
     /// table set. Returns `false` if the field does not exist or cannot be
     /// placed on the device (only `string`, `bytes` and repeated scalars can:
-    /// they are the payloads a compute unit works on).
+    /// they are the payloads a compute unit works on; fields of map entries
+    /// cannot).
     pub fn set_placement(&mut self, message: u32, number: u32, placement: Placement) -> bool {
         let Some(m) = self.messages.get(message as usize).copied() else { return false };
         let Some(idx) = self.field_index(&m, number) else { return false };
         let field = &mut self.fields[m.fields.start as usize + idx];
-        if !crate::lower::placeable(field.kind, field.label) {
+        // A map entry's key and value stay on the host: an entry can be
+        // re-encoded into the unknown fields on decode (a closed enum value
+        // it does not know), which needs its bytes at hand.
+        let entry = m.flags.has(MessageFlags::MAP_ENTRY);
+        if !crate::lower::placeable(field.kind, field.label)
+            || (entry && placement == Placement::Device)
+        {
             return false;
         }
         match placement {

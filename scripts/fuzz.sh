@@ -17,7 +17,8 @@
 #    and inc_control (the switch's control plane, the controller's protocol
 #    and the line reader they arrive through on a peer's JSON lines, and
 #    the NetFilter parser) and inc_face (the RPC face cutting fields out of
-#    a server's response bytes), each for SECONDS_PER_TARGET seconds.
+#    a server's response bytes) and cu (compute units against hostile task
+#    descriptors), each for SECONDS_PER_TARGET seconds.
 #
 # Prints per target how many inputs libFuzzer executed. Exits non-zero if any
 # target crashed, leaked, timed out or ran out of memory; the reproducer is
@@ -32,7 +33,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face)
+targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face cu)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2
@@ -49,7 +50,7 @@ cargo run --quiet --example seed -- "$repo/fuzz/corpus" "$shared" "$repo/tests/c
 failed=()
 for target in "${targets[@]}"; do
   log="$repo/fuzz/artifacts/$target.log"
-  mkdir -p "$repo/fuzz/artifacts/$target"
+  mkdir -p "$repo/fuzz/artifacts/$target" "$repo/fuzz/corpus/$target"
   status=0
   cargo +nightly fuzz run "$target" "$repo/fuzz/corpus/$target" -- \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \

@@ -16,8 +16,14 @@
 //!   serve --attach` started as processes, `protoplane load` driving Login
 //!   calls, the application process's CPU read from `/proc`.
 //!
-//! `image-service` and `field-update` are the image-compression example's
-//! (`examples/imageservice`, its `image-client`).
+//! - `image-service`: RPCAcc's image-compression service
+//!   (`examples/imageservice`), CPU-only vs compute units with the image on
+//!   the host vs RPCAcc's scheme, served in this process and driven by the
+//!   example's verifying load client: throughput per application core and
+//!   p50/p99.
+//! - `field-update`: the compute units vanish after request 3 and return
+//!   after request 6; per-request latency with and without automatic field
+//!   updating (RPCAcc Fig. 11).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -57,6 +63,9 @@ pub(crate) struct OffloadArgs {
     rounds: Option<usize>,
 }
 
+const EXPERIMENTS: [&str; 6] =
+    ["one-shot", "co-serialize", "per-field", "functional", "image-service", "field-update"];
+
 struct Rows(String);
 
 impl Rows {
@@ -88,11 +97,8 @@ pub(crate) fn run(a: &OffloadArgs) -> Result<String, String> {
     let _ = writeln!(s, "bench offload{}\n", if a.quick { " (quick)" } else { "" });
     let want = |e: &str| a.experiments.iter().any(|x| x == e);
     for e in &a.experiments {
-        if !["one-shot", "co-serialize", "per-field", "functional"].contains(&e.as_str()) {
-            return Err(format!(
-                "--experiments {e}: one-shot, co-serialize, per-field or functional \
-                 (image-service and field-update: examples/imageservice)"
-            ));
+        if !EXPERIMENTS.contains(&e.as_str()) {
+            return Err(format!("--experiments {e}: one of {}", EXPERIMENTS.join(", ")));
         }
     }
     if want("one-shot") || want("co-serialize") {
@@ -116,6 +122,13 @@ pub(crate) fn run(a: &OffloadArgs) -> Result<String, String> {
     if want("functional") {
         let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
         functional(a.quick, rounds, &mut rows, &mut s)?;
+    }
+    if want("image-service") {
+        let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+        image_service(a.quick, rounds, &mut rows, &mut s)?;
+    }
+    if want("field-update") {
+        field_update(&mut rows, &mut s)?;
     }
     if let Some(p) = &a.csv {
         std::fs::write(p, &rows.0).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -482,5 +495,165 @@ fn functional(quick: bool, rounds: usize, rows: &mut Rows, s: &mut String) -> Re
         max_app * 1e3,
         if max_app == 0.0 { "met" } else { "NOT met" }
     );
+    Ok(())
+}
+
+fn image_service(
+    quick: bool,
+    rounds: usize,
+    rows: &mut Rows,
+    s: &mut String,
+) -> Result<(), String> {
+    use protoplane_example_imageservice::client::{run_load, LoadConfig};
+    use protoplane_example_imageservice::crypto::USERS;
+    use protoplane_example_imageservice::server::{RunningServer, Scheme, ServerConfig};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let sizes: &[(usize, u64)] =
+        if quick { &[(64 << 10, 300)] } else { &[(64 << 10, 2000), (1 << 20, 200)] };
+    let _ = writeln!(s, "## Image-compression service (RPCAcc §VI)\n");
+    let _ = writeln!(s, "Every reply verified by the client (decrypt + inflate = the image). Application CPU: the server's handler and notification threads.\n");
+    let _ = writeln!(s, "| image | scheme | req/s per app core | throughput (req/s) | app CPU µs/req | p50 ms | p99 ms | failed |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut lowest = f64::INFINITY;
+    for &(size, requests) in sizes {
+        let label = if size >= 1 << 20 {
+            format!("{} MiB", size >> 20)
+        } else {
+            format!("{} KiB", size >> 10)
+        };
+        let mut per_core: Vec<(Scheme, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, u64)> =
+            Scheme::ALL
+                .iter()
+                .map(|&sc| (sc, Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0))
+                .collect();
+        for round in 0..rounds {
+            for k in 0..Scheme::ALL.len() {
+                let i = (k + round) % Scheme::ALL.len();
+                let scheme = Scheme::ALL[i];
+                let cfg = ServerConfig { scheme, ..ServerConfig::default() };
+                let server = RunningServer::start(&cfg, ([127, 0, 0, 1], 0).into())?;
+                let load = LoadConfig {
+                    target: server.addr().to_string(),
+                    user: USERS[0].name.to_string(),
+                    token: USERS[0].token.to_string(),
+                    size,
+                    distinct: 16,
+                    requests,
+                    concurrency: 8,
+                    level: 0,
+                    warmup: 20,
+                };
+                let r = rt.block_on(run_load(&load))?;
+                drop(server);
+                let name = scheme.as_str();
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                let app_us = r.app_cpu_s() * 1e6 / r.ok.max(1) as f64;
+                for (metric, v) in [
+                    ("per_app_core_req_per_s", r.per_app_core()),
+                    ("throughput_req_per_s", r.throughput()),
+                    ("app_cpu_us_per_req", app_us),
+                    ("p50_ms", ms(r.quantile(0.5))),
+                    ("p99_ms", ms(r.quantile(0.99))),
+                    ("failed", r.failed as f64),
+                ] {
+                    rows.push("image-service", name, metric, v, &label, "", "", 0, round + 1);
+                }
+                let e = &mut per_core[i];
+                e.1.push(r.per_app_core());
+                e.2.push(r.throughput());
+                e.3.push(app_us);
+                e.4.push(ms(r.quantile(0.5)));
+                e.5.push(ms(r.quantile(0.99)));
+                e.6 += r.failed;
+            }
+        }
+        let med = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        for (scheme, core, tput, app, p50, p99, failed) in &per_core {
+            let _ = writeln!(
+                s,
+                "| {label} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {failed} |",
+                scheme.as_str(),
+                med(core),
+                med(tput),
+                med(app),
+                med(p50),
+                med(p99)
+            );
+        }
+        let cpu = per_core.iter().find(|e| e.0 == Scheme::CpuOnly).map_or(f64::NAN, |e| med(&e.1));
+        let acc = per_core.iter().find(|e| e.0 == Scheme::Rpcacc).map_or(f64::NAN, |e| med(&e.1));
+        lowest = lowest.min(acc / cpu);
+        rows.push(
+            "image-service",
+            "rpcacc",
+            "per_app_core_vs_cpu_only",
+            acc / cpu,
+            &label,
+            "",
+            "",
+            0,
+            0,
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nThroughput per application core, rpcacc over cpu-only (target ≥ 2×): lowest {lowest:.1}× ({}).\n",
+        if lowest >= 2.0 { "met" } else { "NOT met" }
+    );
+    Ok(())
+}
+
+fn field_update(rows: &mut Rows, s: &mut String) -> Result<(), String> {
+    use protoplane_example_imageservice::client::field_update_experiment;
+    let _ =
+        writeln!(s, "## Automatic field updating (RPCAcc Fig. 11): units away for requests 4–6\n");
+    let _ =
+        writeln!(s, "| request | units | with updating: ms | outcome | without: ms | outcome |");
+    let _ = writeln!(s, "|---:|---|---:|---|---:|---|");
+    let on = field_update_experiment(true, 64 << 10)?;
+    let off = field_update_experiment(false, 64 << 10)?;
+    for (a, b) in on.iter().zip(&off) {
+        for (scheme, st) in [("auto-update", a), ("no-update", b)] {
+            let ms = st.latency.as_secs_f64() * 1e3;
+            let n = st.n.to_string();
+            rows.push("field-update", scheme, "latency_ms", ms, "64 KiB", &n, "", 0, 0);
+            rows.push(
+                "field-update",
+                scheme,
+                "ok",
+                f64::from(u8::from(st.outcome.is_ok())),
+                "64 KiB",
+                &n,
+                "",
+                0,
+                0,
+            );
+        }
+        let out = |st: &protoplane_example_imageservice::client::Step| match &st.outcome {
+            Ok(path) => path.clone(),
+            Err(e) => e.chars().take(40).collect(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {} | {:.2} | {} |",
+            a.n,
+            if a.units_available { "up" } else { "down" },
+            a.latency.as_secs_f64() * 1e3,
+            out(a),
+            b.latency.as_secs_f64() * 1e3,
+            out(b)
+        );
+    }
+    let ok_on = on.iter().filter(|x| x.outcome.is_ok()).count();
+    let ok_off = off.iter().filter(|x| x.outcome.is_ok()).count();
+    let _ = writeln!(s, "\nWith updating {ok_on}/10 requests succeed, without {ok_off}/10.\n");
     Ok(())
 }

@@ -498,6 +498,17 @@ fn functional(quick: bool, rounds: usize, rows: &mut Rows, s: &mut String) -> Re
     Ok(())
 }
 
+/// One scheme's measurements over the rounds.
+struct SchemeRuns {
+    scheme: protoplane_example_imageservice::server::Scheme,
+    per_core: Vec<f64>,
+    throughput: Vec<f64>,
+    app_us: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    failed: u64,
+}
+
 fn image_service(
     quick: bool,
     rounds: usize,
@@ -525,11 +536,18 @@ fn image_service(
         } else {
             format!("{} KiB", size >> 10)
         };
-        let mut per_core: Vec<(Scheme, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, u64)> =
-            Scheme::ALL
-                .iter()
-                .map(|&sc| (sc, Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0))
-                .collect();
+        let mut per_core: Vec<SchemeRuns> = Scheme::ALL
+            .iter()
+            .map(|&scheme| SchemeRuns {
+                scheme,
+                per_core: Vec::new(),
+                throughput: Vec::new(),
+                app_us: Vec::new(),
+                p50: Vec::new(),
+                p99: Vec::new(),
+                failed: 0,
+            })
+            .collect();
         for round in 0..rounds {
             for k in 0..Scheme::ALL.len() {
                 let i = (k + round) % Scheme::ALL.len();
@@ -563,12 +581,12 @@ fn image_service(
                     rows.push("image-service", name, metric, v, &label, "", "", 0, round + 1);
                 }
                 let e = &mut per_core[i];
-                e.1.push(r.per_app_core());
-                e.2.push(r.throughput());
-                e.3.push(app_us);
-                e.4.push(ms(r.quantile(0.5)));
-                e.5.push(ms(r.quantile(0.99)));
-                e.6 += r.failed;
+                e.per_core.push(r.per_app_core());
+                e.throughput.push(r.throughput());
+                e.app_us.push(app_us);
+                e.p50.push(ms(r.quantile(0.5)));
+                e.p99.push(ms(r.quantile(0.99)));
+                e.failed += r.failed;
             }
         }
         let med = |v: &[f64]| {
@@ -576,20 +594,23 @@ fn image_service(
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
         };
-        for (scheme, core, tput, app, p50, p99, failed) in &per_core {
+        for e in &per_core {
             let _ = writeln!(
                 s,
-                "| {label} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {failed} |",
-                scheme.as_str(),
-                med(core),
-                med(tput),
-                med(app),
-                med(p50),
-                med(p99)
+                "| {label} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {} |",
+                e.scheme.as_str(),
+                med(&e.per_core),
+                med(&e.throughput),
+                med(&e.app_us),
+                med(&e.p50),
+                med(&e.p99),
+                e.failed
             );
         }
-        let cpu = per_core.iter().find(|e| e.0 == Scheme::CpuOnly).map_or(f64::NAN, |e| med(&e.1));
-        let acc = per_core.iter().find(|e| e.0 == Scheme::Rpcacc).map_or(f64::NAN, |e| med(&e.1));
+        let of = |sc: Scheme| {
+            per_core.iter().find(|e| e.scheme == sc).map_or(f64::NAN, |e| med(&e.per_core))
+        };
+        let (cpu, acc) = (of(Scheme::CpuOnly), of(Scheme::Rpcacc));
         lowest = lowest.min(acc / cpu);
         rows.push(
             "image-service",

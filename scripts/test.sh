@@ -18,7 +18,8 @@
 #   5. the socialnetwork example's binaries, monolithic and attached to
 #      `protoplane engine`
 #   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
-#      `protoplane bench split --quick` and `protoplane bench wire`
+#      `protoplane bench split --quick`, `protoplane sim --quick`,
+#      `protoplane bench offload --quick` and `protoplane bench wire`
 #      (protoplane only)
 #   7. the wire engine's instruction counts against the committed baseline
 #      (scripts/icount.sh under valgrind: a regression shows in review)
@@ -98,6 +99,22 @@ if target/release/protoplane bench split --quick --no-tonic --csv target/bench/s
     ok
 else
     bad "bench split smoke"; cat target/bench-split-smoke.md
+fi
+
+step "offload smoke: sim and bench offload --quick (every experiment runs, no timing claims)"
+mkdir -p target/bench
+if target/release/protoplane sim --quick --out target/sim --csv target/bench/sim-smoke.csv \
+    >target/sim-smoke.md 2>&1 \
+    && target/release/protoplane bench offload --quick --csv target/bench/offload-smoke.csv \
+    >target/offload-smoke.md 2>&1 \
+    && [[ $(cut -d, -f1 target/bench/offload-smoke.csv | sort -u \
+        | grep -cxE 'one-shot|co-serialize|per-field|functional|image-service|field-update') -eq 6 ]] \
+    && awk -F, '$1 == "image-service" && $3 == "failed" && $4 != 0 { bad = 1 }
+                $1 == "field-update" && $2 == "auto-update" && $3 == "ok" && $4 != 1 { bad = 1 }
+                END { exit bad }' target/bench/offload-smoke.csv; then
+    ok
+else
+    bad "offload smoke"; cat target/sim-smoke.md target/offload-smoke.md
 fi
 
 step "benchmark smoke (protoplane worker only, no timing claims)"

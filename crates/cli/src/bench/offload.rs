@@ -47,18 +47,19 @@ pub(crate) struct OffloadArgs {
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
     /// Which experiments (comma-separated): one-shot, co-serialize,
-    /// per-field, functional.
+    /// per-field, functional, image-service, field-update.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "one-shot,co-serialize,per-field,functional"
+        default_value = "one-shot,co-serialize,per-field,functional,image-service,field-update"
     )]
     experiments: Vec<String>,
     /// The dataset for one-shot and co-serialize (default: HyperProtoBench
     /// beside the checkout, else a built-in workload).
     #[arg(long, value_name = "DIR")]
     dataset: Option<PathBuf>,
-    /// Rounds of the functional experiment (default 3, 1 with --quick).
+    /// Rounds of the functional and image-service experiments (default 3,
+    /// 1 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
 }

@@ -99,6 +99,16 @@ pub fn decode(
     Ok(block)
 }
 
+/// The table of message `type_index`, or the decode error naming it.
+fn message_of(tables: &TableSet, type_index: u32) -> Result<&Message, DecodeError> {
+    tables.messages().get(type_index as usize).ok_or_else(|| DecodeError {
+        kind: DecodeErrorKind::UnknownType,
+        message: format!("#{type_index}"),
+        field: 0,
+        offset: 0,
+    })
+}
+
 impl Decoder {
     /// A decoder with empty scratch space.
     pub fn new() -> Decoder {
@@ -115,14 +125,7 @@ impl Decoder {
         opts: &DecodeOptions,
         out: &mut Block,
     ) -> Result<(), DecodeError> {
-        let Some(msg) = tables.messages().get(type_index as usize) else {
-            return Err(DecodeError {
-                kind: DecodeErrorKind::UnknownType,
-                message: format!("#{type_index}"),
-                field: 0,
-                offset: 0,
-            });
-        };
+        let msg = message_of(tables, type_index)?;
         // One decoder per kind of memory: private memory (the common case)
         // runs exactly the code it always did.
         match out.mem() {
@@ -148,14 +151,7 @@ impl Decoder {
         out: &mut Block,
         device: &mut Vec<u8>,
     ) -> Result<(), DecodeError> {
-        let Some(msg) = tables.messages().get(type_index as usize) else {
-            return Err(DecodeError {
-                kind: DecodeErrorKind::UnknownType,
-                message: format!("#{type_index}"),
-                field: 0,
-                offset: 0,
-            });
-        };
+        let msg = message_of(tables, type_index)?;
         match out.mem() {
             Store::Heap(v) => self.run(tables, type_index, msg, input, opts, v, Some(device)),
             Store::Any(m) => self.run(tables, type_index, msg, input, opts, m, Some(device)),
@@ -182,14 +178,7 @@ impl Decoder {
         device: Option<&mut Vec<u8>>,
         bulk: Option<(usize, &mut Vec<(usize, usize)>)>,
     ) -> Result<WriteStats, DecodeError> {
-        let Some(msg) = tables.messages().get(type_index as usize) else {
-            return Err(DecodeError {
-                kind: DecodeErrorKind::UnknownType,
-                message: format!("#{type_index}"),
-                field: 0,
-                offset: 0,
-            });
-        };
+        let msg = message_of(tables, type_index)?;
         let (bulk_min, bulk) = match bulk {
             Some((min, ranges)) => (min, Some(ranges)),
             None => (usize::MAX, None),

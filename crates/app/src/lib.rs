@@ -45,6 +45,11 @@ use protoplane_shm::{sys, AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, P
 use protoplane_wire::{with_source, BlockSource, Lent};
 use tokio::sync::{mpsc, Notify};
 
+mod units;
+
+pub use protoplane_offload::cu::{DeviceRef, ParamValue, TaskDescriptor};
+pub use units::{device_ref, Done, Ticket, Units};
+
 /// Requests queued per client-streaming call before the call fails.
 const REQUEST_QUEUE: usize = 1024;
 /// Responses queued per server-streaming call between handler and poster.
@@ -57,6 +62,7 @@ pub struct App {
     spin: Duration,
     retry: Duration,
     stats: Arc<Stats>,
+    units: Units,
 }
 
 /// What an application counts, across its attachments.
@@ -88,6 +94,7 @@ pub fn attach(path: impl AsRef<Path>) -> App {
         spin: Duration::from_micros(20),
         retry: Duration::from_millis(100),
         stats: Arc::default(),
+        units: Units::default(),
     }
 }
 
@@ -108,6 +115,12 @@ impl App {
     /// The application's counters (shared: read them while it runs).
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// The engine's compute units, as this application reaches them (see
+    /// [`Units`]): take it before `serve` and give it to the handlers.
+    pub fn units(&self) -> Units {
+        self.units.clone()
     }
 
     /// How long to spin after work before parking.
@@ -168,9 +181,17 @@ impl App {
         let joined = tokio::task::spawn_blocking(move || connect(&path, &hello)).await;
         let (sock, layout, map, engine_fd, app_fd) =
             joined.map_err(|e| Failure::Unreachable(e.to_string()))??;
-        let session =
-            Session::new(self.services.clone(), layout, map, engine_fd, app_fd, self.stats.clone())
-                .map_err(Failure::Unreachable)?;
+        let session = Session::new(
+            self.services.clone(),
+            layout,
+            map,
+            engine_fd,
+            app_fd,
+            self.stats.clone(),
+            self.units.inner.clone(),
+        )
+        .map_err(Failure::Unreachable)?;
+        self.units.inner.attach(&session);
         eprintln!(
             "app: attached to {} ({})",
             self.path.display(),
@@ -194,6 +215,7 @@ impl App {
             _ = session.clone().drain(self.spin) => {}
         }
         session.end();
+        self.units.inner.fail_all();
         Ok(Ended::EngineGone)
     }
 }
@@ -274,6 +296,8 @@ struct Session {
     stats: Arc<Stats>,
     /// Lends this side's chunks to the handlers' builders.
     source: Arc<dyn BlockSource>,
+    /// The compute units' answers this process waits for.
+    units: Arc<units::Inner>,
     /// Whether calls may start in the drain loop (the runtime is
     /// single-threaded, so a task would run on the same thread anyway).
     inline: bool,
@@ -287,6 +311,7 @@ impl Session {
         engine_fd: EventFd,
         app_fd: EventFd,
         stats: Arc<Stats>,
+        units: Arc<units::Inner>,
     ) -> Result<Arc<Session>, String> {
         let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)
             .ok_or("request ring outside the region")?;
@@ -318,6 +343,7 @@ impl Session {
             engine_half: layout.engine_chunks(),
             stats,
             source: Arc::new(Responses(me.clone())),
+            units,
             inline: tokio::runtime::Handle::try_current()
                 .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread),
         }))
@@ -425,6 +451,17 @@ impl Session {
         if d.flags == desc::RELEASE {
             return;
         }
+        if d.flags == desc::NOTIFY {
+            // A compute unit's answer: its text in the side range.
+            match self.side_of(&d) {
+                Ok(text) => self.units().complete(&d, text),
+                Err(st) => self.units().complete(
+                    &Descriptor { code: st.code as u8, ..d },
+                    Bytes::from(st.message.into_bytes()),
+                ),
+            }
+            return;
+        }
         let message = match self.message_of(&d) {
             Ok(m) => m,
             Err(st) => {
@@ -455,6 +492,26 @@ impl Session {
         if d.has(desc::END) {
             call.requests = None;
         }
+    }
+
+    /// The side range of a descriptor that carries only that (a NOTIFY).
+    fn side_of(self: &Arc<Self>, d: &Descriptor) -> Result<Bytes, Status> {
+        if d.side.len == 0 {
+            return Ok(Bytes::new());
+        }
+        let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
+        let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
+        if !d.side.within(chunk.offset, chunk.len) || d.block.len > 0 || d.wire.len > 0 {
+            self.give_back(chunk);
+            return Err(bad("a range outside its chunk".into()));
+        }
+        let text = Held::new(self.clone(), chunk).piece(d.side);
+        // A copy: the chunk goes back to the engine at once.
+        Ok(Bytes::copy_from_slice(&text))
+    }
+
+    fn units(&self) -> &units::Inner {
+        &self.units
     }
 
     /// The request message (and side sections) a descriptor carries, read

@@ -254,7 +254,20 @@ fn setters(
                 w.doc(&format!("Sets {decl} (a copy of `value`)."));
                 w.line("#[inline]");
                 chaining(w, &set, "", &[format!("value: {ty}")], |w| {
-                    w.call("self.b.set_bytes", &["self.at".to_owned(), op, bytes], "?;");
+                    w.call("self.b.set_bytes", &["self.at".to_owned(), op.clone(), bytes], "?;");
+                });
+                let dev = names.claim(joined(&joined("set_", &snake_name), "_device"));
+                w.doc(&format!(
+                    "Sets {decl} to a handle into the device region: the bytes stay\n\
+                     there and the engine's encoder pulls them (RPCAcc's co-serialization)."
+                ));
+                w.line("#[inline]");
+                chaining(w, &dev, "", &["handle: ::protoplane_wire::Ref".to_owned()], |w| {
+                    w.call(
+                        "self.b.set_device",
+                        &["self.at".to_owned(), op, "handle.offset".into(), "handle.len".into()],
+                        "?;",
+                    );
                 });
             }
             (false, Param::Message) => {

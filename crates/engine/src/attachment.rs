@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,6 +28,8 @@ use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::Notify;
+
+use crate::device::{Answer, Device, Taken};
 
 /// What the application sent for one call, as the call's proxy takes it.
 #[derive(Debug)]
@@ -161,8 +163,15 @@ struct State {
     releases: Vec<Chunk>,
     /// Calls to cancel (posted by the drain loop when the ring has room).
     cancels: Vec<(u64, u32, u8)>,
+    /// Compute-unit answers that found no room (posted by the drain loop;
+    /// at most [`MAX_NOTIFIES`], beyond that the application's wait times
+    /// out).
+    notifies: VecDeque<(Descriptor, Vec<u8>)>,
     closed: Option<String>,
 }
+
+/// Compute-unit answers an attachment queues while its ring is full.
+const MAX_NOTIFIES: usize = 4096;
 
 impl State {
     /// Takes up to `n` owed releases to post, out of custody first (the
@@ -227,6 +236,8 @@ pub struct Attachment {
     closed: AtomicBool,
     /// Counters.
     pub stats: Stats,
+    /// Its device region and compute units, when the engine offloads.
+    device: OnceLock<Arc<Device>>,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -281,6 +292,7 @@ impl Attachment {
             calls: HashMap::new(),
             releases: Vec::new(),
             cancels: Vec::new(),
+            notifies: VecDeque::new(),
             closed: None,
         };
         let att = Arc::new(Attachment {
@@ -298,8 +310,19 @@ impl Attachment {
             wake: Notify::new(),
             closed: AtomicBool::new(false),
             stats: Stats::default(),
+            device: OnceLock::new(),
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
+    }
+
+    /// Gives the attachment a device (once; later calls are ignored).
+    pub fn set_device(&self, device: Arc<Device>) {
+        let _ = self.device.set(device);
+    }
+
+    /// Its device, if the engine offloads.
+    pub fn device(&self) -> Option<&Arc<Device>> {
+        self.device.get()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -340,6 +363,11 @@ impl Attachment {
     /// Ends a call on the engine's side; `cancel` also tells the
     /// application (the client went away or the deadline passed).
     pub(crate) fn close_call(&self, call: u64, cancel: Option<(u32, u8)>) {
+        if let Some(d) = self.device.get() {
+            // Its response is encoded (or never will be): its device
+            // memory goes.
+            d.end_call(call);
+        }
         let mut st = self.state();
         if st.calls.remove(&call).is_some() {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -522,7 +550,14 @@ impl Attachment {
 
     /// Posts what the drain loop owes the application: cancels and chunk
     /// releases. Stops at a full ring (the rest goes next time).
-    pub(crate) fn flush(&self) {
+    pub(crate) fn flush(self: &Arc<Self>) {
+        loop {
+            let Some((d, text)) = self.state().notifies.pop_front() else { break };
+            if let Err(PostError::Busy(_)) = self.post(d, &[], &[], &text) {
+                self.state().notifies.push_front((d, text));
+                break;
+            }
+        }
         loop {
             let (cancel, releases) = {
                 let mut st = self.state();
@@ -574,7 +609,8 @@ impl Attachment {
     /// Whether the drain loop has something to post.
     pub(crate) fn owes(&self) -> bool {
         let st = self.state();
-        st.closed.is_none() && (!st.cancels.is_empty() || !st.releases.is_empty())
+        st.closed.is_none()
+            && (!st.cancels.is_empty() || !st.releases.is_empty() || !st.notifies.is_empty())
     }
 
     /// Takes one descriptor from the application. `Err` is a protocol
@@ -605,6 +641,9 @@ impl Attachment {
         }
         if d.flags == desc::RELEASE {
             return Ok(());
+        }
+        if d.flags == desc::TASK {
+            return self.take_task(st, d);
         }
         if d.flags & !APP_FLAGS != 0
             || d.flags & (desc::MESSAGE | desc::STATUS | desc::HEADERS) == 0
@@ -670,6 +709,75 @@ impl Attachment {
             tx.push(Inbound::Status(st));
         }
         Ok(())
+    }
+}
+
+impl Attachment {
+    /// A compute-unit control message: read from the application's chunk
+    /// (handed back at once), taken by the device, answered with a NOTIFY
+    /// now or when the unit is done.
+    fn take_task(
+        self: &Arc<Self>,
+        mut st: MutexGuard<'_, State>,
+        d: Descriptor,
+    ) -> Result<(), String> {
+        let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
+        if !d.block.within(c.offset, c.len) || d.wire.len > 0 || d.side.len > 0 {
+            st.custody.give_back(c);
+            return Err("a task descriptor's range outside its chunk".into());
+        }
+        drop(st);
+        let held = Held::new(self.clone(), c);
+        let payload = held.piece(d.block);
+        let (tag, slot) = (d.call, d.method);
+        let Some(dev) = self.device.get().cloned() else {
+            let no = Answer {
+                code: Code::Unimplemented,
+                output: protoplane_offload::cu::DeviceRef::EMPTY,
+                text: "this engine runs no compute units ([offload] units)".into(),
+            };
+            self.notify(tag, slot, no);
+            return Ok(());
+        };
+        match dev.control(slot, &payload) {
+            Taken::Now(a) => self.notify(tag, slot, a),
+            Taken::Running(t) => {
+                let att = self.clone();
+                let wait = move || {
+                    let a = dev.finish(t);
+                    att.notify(tag, slot, a);
+                };
+                // Off the drain loop's thread: the unit may take a while.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) => drop(h.spawn_blocking(wait)),
+                    Err(_) => drop(std::thread::spawn(wait)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts the answer to a control message; one that finds the ring or
+    /// the region full waits for the drain loop's next flush.
+    fn notify(self: &Arc<Self>, tag: u64, slot: u32, a: Answer) {
+        let d = Descriptor {
+            call: tag,
+            method: slot,
+            flags: desc::NOTIFY,
+            code: a.code as u8,
+            timeout_ns: u64::from(a.output.offset) | u64::from(a.output.len) << 32,
+            ..Descriptor::default()
+        };
+        let mut text = a.text.into_bytes();
+        text.truncate(1024);
+        if let Err(PostError::Busy(_)) = self.post(d, &[], &[], &text) {
+            let mut st = self.state();
+            if st.notifies.len() < MAX_NOTIFIES {
+                st.notifies.push_back((d, text));
+            }
+            drop(st);
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -887,7 +995,7 @@ mod tests {
     fn attached() -> (Arc<Attachment>, Receiver, Arc<Mapping>, Consumer, Producer) {
         let layout = Layout { ring_slots: 8, classes: vec![Class { size: 4096, count: 2 }] };
         let (region, att, rx) =
-            crate::region(1, 0, vec!["a.S".into()], layout.clone()).expect("region");
+            crate::region(1, 0, vec!["a.S".into()], layout.clone(), None).expect("region");
         let parts = [(&region.shared, true), (&region.engine_half, false)];
         let map = Arc::new(Mapping::map_parts(&parts).expect("map"));
         let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");

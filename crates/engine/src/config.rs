@@ -34,6 +34,9 @@
 //! [offload]                       # functional offload: see `crate::functional`
 //! methods = ["/socialnetwork.SocialNetwork/Login"]  # answered in the engine
 //! raw_above = 1048576             # larger requests reach the application undecoded
+//! units = 4                       # compute-unit slots per application (see `crate::device`)
+//! device_mb = 64                  # its device region
+//! placements = ["pkg.Image.data=device"]  # beside `[(protoplane.placement) = DEVICE]` options
 //!
 //! [offload.handlers]              # a built-in handler by name, per method
 //! "/shop.Accounts/SignIn" = "login-token"
@@ -49,6 +52,7 @@ use std::time::Duration;
 
 use protoplane_rpc::{Schema, ServerOptions};
 
+use crate::device::DeviceOptions;
 use crate::functional::FunctionalOffload;
 use crate::proxy::Limits;
 
@@ -95,6 +99,8 @@ pub struct Config {
     /// Methods answered inside the engine, and their handlers (register
     /// your own with [`FunctionalOffload::register`]).
     pub offload: FunctionalOffload,
+    /// Device placement and compute units (RPCAcc in split mode).
+    pub device: DeviceOptions,
 }
 
 impl Default for Config {
@@ -118,6 +124,7 @@ impl Default for Config {
             cores: Vec::new(),
             threads: 1,
             offload: FunctionalOffload::default(),
+            device: DeviceOptions::default(),
         }
     }
 }
@@ -182,6 +189,18 @@ impl Config {
                     }
                     ("offload", "raw_above") => {
                         self.offload.raw_above = Some(uint(v, &k)? as usize)
+                    }
+                    ("offload", "units") => self.device.units = uint(v, &k)?.min(256) as usize,
+                    ("offload", "device_mb") => {
+                        self.device.region_mb = uint(v, &k)?.clamp(1, 4095) as u32
+                    }
+                    ("offload", "placements") => {
+                        for p in list(v, &k)? {
+                            let spec = string(&p, &k)?;
+                            protoplane_schema::parse_placement(&spec)
+                                .map_err(|e| format!("{k}: {e}"))?;
+                            self.device.placements.push(spec);
+                        }
                     }
                     ("offload", "handlers") => {
                         for (path, name) in table(v, &k)? {

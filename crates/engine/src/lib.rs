@@ -30,6 +30,7 @@
 
 pub mod attachment;
 pub mod config;
+pub mod device;
 pub mod functional;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -48,6 +49,7 @@ use tokio::io::AsyncReadExt;
 
 pub use attachment::Attachment;
 pub use config::Config;
+pub use device::{Device, DeviceOptions};
 pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
 pub use proxy::{Limits, SplitService};
 pub use registry::Registry;
@@ -78,6 +80,8 @@ struct Ctx {
     spin: Duration,
     stall: Duration,
     next_id: std::sync::atomic::AtomicU32,
+    /// Each attachment's device (placement, compute units), if any.
+    device: Option<DeviceOptions>,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -90,7 +94,11 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let mut proxied = Vec::new();
     let offloaded = config.offload.resolve(&config.schemas)?;
     let mut counters = Counters::default();
-    for schema in &config.schemas {
+    let all: Vec<_> = config.schemas.iter().map(|s| s.tables()).collect();
+    let placements = device::Placements::new(&all, &config.device.placements)?;
+    let placed: Vec<_> = (0..all.len()).filter_map(|i| placements.of(i)).collect();
+    let with_device = config.device.enabled(placed.iter().any(|p| p.any()));
+    for (si, schema) in config.schemas.iter().enumerate() {
         for name in schema.services() {
             if proxied.contains(name) {
                 return Err(format!("service {name} is in two of the engine's schemas"));
@@ -104,6 +112,9 @@ pub async fn start(config: Config) -> Result<Running, String> {
                 waiting.clone(),
             );
             svc.set_raw_above(config.offload.raw_above);
+            if with_device {
+                svc.set_placement(placed.get(si).cloned());
+            }
             for (id, m) in schema.methods().iter().enumerate() {
                 if m.service != *name {
                     continue;
@@ -196,6 +207,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         spin: config.spin,
         stall: config.stall_timeout,
         next_id: std::sync::atomic::AtomicU32::new(1),
+        device: with_device.then(|| config.device.clone()),
     });
     tokio::spawn(async move {
         loop {
@@ -288,7 +300,11 @@ fn handshake(
     let answer = Answer::Accept { version: VERSION, id, layout: ctx.layout.clone() };
     // Rings are initialized (inside `Attachment::new`) before the answer
     // leaves, so the application never sees an uninitialized slot.
-    let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone())?;
+    let device = match &ctx.device {
+        Some(opts) => Some(Arc::new(Device::new(opts)?)),
+        None => None,
+    };
+    let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone(), device)?;
     let fds = [&region.shared, &region.engine_half, region.engine_fd.fd(), region.app_fd.fd()];
     attach::send(sock, &answer.encode(), &fds).map_err(|e| format!("sending the answer: {e}"))?;
     Ok((att, rx))
@@ -310,6 +326,7 @@ fn region(
     pid: u32,
     services: Vec<String>,
     layout: Layout,
+    device: Option<Arc<Device>>,
 ) -> Result<(Region, Arc<Attachment>, Receiver), String> {
     let err = |e: std::io::Error| e.to_string();
     let shared = sys::memfd("protoplane-region", layout.shared_len() as usize).map_err(err)?;
@@ -325,6 +342,9 @@ fn region(
         Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
     let (att, rx) = Attachment::new(id, pid, services, map, layout, app_bell, engine_bell)
         .ok_or("the layout does not fit its region")?;
+    if let Some(d) = device {
+        att.set_device(d);
+    }
     Ok((Region { shared, engine_half, engine_fd, app_fd }, att, rx))
 }
 

@@ -25,6 +25,7 @@ use protoplane_rpc::{
 use protoplane_shm::desc::{self, Descriptor};
 
 use crate::attachment::{open_side, timeout_ns, Attachment, Inbound, PostError};
+use crate::device::Placed;
 use crate::functional::{self, MethodStats, Offloaded};
 use crate::registry::Registry;
 
@@ -60,6 +61,8 @@ pub struct SplitService {
     offloaded: Vec<Option<Arc<dyn Offloaded>>>,
     /// Requests larger than this cross to the application undecoded.
     raw_above: Option<usize>,
+    /// Field placement (RPCAcc), when attachments have a device.
+    placed: Option<Arc<Placed>>,
 }
 
 impl std::fmt::Debug for SplitService {
@@ -88,6 +91,7 @@ impl SplitService {
             stats,
             offloaded: vec![None; n],
             raw_above: None,
+            placed: None,
         }
     }
 
@@ -115,6 +119,20 @@ impl SplitService {
     /// (`is_raw`) and decodes it itself.
     pub fn set_raw_above(&mut self, bytes: Option<usize>) {
         self.raw_above = bytes;
+    }
+
+    /// Decodes requests with placement ([`crate::device`]) from now on:
+    /// those whose type has device-placed fields go to the attachment's
+    /// device region and the rest of the message in one copy. `None`:
+    /// every request in the shared region, as received.
+    pub fn set_placement(&mut self, placed: Option<Arc<Placed>>) {
+        self.placed = placed;
+    }
+
+    /// The placement (move fields to and from the device at run time
+    /// through its table).
+    pub fn placement(&self) -> Option<&Arc<Placed>> {
+        self.placed.as_ref()
     }
 
     /// The counters of method `method` (an id of the schema).
@@ -224,7 +242,14 @@ impl SplitService {
                     Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
                     Some(Inbound::Message { bytes, encoded, compress }) => {
                         responder.set_compression(compress);
-                        if encoded {
+                        if let (false, Some(dev)) = (encoded, att.device()) {
+                            // Device handles resolve here, in the engine
+                            // (co-serialization): then the call's device
+                            // memory can go.
+                            let ty = self.schema.method(method).map_or(u32::MAX, |m| m.output);
+                            let wire = dev.encode(self.schema.tables(), ty, &bytes)?;
+                            responder.send_encoded(wire).await?;
+                        } else if encoded {
                             responder.send_encoded(bytes).await?;
                         } else {
                             responder.send_linear(bytes).await?;
@@ -263,8 +288,21 @@ impl SplitService {
         side: &[u8],
     ) -> Result<(), Status> {
         let mut waited: Option<(Instant, WaitSlot)> = None;
+        // Placement-aware decode, once: device-placed fields into the
+        // call's device memory, the rest into a private block that crosses
+        // in one copy (the one-shot commit).
+        let placed = match (m.filter(|m| m.is_raw()), att.device(), &self.placed) {
+            (Some(m), Some(dev), Some(p)) => match p.for_type(m.type_index()) {
+                Some(ts) => Some(dev.decode(d.call, &ts, m.type_index(), m.wire())?),
+                None => None,
+            },
+            _ => None,
+        };
         loop {
             let posted = match m {
+                Some(_) if placed.is_some() => {
+                    att.post(d, placed.as_ref().map_or(&[][..], |b| b.as_bytes()), &[], side)
+                }
                 Some(m) if m.is_raw() && self.raw_above.is_some_and(|n| m.wire().len() > n) => {
                     // Oversized: the application decodes it itself.
                     let r = att.post(d, &[], m.wire(), side);

@@ -21,6 +21,9 @@
 //! from a socket. The application takes that chunk once more per request
 //! ([`crate::layout::Custody::take_shared`]) and releases it as often.
 //!
+//! TASK and NOTIFY descriptors belong to no call: they carry the compute
+//! units' control messages and their answers (see the flags).
+//!
 //! A RELEASE-only descriptor (flags == RELEASE) instead carries up to ten
 //! chunk offsets in words 2..=6, zero meaning none. Offsets are from the
 //! start of the region; 0 is the control page and never a chunk, so it can
@@ -48,6 +51,15 @@ pub const RELEASE: u16 = 0x40;
 pub const COMPRESS: u16 = 0x80;
 /// The message is already encoded: the wire range holds it, no block.
 pub const ENCODED: u16 = 0x100;
+/// App → engine: a compute-unit control message (no call). The block range
+/// holds it (`protoplane_offload::cu::control`), `method` is the slot and
+/// `call` the application's tag for the answer.
+pub const TASK: u16 = 0x200;
+/// Engine → app: the answer to a TASK (no call). `call` is the tag,
+/// `method` the slot, `code` a gRPC status code (0: done), `timeout_ns`
+/// the output's device range (offset in bits 0..32, length in 32..64) and
+/// the side range a text: the kernel's name, or why it failed.
+pub const NOTIFY: u16 = 0x400;
 
 /// Words of a descriptor.
 pub const WORDS: usize = 7;

@@ -348,6 +348,31 @@ impl<'t> Builder<'t> {
         self.mark_op(at, op);
     }
 
+    /// Sets a singular `string` / `bytes` field to a handle into the device
+    /// region (`offset`, `len`: a compute unit's output, a request's
+    /// device-placed value) and marks it present. The bytes stay there: the
+    /// block holds a reference with the device flag, and only an encoder
+    /// given the region ([`crate::Source::with_device`], the engine's)
+    /// writes them (RPCAcc's co-serialization).
+    #[inline]
+    pub fn set_device(
+        &mut self,
+        at: MessageBuilder,
+        op: &FieldOp,
+        offset: u32,
+        len: u32,
+    ) -> Result<(), BuildError> {
+        let number = op.tag >> 3;
+        if matches!(op.card, Card::Repeated | Card::Packed) {
+            return Err(BuildError::Cardinality(number));
+        }
+        if len as usize > MAX_LEN {
+            return Err(BuildError::TooLarge(number));
+        }
+        self.set_bits(at, op, Ref { offset, len, wire: false, device: true }.pack());
+        Ok(())
+    }
+
     /// Sets a singular `string` / `bytes` field (a copy of `data`) and marks
     /// it present.
     #[inline]

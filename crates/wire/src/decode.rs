@@ -50,6 +50,12 @@ pub struct DecodeOptions {
     pub view: bool,
     /// Fail when a proto2 `required` field is missing.
     pub check_required: bool,
+    /// Where the `device` buffer of a placed decode
+    /// ([`Decoder::decode_placed`]) starts in the device region: device
+    /// references are written as `device_base` + their position in the
+    /// buffer, so the buffer can be copied into an allocation at that
+    /// offset and the block's handles name region offsets directly.
+    pub device_base: u32,
 }
 
 impl Default for DecodeOptions {
@@ -59,6 +65,7 @@ impl Default for DecodeOptions {
             max_block: u32::MAX as usize,
             view: false,
             check_required: true,
+            device_base: 0,
         }
     }
 }
@@ -138,8 +145,9 @@ impl Decoder {
     /// but every `string` / `bytes` field whose placement bit says
     /// [`Placement::Device`](protoplane_schema::Placement) is appended to
     /// `device` (the engine-private device region) instead of the block;
-    /// the block holds a reference with the device flag whose offset is in
-    /// `device`. The other fields decode as usual. `device` is appended to,
+    /// the block holds a reference with the device flag whose offset is
+    /// `opts.device_base` plus the value's position in `device`. The other
+    /// fields decode as usual. `device` is appended to,
     /// never cleared, so several messages can share one region; the decode
     /// fails if it would pass `opts.max_block` bytes (offsets are 32-bit).
     pub fn decode_placed(
@@ -735,8 +743,17 @@ impl<'a, M: BlockMem> Run<'a, M> {
         if at + len > max {
             return Err(self.err(DecodeErrorKind::BlockTooLarge, start));
         }
+        // Region offsets are 32-bit: a buffer that would end past them
+        // cannot be placed at this base.
+        let Some(offset) = u32::try_from(at)
+            .ok()
+            .and_then(|a| a.checked_add(self.opts.device_base))
+            .filter(|o| u32::try_from(len).is_ok_and(|l| o.checked_add(l).is_some()))
+        else {
+            return Err(self.err(DecodeErrorKind::BlockTooLarge, start));
+        };
         dev.extend_from_slice(&self.input[pos..pos + len]);
-        Ok(Ref { offset: at as u32, len: len as u32, wire: false, device: true })
+        Ok(Ref { offset, len: len as u32, wire: false, device: true })
     }
 
     /// Stores a reference into a singular, oneof or repeated slot.

@@ -318,6 +318,7 @@ const DEFAULTS: DecodeOptions = DecodeOptions {
     max_block: u32::MAX as usize,
     view: false,
     check_required: true,
+    device_base: 0,
 };
 const LENIENT: DecodeOptions = DecodeOptions { check_required: false, ..DEFAULTS };
 

@@ -179,3 +179,30 @@ fn the_device_region_is_bounded() {
         assert_eq!(out, input);
     }
 }
+
+#[test]
+fn a_device_base_offsets_every_handle() {
+    let (ts, req, _) = tables(true);
+    let input = wire();
+    // The buffer goes to offset 4096 of a region: the encoder, given the
+    // whole region, finds every device value there.
+    let base = 4096u32;
+    let opts = DecodeOptions { device_base: base, ..DecodeOptions::default() };
+    let (mut block, mut device) = (Block::new(), Vec::new());
+    Decoder::new()
+        .decode_placed(&ts, req, &input, &opts, &mut block, &mut device)
+        .expect("decodes");
+    let mut region = vec![0u8; base as usize];
+    region.extend_from_slice(&device);
+    let src = Source::owned(block.as_bytes()).with_device(&region);
+    assert_eq!(encode(&ts, req, src), input);
+    // Read against the buffer alone, the handles point past it.
+    let alone = Source::owned(block.as_bytes()).with_device(&device);
+    assert!(Encoder::new().encode(&ts, req, alone, &EncodeOptions::default()).is_err());
+    // A base that would put a value past 32-bit offsets is refused.
+    let opts = DecodeOptions { device_base: u32::MAX - 100, ..DecodeOptions::default() };
+    let e = Decoder::new()
+        .decode_placed(&ts, req, &input, &opts, &mut Block::new(), &mut Vec::new())
+        .expect_err("past 4 GiB");
+    assert_eq!(e.kind, DecodeErrorKind::BlockTooLarge);
+}

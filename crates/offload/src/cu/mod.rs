@@ -111,6 +111,7 @@
 //! ```
 
 mod builtin;
+pub mod control;
 mod engine;
 mod kernel;
 mod region;

@@ -227,6 +227,36 @@ impl DeviceRegion {
         Ok(inner.slice(r).to_vec())
     }
 
+    /// Gives back the tail of a live allocation: `r` keeps its first
+    /// `len` bytes (at most its length) and the rest returns to the free
+    /// list. What a decoder uses after placing a message into an
+    /// allocation sized for the worst case. Shrinking to 0 frees it.
+    pub fn shrink(&self, r: DeviceRef, len: u32) -> Result<DeviceRef, RegionError> {
+        if len == 0 {
+            self.free(r)?;
+            return Ok(DeviceRef::EMPTY);
+        }
+        let mut inner = self.lock();
+        match inner.live.get(&r.offset) {
+            Some(&l) if l == r.len && len <= l => {}
+            _ => return Err(RegionError::NotAllocated(r)),
+        }
+        if len < r.len {
+            inner.live.insert(r.offset, len);
+            inner.used -= r.len - len;
+            inner.release(r.offset + len, r.len - len);
+        }
+        Ok(DeviceRef::new(r.offset, len))
+    }
+
+    /// Runs `f` over the whole region's bytes, under the region's lock:
+    /// what the engine's encoder reads device-placed fields from (a
+    /// [`protoplane_wire::Source::with_device`]), without a copy. Keep `f`
+    /// short: the units wait for it to store their outputs.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.lock().mem)
+    }
+
     /// Whether `r` is usable: empty and within the region, or inside one
     /// live allocation.
     pub fn contains(&self, r: DeviceRef) -> bool {

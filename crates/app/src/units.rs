@@ -178,6 +178,29 @@ impl Units {
         self.ask(0, &Control::SetKey { id, key: key.to_vec() }).await.map(drop)
     }
 
+    /// Places request field `field` (`pkg.Msg.field`) on the device for the
+    /// engine's next decode on (RPCAcc's automatic field updating: its
+    /// bytes then reach the handler as a handle). `Ok(true)`: it is there.
+    pub async fn move_to_device(&self, field: &str) -> Result<bool, Status> {
+        self.place(&format!("{field}=device")).await
+    }
+
+    /// Places request field `field` in host memory for the next decode on
+    /// (a unit it feeds went away): its bytes then reach the handler in
+    /// the block. `Ok(false)`: it is on the host.
+    pub async fn move_to_host(&self, field: &str) -> Result<bool, Status> {
+        self.place(&format!("{field}=host")).await
+    }
+
+    /// Whether the engine's next decode places `field` on the device.
+    pub async fn is_on_device(&self, field: &str) -> Result<bool, Status> {
+        self.place(field).await
+    }
+
+    async fn place(&self, spec: &str) -> Result<bool, Status> {
+        Ok(self.ask(0, &Control::Place(spec.to_owned())).await?.kernel == "device")
+    }
+
     /// Queues a task on `slot`. Its input (and device parameters) must be
     /// handles of one open call: a request's device-placed field, or an
     /// earlier output. The ticket's result comes when the unit is done, or

@@ -59,7 +59,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use protoplane_offload::cu::control::{self, Control};
 use protoplane_offload::cu::{
-    ComputeUnits, CuConfig, CuError, DeviceRef, Kernel, ParamValue, Ticket,
+    ComputeUnits, CuConfig, CuError, DeviceRef, Kernel, KernelError, ParamValue, Ticket,
 };
 use protoplane_rpc::{Code, Status};
 use protoplane_schema::{Kind, Placement, PlacementTable, TableSet};
@@ -154,6 +154,9 @@ impl Owners {
 /// One attachment's device: its region, its units, who owns what.
 pub struct Device {
     units: Arc<ComputeUnits>,
+    /// The engine's placement tables, one per schema (shared by every
+    /// attachment: placement is the method's, not the caller's).
+    placements: Vec<Arc<PlacementTable>>,
     owners: Mutex<Owners>,
     /// Tasks on a unit, and the call their output will belong to.
     pending: Mutex<HashMap<Ticket, u64>>,
@@ -202,14 +205,19 @@ pub enum Taken {
 const TASK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Device {
-    /// A device with `opts`' units and region.
-    pub fn new(opts: &DeviceOptions) -> Result<Device, String> {
+    /// A device with `opts`' units and region, moving fields in
+    /// `placements` when the application asks (PLACE control messages).
+    pub fn new(
+        opts: &DeviceOptions,
+        placements: Vec<Arc<PlacementTable>>,
+    ) -> Result<Device, String> {
         let units = ComputeUnits::new(opts.cu_config()).map_err(|e| e.to_string())?;
         for k in &opts.kernels {
             units.register(k.clone()).map_err(|e| e.to_string())?;
         }
         Ok(Device {
             units: Arc::new(units),
+            placements,
             owners: Mutex::default(),
             pending: Mutex::default(),
             stats: DeviceStats::default(),
@@ -340,6 +348,10 @@ impl Device {
             },
             Control::SetAvailable(up) => done(cu.set_available(slot, up)),
             Control::SetKey { id, key } => done(cu.set_key(id, &key)),
+            Control::Place(spec) => self.place(&spec),
+            Control::Submit(task) if task.input.is_empty() => {
+                Answer::fail(Code::InvalidArgument, "a task needs a non-empty input".into())
+            }
             Control::Submit(task) => {
                 // Every range must be memory of an open call: the output
                 // then belongs to that call.
@@ -375,6 +387,42 @@ impl Device {
         })
     }
 
+    /// Moves a field (`pkg.Msg.field=device|host`) in every schema that
+    /// has it, for the next request on (a decode already running keeps
+    /// its snapshot), or tells where it is (`pkg.Msg.field`): the answer's
+    /// text is `device` or `host`.
+    fn place(&self, spec: &str) -> Answer {
+        let where_ = |d: bool| if d { "device" } else { "host" }.to_owned();
+        let has = |t: &PlacementTable, m: &str, f: &str| {
+            let ts = t.snapshot();
+            ts.message_by_name(m).and_then(|mi| ts.field_by_name(ts.message(mi), f)).is_some()
+        };
+        if !spec.contains('=') {
+            let Some((m, f)) = spec.trim().trim_start_matches('.').rsplit_once('.') else {
+                return Answer::fail(Code::InvalidArgument, format!("`{spec}`: not pkg.Msg.field"));
+            };
+            return match self.placements.iter().find(|t| has(t, m, f)) {
+                Some(t) => Answer::ok(where_(t.is_on_device(m, f))),
+                None => Answer::fail(Code::NotFound, format!("no field {m}.{f}")),
+            };
+        }
+        let p = match protoplane_schema::parse_placement(spec) {
+            Ok(p) => p,
+            Err(e) => return Answer::fail(Code::InvalidArgument, e.to_string()),
+        };
+        let mut moved = 0;
+        for t in self.placements.iter().filter(|t| has(t, &p.message, &p.field)) {
+            if let Err(e) = t.place(&p.message, &p.field, p.placement) {
+                return Answer::fail(Code::InvalidArgument, e.to_string());
+            }
+            moved += 1;
+        }
+        match moved {
+            0 => Answer::fail(Code::NotFound, format!("no field {}.{}", p.message, p.field)),
+            _ => Answer::ok(where_(p.placement == Placement::Device)),
+        }
+    }
+
     fn pending(&self) -> MutexGuard<'_, HashMap<Ticket, u64>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -402,6 +450,11 @@ impl Device {
                         Answer::fail(Code::Cancelled, "the call owning the task ended".into())
                     }
                 }
+            }
+            // The unit went away under the task: the application may retry
+            // elsewhere (or on the host), as with any UNAVAILABLE.
+            Err(e @ KernelError::Unavailable { .. }) => {
+                Answer::fail(Code::Unavailable, format!("{}: {e}", n.kernel))
             }
             Err(e) => Answer::fail(Code::Aborted, format!("{}: {e}", n.kernel)),
         }
@@ -524,6 +577,11 @@ impl Placements {
             }
         }
         Ok(Placements { tables })
+    }
+
+    /// Every schema's placement table.
+    pub fn tables(&self) -> Vec<Arc<PlacementTable>> {
+        self.tables.iter().map(|(_, t)| t.clone()).collect()
     }
 
     /// Schema `i`'s placement.

@@ -91,7 +91,7 @@ impl Engine {
         // A small device, so hostile compute-unit control messages reach
         // it too.
         let opts = crate::DeviceOptions { units: 1, region_mb: 1, ..Default::default() };
-        let device = Some(Arc::new(crate::Device::new(&opts)?));
+        let device = Some(Arc::new(crate::Device::new(&opts, Vec::new())?));
         let (region, att, rx) = crate::region(1, 0, vec!["fuzz.S".into()], layout, device)?;
         let map = Mapping::map_parts(&[(&region.shared, true), (&region.engine_half, false)])
             .map_err(|e| e.to_string())?;

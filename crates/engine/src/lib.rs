@@ -82,6 +82,8 @@ struct Ctx {
     next_id: std::sync::atomic::AtomicU32,
     /// Each attachment's device (placement, compute units), if any.
     device: Option<DeviceOptions>,
+    /// The schemas' placement tables, which applications may move fields in.
+    placement_tables: Vec<Arc<protoplane_schema::PlacementTable>>,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -208,6 +210,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         stall: config.stall_timeout,
         next_id: std::sync::atomic::AtomicU32::new(1),
         device: with_device.then(|| config.device.clone()),
+        placement_tables: placements.tables(),
     });
     tokio::spawn(async move {
         loop {
@@ -301,7 +304,7 @@ fn handshake(
     // Rings are initialized (inside `Attachment::new`) before the answer
     // leaves, so the application never sees an uninitialized slot.
     let device = match &ctx.device {
-        Some(opts) => Some(Arc::new(Device::new(opts)?)),
+        Some(opts) => Some(Arc::new(Device::new(opts, ctx.placement_tables.clone())?)),
         None => None,
     };
     let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone(), device)?;

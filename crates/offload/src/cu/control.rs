@@ -14,6 +14,10 @@
 //! down    4        —   (the slot's unit becomes unavailable)
 //! up      5        —   (and available again)
 //! key     6        key id u64, key bytes (the rest)
+//! place   7        a placement entry (UTF-8, the rest): `pkg.Msg.field=device`
+//!                  or `=host` moves the field for the next request (RPCAcc's
+//!                  automatic field updating); `pkg.Msg.field` alone asks
+//!                  where it is
 //! ```
 //!
 //! The bytes come from another process: [`decode`] checks every length
@@ -52,6 +56,10 @@ pub enum Control {
         /// The key bytes.
         key: Vec<u8>,
     },
+    /// Move a request field between host and device for the next request
+    /// (`pkg.Msg.field=device` / `=host`), or ask where it is
+    /// (`pkg.Msg.field`). The slot is ignored: placement is per schema.
+    Place(String),
 }
 
 /// Why bytes are not a control message.
@@ -72,6 +80,9 @@ const GET_TYPE: u8 = 3;
 const DOWN: u8 = 4;
 const UP: u8 = 5;
 const SET_KEY: u8 = 6;
+const PLACE: u8 = 7;
+/// The longest placement entry.
+pub const MAX_PLACE: usize = 1024;
 
 const K_U64: u8 = 0;
 const K_BYTES: u8 = 1;
@@ -124,6 +135,10 @@ pub fn encode(c: &Control) -> Vec<u8> {
             out.push(SET_KEY);
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(key);
+        }
+        Control::Place(spec) => {
+            out.push(PLACE);
+            out.extend_from_slice(&spec.as_bytes()[..spec.len().min(MAX_PLACE)]);
         }
     }
     out
@@ -218,6 +233,15 @@ pub fn decode(b: &[u8]) -> Result<Control, ControlError> {
             let id = r.u64("key id")?;
             Control::SetKey { id, key: r.take(r.b.len(), "key")?.to_vec() }
         }
+        PLACE => {
+            let rest = r.take(r.b.len(), "placement")?;
+            if rest.is_empty() || rest.len() > MAX_PLACE {
+                return Err(ControlError(format!("a placement of {} bytes", rest.len())));
+            }
+            let spec = std::str::from_utf8(rest)
+                .map_err(|_| ControlError("placement is not UTF-8".into()))?;
+            Control::Place(spec.to_owned())
+        }
         op => return Err(ControlError(format!("unknown op {op}"))),
     };
     if !r.b.is_empty() {
@@ -245,6 +269,8 @@ mod tests {
             Control::SetAvailable(false),
             Control::SetAvailable(true),
             Control::SetKey { id: u64::MAX, key: vec![9; 32] },
+            Control::Place("pkg.Image.data=host".into()),
+            Control::Place("pkg.Image.data".into()),
         ] {
             assert_eq!(decode(&encode(&c)), Ok(c));
         }
@@ -269,6 +295,8 @@ mod tests {
         assert_eq!(decode(&[9]), Err(ControlError("unknown op 9".into())));
         assert!(decode(&[PROGRAM, 0xff, 0xfe]).expect_err("utf-8").0.contains("UTF-8"));
         assert!(decode(&[PROGRAM]).is_err());
+        assert!(decode(&[PLACE]).is_err());
+        assert!(decode(&[PLACE, 0xff]).expect_err("utf-8").0.contains("UTF-8"));
         let mut many = encode(&Control::Submit(TaskDescriptor::new(DeviceRef::new(0, 1))));
         let at = many.len() - 1;
         many[at] = 200;

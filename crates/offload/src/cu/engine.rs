@@ -328,6 +328,9 @@ impl fmt::Debug for Queued {
 struct SlotState {
     kernel: Option<Arc<dyn Kernel>>,
     available: bool,
+    /// Whether the worker is inside a kernel (also after the unit vanished
+    /// under it: `running` is then already cleared).
+    executing: bool,
     /// The descriptor ring (engine memory): at most `ring_entries`.
     ring: VecDeque<Queued>,
     /// The task the unit is running (and its kernel's name), unless it
@@ -443,6 +446,7 @@ impl ComputeUnits {
                 state: Mutex::new(SlotState {
                     kernel: None,
                     available: true,
+                    executing: false,
                     ring: VecDeque::with_capacity(config.ring_entries),
                     running: None,
                     notifications: VecDeque::with_capacity(config.notification_entries),
@@ -760,11 +764,22 @@ impl ComputeUnits {
 
 impl Drop for ComputeUnits {
     fn drop(&mut self) {
+        let mut busy = Vec::with_capacity(self.shared.slots.len());
         for s in &self.shared.slots {
-            s.lock().shutdown = true;
+            let mut st = s.lock();
+            st.shutdown = true;
+            busy.push(st.executing);
+            drop(st);
             s.work.notify_all();
         }
-        for h in self.workers.drain(..) {
+        for (h, busy) in self.workers.drain(..).zip(busy) {
+            // A worker inside a kernel is left to finish on its own (it
+            // sees the shutdown when the kernel returns and ends): a user
+            // kernel that never returns must not hang whoever drops the
+            // units — an application detaching, the engine stopping.
+            if busy {
+                continue;
+            }
             // A worker only ends by returning; a join error would mean a
             // panic outside the kernel guard, with nothing left to clean.
             let _ = h.join();
@@ -787,6 +802,7 @@ fn worker(shared: &Shared, index: usize) {
                 }
                 if let Some(q) = st.ring.pop_front() {
                     st.running = Some((q.ticket, q.kernel.name().to_owned()));
+                    st.executing = true;
                     break q;
                 }
                 st = slot.work.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -797,6 +813,7 @@ fn worker(shared: &Shared, index: usize) {
         let busy = started.elapsed();
 
         let mut st = slot.lock();
+        st.executing = false;
         st.stats.busy += busy;
         if st.running.as_ref().is_none_or(|(t, _)| *t != task.ticket) {
             // The unit vanished while running: the task was already

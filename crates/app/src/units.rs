@@ -161,7 +161,8 @@ impl Units {
         self.ask(slot, &Control::Program(kernel.to_owned())).await.map(drop)
     }
 
-    /// The kernel `slot` holds (`None`: unprogrammed).
+    /// The kernel `slot` holds (`None`: unprogrammed); UNAVAILABLE while
+    /// its unit is away.
     pub async fn get_type(&self, slot: u32) -> Result<Option<String>, Status> {
         let d = self.ask(slot, &Control::GetType).await?;
         Ok(Some(d.kernel).filter(|k| !k.is_empty()))

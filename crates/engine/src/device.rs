@@ -342,9 +342,15 @@ impl Device {
         };
         Taken::Now(match c {
             Control::Program(name) => done(cu.program(slot, &name)),
-            Control::GetType => match cu.slots() > slot {
-                true => Answer::ok(cu.get_type(slot).unwrap_or_default()),
-                false => Answer::fail(Code::InvalidArgument, format!("no slot {slot}")),
+            // A vanished unit answers UNAVAILABLE (with its kernel): how an
+            // application learns that it is back.
+            Control::GetType => match (cu.slots() > slot, cu.is_available(slot)) {
+                (true, true) => Answer::ok(cu.get_type(slot).unwrap_or_default()),
+                (true, false) => Answer::fail(
+                    Code::Unavailable,
+                    format!("slot {slot} ({}) is unavailable", cu.get_type(slot).unwrap_or_default()),
+                ),
+                (false, _) => Answer::fail(Code::InvalidArgument, format!("no slot {slot}")),
             },
             Control::SetAvailable(up) => done(cu.set_available(slot, up)),
             Control::SetKey { id, key } => done(cu.set_key(id, &key)),

@@ -36,6 +36,8 @@ use protoplane_wire::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+pub mod split;
+
 use crate::crypto::{self, User, USERS};
 use crate::units::{reply_key_id, request_key_id, DeviceGuard, Stage, Units};
 use crate::{pb, PROTO, PROTO_NAME, SERVICE};

@@ -1,5 +1,9 @@
 //! The image-compression server:
-//! `cargo run --release -p protoplane-example-imageservice --bin image-server -- --scheme rpcacc --port 50051`.
+//! `cargo run --release -p protoplane-example-imageservice --bin image-server -- --scheme rpcacc --port 50051`
+//! serves it on a port of its own, the engine's side in this process;
+//! `... --bin image-server -- --attach PATH` serves the handlers as an
+//! application of the `protoplane engine` whose attach socket is PATH
+//! (split mode: the engine decodes, runs the compute units and encodes).
 
 use clap::Parser;
 use protoplane_example_imageservice::server::{RunningServer, Scheme, ServerConfig};
@@ -33,10 +37,26 @@ struct Args {
     /// Device region size in MiB.
     #[arg(long, default_value_t = 256)]
     region_mib: u32,
+    /// Split mode: attach to the `protoplane engine` at this socket (its
+    /// `[offload] units` must be at least compress-units + 2).
+    #[arg(long)]
+    attach: Option<std::path::PathBuf>,
 }
 
 fn main() {
     let args = Args::parse();
+    if let Some(path) = &args.attach {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let r = rt.map_err(|e| e.to_string()).and_then(|rt| {
+            let units = args.compress_units.clamp(1, 254) as u32;
+            rt.block_on(protoplane_example_imageservice::server::split::serve_attached(path, units))
+        });
+        if let Err(e) = r {
+            eprintln!("image-server: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let cfg = ServerConfig {
         scheme: args.scheme,
         app_threads: args.app_threads,

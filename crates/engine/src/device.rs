@@ -348,7 +348,10 @@ impl Device {
                 (true, true) => Answer::ok(cu.get_type(slot).unwrap_or_default()),
                 (true, false) => Answer::fail(
                     Code::Unavailable,
-                    format!("slot {slot} ({}) is unavailable", cu.get_type(slot).unwrap_or_default()),
+                    format!(
+                        "slot {slot} ({}) is unavailable",
+                        cu.get_type(slot).unwrap_or_default()
+                    ),
                 ),
                 (false, _) => Answer::fail(Code::InvalidArgument, format!("no slot {slot}")),
             },

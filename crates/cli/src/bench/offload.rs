@@ -526,10 +526,7 @@ struct ImageServer {
 
 /// Starts `scheme`'s server. Split needs `image-server` beside this
 /// executable (`cargo build --release --workspace` builds both).
-fn image_server(
-    scheme: ImageScheme,
-    work: &Path,
-) -> Result<ImageServer, String> {
+fn image_server(scheme: ImageScheme, work: &Path) -> Result<ImageServer, String> {
     use protoplane_example_imageservice::server::{RunningServer, ServerConfig};
     match scheme {
         ImageScheme::InProcess(scheme) => {
@@ -711,7 +708,17 @@ fn image_service(
             let ratio = of(acc) / cpu;
             lowest = lowest.min(ratio);
             let name = acc.name();
-            rows.push("image-service", name, "per_app_core_vs_cpu_only", ratio, &label, "", "", 0, 0);
+            rows.push(
+                "image-service",
+                name,
+                "per_app_core_vs_cpu_only",
+                ratio,
+                &label,
+                "",
+                "",
+                0,
+                0,
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&work);

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use protoplane_offload::commit::{CommitDecoder, CommitMode};
-use protoplane_schema::{FieldFlags, ProtoSource, TableSet};
+use protoplane_schema::{FieldFlags, FieldOp, ProtoSource, TableSet};
 use protoplane_wire::{
     Block, Builder, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageBuilder, MessageView,
     Source, Value, WriteStats,
@@ -143,19 +143,21 @@ fn decode_row(
     })
 }
 
-/// One call an application's generated builder makes (see [`Script`]).
+/// One call an application's generated builder makes (see [`Script`]),
+/// with the field's op resolved at record time, as generated code has it
+/// in a constant.
 #[derive(Clone, Copy, Debug)]
 enum Step<'a> {
-    /// Set scalar field `i` (index in its message's fields) to these bits.
-    Bits(usize, u64),
+    /// Set a scalar field to these bits.
+    Bits(&'a FieldOp, u64),
     /// Append a scalar element.
-    PushBits(usize, u64),
+    PushBits(&'a FieldOp, u64),
     /// Set a string / bytes field.
-    Bytes(usize, &'a [u8]),
+    Bytes(&'a FieldOp, &'a [u8]),
     /// Append a string / bytes element.
-    PushBytes(usize, &'a [u8]),
-    /// Open sub-message field `i` (of type `sub`); later steps fill it.
-    Open(usize, u32),
+    PushBytes(&'a FieldOp, &'a [u8]),
+    /// Open a sub-message field (of type `sub`); later steps fill it.
+    Open(&'a FieldOp, u32),
     /// Back to the parent message.
     Close,
 }
@@ -168,6 +170,7 @@ enum Step<'a> {
 pub struct Script<'a> {
     type_index: u32,
     steps: Vec<Step<'a>>,
+    depth: usize,
 }
 
 fn bits(v: &Value<'_>) -> u64 {
@@ -187,65 +190,82 @@ impl<'a> Script<'a> {
     /// Records the builder calls that lay out the message `view` holds.
     pub fn record(view: MessageView<'a>) -> Result<Script<'a>, String> {
         let mut steps = Vec::new();
-        Self::walk(view, &mut steps)?;
-        Ok(Script { type_index: view.type_index(), steps })
+        let depth = Self::walk(view, &mut steps)?;
+        Ok(Script { type_index: view.type_index(), steps, depth })
     }
 
-    fn walk(view: MessageView<'a>, steps: &mut Vec<Step<'a>>) -> Result<(), String> {
+    /// Records `view`'s calls; returns the deepest nesting below it.
+    fn walk(view: MessageView<'a>, steps: &mut Vec<Step<'a>>) -> Result<usize, String> {
         let e = |x: &dyn std::fmt::Display| x.to_string();
+        let ts = view.tables();
+        let ops = ts.ops(ts.message(view.type_index()));
+        let mut depth = 0;
         for (i, f) in view.fields().iter().enumerate() {
+            let op = ops.get(i).ok_or("a field without an op")?;
+            let mut open = |m: MessageView<'a>, steps: &mut Vec<Step<'a>>| {
+                steps.push(Step::Open(op, f.sub));
+                let d = Self::walk(m, steps)?;
+                steps.push(Step::Close);
+                depth = depth.max(d + 1);
+                Ok::<(), String>(())
+            };
             if f.is_repeated() {
                 for v in view.repeated(f).map_err(|x| e(&x))?.iter() {
                     match v.map_err(|x| e(&x))? {
-                        Value::Message(m) => {
-                            steps.push(Step::Open(i, f.sub));
-                            Self::walk(m, steps)?;
-                            steps.push(Step::Close);
-                        }
-                        Value::String(x) | Value::Bytes(x) => steps.push(Step::PushBytes(i, x)),
-                        v => steps.push(Step::PushBits(i, bits(&v))),
+                        Value::Message(m) => open(m, steps)?,
+                        Value::String(x) | Value::Bytes(x) => steps.push(Step::PushBytes(op, x)),
+                        v => steps.push(Step::PushBits(op, bits(&v))),
                     }
                 }
             } else if view.has(f) {
                 match view.get(f).map_err(|x| e(&x))? {
-                    Some(Value::Message(m)) => {
-                        steps.push(Step::Open(i, f.sub));
-                        Self::walk(m, steps)?;
-                        steps.push(Step::Close);
-                    }
-                    Some(Value::String(x) | Value::Bytes(x)) => steps.push(Step::Bytes(i, x)),
-                    Some(v) => steps.push(Step::Bits(i, bits(&v))),
+                    Some(Value::Message(m)) => open(m, steps)?,
+                    Some(Value::String(x) | Value::Bytes(x)) => steps.push(Step::Bytes(op, x)),
+                    Some(v) => steps.push(Step::Bits(op, bits(&v))),
                     None => {}
                 }
             }
         }
-        Ok(())
+        Ok(depth)
     }
 
     /// Lays the response out; `string` / `bytes` values of at least
     /// `leave` bytes are left out (the engine copies them: memcpy offload).
     pub fn lay_out(&self, ts: &TableSet, leave: usize) -> Result<Block, String> {
+        self.lay_out_into(ts, leave, Block::new(), &mut Vec::new())
+    }
+
+    /// [`Self::lay_out`] into `block`'s memory (what an attached
+    /// application does: its builders write into chunks the engine lends
+    /// it, no allocation per response), with `stack` as scratch.
+    pub fn lay_out_into(
+        &self,
+        ts: &TableSet,
+        leave: usize,
+        block: Block,
+        stack: &mut Vec<MessageBuilder>,
+    ) -> Result<Block, String> {
         let e = |x: &dyn std::fmt::Display| x.to_string();
-        let mut b = Builder::new(ts, self.type_index).map_err(|x| e(&x))?;
-        let mut stack: Vec<MessageBuilder> = vec![b.root()];
+        let mut b = Builder::reuse(ts, self.type_index, block).map_err(|x| e(&x))?;
+        stack.clear();
+        stack.reserve(self.depth + 1);
+        let mut at = b.root();
         for step in &self.steps {
-            let at = *stack.last().ok_or("unbalanced script")?;
-            let ops = ts.ops(ts.message(at.type_index()));
-            let op = |i: usize| ops.get(i).ok_or_else(|| "no such field".to_string());
             match *step {
-                Step::Bits(i, v) => b.set_bits(at, op(i)?, v),
-                Step::PushBits(i, v) => b.push_bits(at, op(i)?, v).map_err(|x| e(&x))?,
-                Step::Bytes(i, d) if d.len() < leave => {
-                    b.set_bytes(at, op(i)?, d).map_err(|x| e(&x))?
+                Step::Bits(op, v) => b.set_bits(at, op, v),
+                Step::PushBits(op, v) => b.push_bits(at, op, v).map_err(|x| e(&x))?,
+                Step::Bytes(op, d) if d.len() < leave => {
+                    b.set_bytes(at, op, d).map_err(|x| e(&x))?
                 }
-                Step::PushBytes(i, d) if d.len() < leave => {
-                    b.push_bytes(at, op(i)?, d).map_err(|x| e(&x))?
+                Step::PushBytes(op, d) if d.len() < leave => {
+                    b.push_bytes(at, op, d).map_err(|x| e(&x))?
                 }
                 Step::Bytes(..) | Step::PushBytes(..) => {}
-                Step::Open(i, sub) => stack.push(b.open(at, op(i)?, sub).map_err(|x| e(&x))?),
-                Step::Close => {
-                    stack.pop();
+                Step::Open(op, sub) => {
+                    stack.push(at);
+                    at = b.open(at, op, sub).map_err(|x| e(&x))?;
                 }
+                Step::Close => at = stack.pop().ok_or("unbalanced script")?,
             }
         }
         Ok(b.finish())
@@ -310,12 +330,16 @@ pub fn encode_rows(w: &Workload, e: Effort) -> Result<Vec<EncodeRow>, String> {
             return Err(what(&"the laid-out block is another message"));
         }
         let mut out = Vec::new();
-        let lay_out_ns = time_ns(e.rounds, e.round_ns, || {
-            std::hint::black_box(script.lay_out(ts, usize::MAX).ok());
-        });
-        let lay_out_small_ns = time_ns(e.rounds, e.round_ns, || {
-            std::hint::black_box(script.lay_out(ts, LARGE).ok());
-        });
+        // Into reused memory, as generated builders in an attached
+        // application write into lent chunks: the layout, not malloc.
+        let (mut reused, mut stack) = (Some(Block::new()), Vec::new());
+        let mut lay = |leave: usize| {
+            let block = reused.take().unwrap_or_default();
+            let laid = script.lay_out_into(ts, leave, block, &mut stack);
+            reused = laid.ok().map(std::hint::black_box);
+        };
+        let lay_out_ns = time_ns(e.rounds, e.round_ns, || lay(usize::MAX));
+        let lay_out_small_ns = time_ns(e.rounds, e.round_ns, || lay(LARGE));
         let big: Vec<&[u8]> = large_values(view);
         let mut sink = Vec::with_capacity(big.iter().map(|b| b.len()).sum());
         let large_copy_ns = time_ns(e.rounds, e.round_ns, || {

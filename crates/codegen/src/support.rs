@@ -362,17 +362,7 @@ pub mod _protoplane {
     /// not in the block: the reference is a handle into the device region.
     #[inline(always)]
     pub fn device_ref_at(view: &MessageView<'_>, offset: u32) -> Option<::protoplane_wire::Ref> {
-        let raw = view.slot_u64(offset);
-        let len = (raw >> 32) as u32;
-        if len & ::protoplane_wire::REF_DEVICE == 0 {
-            return None;
-        }
-        Some(::protoplane_wire::Ref {
-            offset: raw as u32,
-            len: len & ::protoplane_wire::REF_LEN_MASK,
-            wire: len & ::protoplane_wire::REF_WIRE != 0,
-            device: true,
-        })
+        view.device_ref_at(offset)
     }
 
     /// The sub-message of type `type_index` in the reference slot at

@@ -480,9 +480,10 @@ fn cu_code(e: &CuError) -> Code {
     }
 }
 
-/// Placement per schema, shared by the services of the schema.
+/// Placement per schema (in the engine's schema order), shared by the
+/// services of the schema.
 pub struct Placements {
-    tables: Vec<(usize, Arc<PlacementTable>)>,
+    tables: Vec<Arc<PlacementTable>>,
 }
 
 impl std::fmt::Debug for Placements {
@@ -567,14 +568,11 @@ impl Placements {
     /// The schemas' tables with `specs` applied: every spec must name a
     /// field of one of them.
     pub fn new(schemas: &[&TableSet], specs: &[String]) -> Result<Placements, String> {
-        let tables: Vec<_> = schemas
-            .iter()
-            .enumerate()
-            .map(|(i, ts)| (i, Arc::new(PlacementTable::new((*ts).clone()))))
-            .collect();
+        let tables: Vec<_> =
+            schemas.iter().map(|ts| Arc::new(PlacementTable::new((*ts).clone()))).collect();
         for spec in specs {
             let mut why = Vec::new();
-            let fits = tables.iter().filter(|(_, t)| match t.apply(&[spec]) {
+            let fits = tables.iter().filter(|t| match t.apply(&[spec]) {
                 Ok(()) => true,
                 Err(e) => {
                     why.push(e.to_string());
@@ -589,12 +587,12 @@ impl Placements {
     }
 
     /// Every schema's placement table.
-    pub fn tables(&self) -> Vec<Arc<PlacementTable>> {
-        self.tables.iter().map(|(_, t)| t.clone()).collect()
+    pub fn tables(&self) -> &[Arc<PlacementTable>] {
+        &self.tables
     }
 
-    /// Schema `i`'s placement.
-    pub fn of(&self, i: usize) -> Option<Arc<Placed>> {
-        self.tables.iter().find(|(j, _)| *j == i).map(|(_, t)| Arc::new(Placed::new(t.clone())))
+    /// Each schema's placement, as its services decode with it.
+    pub fn placed(&self) -> Vec<Arc<Placed>> {
+        self.tables.iter().map(|t| Arc::new(Placed::new(t.clone()))).collect()
     }
 }

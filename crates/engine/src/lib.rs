@@ -98,7 +98,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let mut counters = Counters::default();
     let all: Vec<_> = config.schemas.iter().map(|s| s.tables()).collect();
     let placements = device::Placements::new(&all, &config.device.placements)?;
-    let placed: Vec<_> = (0..all.len()).filter_map(|i| placements.of(i)).collect();
+    let placed = placements.placed();
     let with_device = config.device.enabled(placed.iter().any(|p| p.any()));
     for (si, schema) in config.schemas.iter().enumerate() {
         for name in schema.services() {
@@ -210,7 +210,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         stall: config.stall_timeout,
         next_id: std::sync::atomic::AtomicU32::new(1),
         device: with_device.then(|| config.device.clone()),
-        placement_tables: placements.tables(),
+        placement_tables: placements.tables().to_vec(),
     });
     tokio::spawn(async move {
         loop {

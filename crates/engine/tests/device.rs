@@ -24,15 +24,16 @@ use protoplane_app::{device_ref, DeviceRef, TaskDescriptor, Units};
 use protoplane_engine::{Config, DeviceOptions, Running};
 use protoplane_offload::cu::{Kernel, KernelError, Output, Params};
 use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, Code, Message, Metadata, Request, Responder, Schema, Service,
-    Status, Streaming,
+    BoxFuture, Channel, Code, Message, Metadata, Request, Responder, Schema, Service, Status,
+    Streaming,
 };
-use protoplane_wire::{Builder, Decoder, Ref, Value, REF_DEVICE, REF_LEN_MASK, REF_WIRE};
+use protoplane_wire::{Builder, Decoder, Value};
 use tokio::time::timeout;
 
-/// A bound on every wait, so a broken engine fails the test instead of
-/// hanging it (never a timing assertion).
-const BOUND: Duration = Duration::from_secs(20);
+mod common;
+
+use common::{len_field, runtime, BOUND};
+
 const SERVICE: &str = "dev.D";
 const CALL: &str = "/dev.D/Call";
 const DATA: &str = "dev.Blob.data";
@@ -112,13 +113,7 @@ impl App {
         let view = m.view(ts)?;
         let op = view.by_name("op")?.and_then(|v| v.as_str()).unwrap_or("").to_owned();
         let data = view.field_named("data").expect("data");
-        let raw = view.slot_u64(data.offset);
-        let handle = ((raw >> 32) as u32 & REF_DEVICE != 0).then_some(Ref {
-            offset: raw as u32,
-            len: (raw >> 32) as u32 & REF_LEN_MASK,
-            wire: (raw >> 32) as u32 & REF_WIRE != 0,
-            device: true,
-        });
+        let handle = view.device_ref_at(data.offset);
         // A device field's bytes are not in this process: reading them is
         // an error, never a read of something else.
         let bytes = match (handle, view.get(data)) {
@@ -222,24 +217,10 @@ impl Service for App {
     }
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn bytes_field(out: &mut Vec<u8>, number: u32, b: &[u8]) {
-    varint(out, (number as u64) << 3 | 2);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
 fn blob(op: &str, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    bytes_field(&mut out, 1, op.as_bytes());
-    bytes_field(&mut out, 2, data);
+    len_field(&mut out, 1, op.as_bytes());
+    len_field(&mut out, 2, data);
     out
 }
 
@@ -255,17 +236,9 @@ fn out(schema: &Schema, reply: &[u8]) -> (Vec<u8>, bool, String) {
     (result.to_vec(), on, note.to_owned())
 }
 
-/// One unary call: its status and response.
+/// One call of `Call`: its status and response.
 async fn unary(ch: &Channel, req: &[u8]) -> (Status, Option<Vec<u8>>) {
-    let opts = CallOptions { timeout: Some(BOUND), ..CallOptions::default() };
-    let mut c = timeout(BOUND, ch.start(CALL, opts)).await.expect("in time").expect("start");
-    c.send(req).await.expect("send");
-    c.close_send();
-    let mut got = None;
-    while let Ok(Some(b)) = timeout(BOUND, c.recv()).await.expect("in time") {
-        got = Some(b.to_vec());
-    }
-    (timeout(BOUND, c.finish_status()).await.expect("in time"), got)
+    common::unary(ch, CALL, req).await
 }
 
 async fn ok(ch: &Channel, schema: &Schema, req: &[u8]) -> (Vec<u8>, bool, String) {
@@ -324,14 +297,6 @@ async fn start(name: &str, gate: Arc<Gate>) -> (Running, Channel, Units) {
     let addr = engine.grpc.expect("grpc").to_string();
     let ch = timeout(BOUND, Channel::connect(&addr)).await.expect("in time").expect("connect");
     (engine, ch, units)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 /// Waits until the engine holds no device memory for calls (they end a

@@ -20,15 +20,16 @@ use std::time::{Duration, Instant};
 
 use protoplane_engine::{Config, OffloadRequest, Offloaded, Running};
 use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, Code, Message, Metadata, Request, Responder, Schema, Service,
-    Status, Streaming,
+    BoxFuture, Channel, Code, Message, Metadata, Request, Responder, Schema, Service, Status,
+    Streaming,
 };
 use protoplane_wire::{Block, Builder, Decoder, Value};
 use tokio::time::timeout;
 
-/// A bound on every wait, so a broken engine fails the test instead of
-/// hanging it (never a timing assertion).
-const BOUND: Duration = Duration::from_secs(20);
+mod common;
+
+use common::{len_field, runtime, unary, varint, BOUND};
+
 const SERVICE: &str = "socialnetwork.SocialNetwork";
 const LOGIN: &str = "/socialnetwork.SocialNetwork/Login";
 const REGISTER: &str = "/socialnetwork.SocialNetwork/RegisterUser";
@@ -110,30 +111,16 @@ impl Service for App {
     }
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn string_field(out: &mut Vec<u8>, number: u32, s: &str) {
-    varint(out, (number as u64) << 3 | 2);
-    varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
 /// A `LoginRequest` (also the first fields of a `RegisterUserRequest`:
 /// `req_id` = 1, and field 2 a string).
 fn login(req_id: i64, username: &str, password: &str) -> Vec<u8> {
     let mut out = vec![0x08];
     varint(&mut out, req_id as u64);
-    string_field(&mut out, 2, username);
-    string_field(&mut out, 3, password);
+    len_field(&mut out, 2, username);
+    len_field(&mut out, 3, password);
     let mut carrier = Vec::new();
-    string_field(&mut carrier, 1, "trace");
-    string_field(&mut carrier, 2, "abc");
+    len_field(&mut carrier, 1, "trace");
+    len_field(&mut carrier, 2, "abc");
     varint(&mut out, 4 << 3 | 2);
     varint(&mut out, carrier.len() as u64);
     out.extend_from_slice(&carrier);
@@ -144,8 +131,8 @@ fn login(req_id: i64, username: &str, password: &str) -> Vec<u8> {
 fn register(req_id: i64, first_name: &str) -> Vec<u8> {
     let mut out = vec![0x08];
     varint(&mut out, req_id as u64);
-    string_field(&mut out, 2, first_name);
-    string_field(&mut out, 4, "user");
+    len_field(&mut out, 2, first_name);
+    len_field(&mut out, 4, "user");
     out
 }
 
@@ -153,7 +140,7 @@ fn register(req_id: i64, first_name: &str) -> Vec<u8> {
 fn compose_media(req_id: i64) -> Vec<u8> {
     let mut out = vec![0x08];
     varint(&mut out, req_id as u64);
-    string_field(&mut out, 2, "png");
+    len_field(&mut out, 2, "png");
     out
 }
 
@@ -165,19 +152,6 @@ fn token(schema: &Schema, reply: &[u8]) -> String {
     let view = m.view(schema.tables()).expect("view");
     let t = view.by_name("token").expect("token").and_then(|v| v.as_str()).unwrap_or("");
     t.to_string()
-}
-
-/// One unary call: its status and response.
-async fn unary(ch: &Channel, path: &str, req: &[u8]) -> (Status, Option<Vec<u8>>) {
-    let opts = CallOptions { timeout: Some(BOUND), ..CallOptions::default() };
-    let mut c = timeout(BOUND, ch.start(path, opts)).await.expect("in time").expect("start");
-    c.send(req).await.expect("send");
-    c.close_send();
-    let mut got = None;
-    while let Ok(Some(b)) = timeout(BOUND, c.recv()).await.expect("in time") {
-        got = Some(b.to_vec());
-    }
-    (timeout(BOUND, c.finish_status()).await.expect("in time"), got)
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -216,14 +190,6 @@ async fn engine_with(
     let addr = engine.grpc.expect("grpc").to_string();
     let ch = timeout(BOUND, Channel::connect(&addr)).await.expect("in time").expect("connect");
     (engine, ch, stats)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 #[test]

@@ -326,6 +326,15 @@ impl<'a> MessageView<'a> {
         slot_u64(self.obj, offset)
     }
 
+    /// The reference in the slot at `offset` when its device flag is set
+    /// (a `string` / `bytes` field a target-aware decode placed in the
+    /// device region), `None` otherwise: the bytes are not in the block,
+    /// the reference is a handle into the device region.
+    #[inline(always)]
+    pub fn device_ref_at(&self, offset: u32) -> Option<crate::Ref> {
+        Some(crate::Ref::unpack(self.slot_u64(offset))).filter(|r| r.device)
+    }
+
     /// `len` bytes of the object from `offset` (empty outside the object).
     #[inline(always)]
     pub fn slot_bytes(&self, offset: u32, len: usize) -> &'a [u8] {

@@ -264,9 +264,7 @@ fn invalid(what: impl Into<String>) -> Status {
 /// The raw reference slot of a `string` / `bytes` field, if it holds a
 /// device handle.
 fn device_handle(view: &MessageView<'_>, f: &Field) -> Option<DeviceRef> {
-    let raw = view.slot_u64(f.offset);
-    let hi = (raw >> 32) as u32;
-    (hi & REF_DEVICE != 0).then(|| DeviceRef::new(raw as u32, hi & REF_LEN_MASK))
+    view.device_ref_at(f.offset).map(|r| DeviceRef::new(r.offset, r.len))
 }
 
 fn device_bits(r: DeviceRef) -> u64 {
@@ -368,7 +366,7 @@ impl App {
         match result {
             Ok(bytes) => b.set(root, num::R_RESULT, Value::Bytes(bytes))?,
             // A device handle: the engine pulls the bytes at encode time.
-            Err(r) => b.set_bits(root, &self.types.result_op, device_bits(r)),
+            Err(r) => b.set_device(root, &self.types.result_op, r.offset, r.len)?,
         }
         b.set(root, num::R_ORIGINAL, Value::U64(original))?;
         b.set(root, num::R_COMPRESSED, Value::U64(compressed))?;

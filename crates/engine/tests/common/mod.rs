@@ -1,0 +1,50 @@
+//! What the engine's integration tests share: hand-written wire bytes, a
+//! unary gRPC call with bounded waits, the runtime they run on.
+
+use std::time::Duration;
+
+use protoplane_rpc::{CallOptions, Channel, Status};
+use tokio::time::timeout;
+
+/// A bound on every wait, so a broken engine fails a test instead of
+/// hanging it (never a timing assertion).
+pub(crate) const BOUND: Duration = Duration::from_secs(20);
+
+/// Appends `v` as a varint.
+pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Appends a length-delimited field (`string`, `bytes`, a message).
+pub(crate) fn len_field(out: &mut Vec<u8>, number: u32, b: impl AsRef<[u8]>) {
+    let b = b.as_ref();
+    varint(out, (number as u64) << 3 | 2);
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// One unary call: its status and response.
+pub(crate) async fn unary(ch: &Channel, path: &str, req: &[u8]) -> (Status, Option<Vec<u8>>) {
+    let opts = CallOptions { timeout: Some(BOUND), ..CallOptions::default() };
+    let mut c = timeout(BOUND, ch.start(path, opts)).await.expect("in time").expect("start");
+    c.send(req).await.expect("send");
+    c.close_send();
+    let mut got = None;
+    while let Ok(Some(b)) = timeout(BOUND, c.recv()).await.expect("in time") {
+        got = Some(b.to_vec());
+    }
+    (timeout(BOUND, c.finish_status()).await.expect("in time"), got)
+}
+
+/// A two-worker runtime with every driver.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}

@@ -315,9 +315,21 @@ impl Attachment {
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
 
-    /// Gives the attachment a device (once; later calls are ignored).
-    pub fn set_device(&self, device: Arc<Device>) {
-        let _ = self.device.set(device);
+    /// Gives the attachment a device (once; later calls are ignored). Its
+    /// units' completions are answered from their own threads as they
+    /// happen (no thread waits per task).
+    pub fn set_device(self: &Arc<Self>, device: Arc<Device>) {
+        if self.device.set(device.clone()).is_err() {
+            return;
+        }
+        // Weak: the units live inside this attachment.
+        let att = Arc::downgrade(self);
+        device.units().on_notify(move |t| {
+            let Some(att) = att.upgrade() else { return };
+            if let Some((tag, slot, a)) = att.device().and_then(|d| d.done(t)) {
+                att.notify(tag, slot, a);
+            }
+        });
     }
 
     /// Its device, if the engine offloads.
@@ -739,20 +751,10 @@ impl Attachment {
             self.notify(tag, slot, no);
             return Ok(());
         };
-        match dev.control(slot, &payload) {
+        match dev.control(slot, &payload, tag) {
             Taken::Now(a) => self.notify(tag, slot, a),
-            Taken::Running(t) => {
-                let att = self.clone();
-                let wait = move || {
-                    let a = dev.finish(t);
-                    att.notify(tag, slot, a);
-                };
-                // Off the drain loop's thread: the unit may take a while.
-                match tokio::runtime::Handle::try_current() {
-                    Ok(h) => drop(h.spawn_blocking(wait)),
-                    Err(_) => drop(std::thread::spawn(wait)),
-                }
-            }
+            // Answered when the unit notifies (see `set_device`).
+            Taken::Running(_) => {}
         }
         Ok(())
     }

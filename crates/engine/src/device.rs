@@ -54,7 +54,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use bytes::Bytes;
 use protoplane_offload::cu::control::{self, Control};
@@ -159,7 +158,7 @@ pub struct Device {
     placements: Vec<Arc<PlacementTable>>,
     owners: Mutex<Owners>,
     /// Tasks on a unit, and the call their output will belong to.
-    pending: Mutex<HashMap<Ticket, u64>>,
+    pending: Mutex<HashMap<Ticket, Running>>,
     /// Counters.
     pub stats: DeviceStats,
 }
@@ -191,18 +190,24 @@ impl Answer {
     }
 }
 
+/// A task on a unit: the call its output will belong to, and where its
+/// answer goes (the application's tag and the slot).
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    call: u64,
+    tag: u64,
+    slot: u32,
+}
+
 /// What a control message turned into.
 #[derive(Debug)]
 pub enum Taken {
     /// Answered now.
     Now(Answer),
-    /// A task on a unit: wait for it with [`Device::finish`].
+    /// A task on a unit: its answer comes from [`Device::done`] when the
+    /// unit notifies (see [`ComputeUnits::on_notify`]).
     Running(Ticket),
 }
-
-/// How long a unit may take over one task before the application is told
-/// it failed (the ticket is then forgotten; a late result is freed).
-const TASK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Device {
     /// A device with `opts`' units and region, moving fields in
@@ -318,10 +323,11 @@ impl Device {
         }
     }
 
-    /// Takes one control message for `slot` from the application.
-    pub fn control(&self, slot: u32, bytes: &[u8]) -> Taken {
+    /// Takes one control message for `slot` from the application; `tag`
+    /// is what its answer will carry.
+    pub fn control(&self, slot: u32, bytes: &[u8], tag: u64) -> Taken {
         self.stats.controls.fetch_add(1, Relaxed);
-        let taken = self.control_inner(slot as usize, bytes);
+        let taken = self.control_inner(slot, bytes, tag);
         if let Taken::Now(a) = &taken {
             if a.code != Code::Ok {
                 self.stats.refused.fetch_add(1, Relaxed);
@@ -330,7 +336,8 @@ impl Device {
         taken
     }
 
-    fn control_inner(&self, slot: usize, bytes: &[u8]) -> Taken {
+    fn control_inner(&self, slot32: u32, bytes: &[u8], tag: u64) -> Taken {
+        let slot = slot32 as usize;
         let c = match control::decode(bytes) {
             Ok(c) => c,
             Err(e) => return Taken::Now(Answer::fail(Code::InvalidArgument, e.to_string())),
@@ -384,10 +391,12 @@ impl Device {
                         "a task's ranges must be device memory of one open call".into(),
                     ));
                 };
+                // Held across the submit: a unit that finishes at once
+                // announces the ticket only after it is remembered.
+                let mut pending = self.pending();
                 match cu.submit_task(slot, task) {
                     Ok(t) => {
-                        // Remembered so the output goes to this call.
-                        self.pending().insert(t, call);
+                        pending.insert(t, Running { call, tag, slot: slot32 });
                         return Taken::Running(t);
                     }
                     Err(e) => Answer::fail(cu_code(&e), e.to_string()),
@@ -432,23 +441,30 @@ impl Device {
         }
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashMap<Ticket, u64>> {
+    fn pending(&self) -> MutexGuard<'_, HashMap<Ticket, Running>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits (blocking: run it off the async threads) for a task and
-    /// gives its output to the call that owns its input; if that call
-    /// ended meanwhile, the output is freed and the task reported failed.
-    pub fn finish(&self, t: Ticket) -> Answer {
-        let n = self.units.wait(t, TASK_TIMEOUT);
-        let call = self.pending().remove(&t);
-        let Some(n) = n else {
-            return Answer::fail(Code::DeadlineExceeded, "the unit did not finish in time".into());
+    /// A task's answer, once its unit has notified (`None`: not a task of
+    /// this device's, or answered already): the application's tag, the
+    /// slot, and the answer. The output goes to the call that owns the
+    /// task's input; if that call ended meanwhile, the output is freed and
+    /// the task reported failed.
+    pub fn done(&self, t: Ticket) -> Option<(u64, u32, Answer)> {
+        let Running { call, tag, slot } = self.pending().remove(&t)?;
+        let Some(n) = self.units.poll(t) else {
+            let a =
+                Answer::fail(Code::Internal, "the unit announced a task it had not done".into());
+            return Some((tag, slot, a));
         };
+        Some((tag, slot, self.answer(call, n)))
+    }
+
+    fn answer(&self, call: u64, n: protoplane_offload::cu::Notification) -> Answer {
         match n.status {
             Ok(out) => {
                 let mut o = self.owners();
-                match call.filter(|c| o.by_call.contains_key(c)) {
+                match Some(call).filter(|c| o.by_call.contains_key(c)) {
                     Some(c) => {
                         o.adopt(c, out);
                         Answer { code: Code::Ok, output: out, text: n.kernel }

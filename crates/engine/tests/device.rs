@@ -386,7 +386,7 @@ fn hostile_control_messages_get_precise_errors() {
         let att = engine.registry.pick(SERVICE).expect("attached");
         let dev = att.device().expect("a device").clone();
         for garbage in [&[][..], &[0], &[1, 2, 3], &[2], &[7, 0xff], &[1; 40], &[6, 1]] {
-            match dev.control(0, garbage) {
+            match dev.control(0, garbage, 0) {
                 protoplane_engine::device::Taken::Now(a) => {
                     assert_eq!(a.code, Code::InvalidArgument, "{garbage:?}: {}", a.text);
                     assert!(a.text.contains("control message"), "{}", a.text);

@@ -395,6 +395,24 @@ struct Shared {
     region: DeviceRegion,
     keys: Arc<KeyTable>,
     kernels: RwLock<BTreeMap<String, Arc<dyn Kernel>>>,
+    /// Told of every notification as it is written ([`ComputeUnits::on_notify`]).
+    listener: RwLock<Option<Listener>>,
+}
+
+/// What [`ComputeUnits::on_notify`] installs.
+type Listener = Arc<dyn Fn(Ticket) + Send + Sync>;
+
+impl Shared {
+    /// Tells the listener, if any, that `tickets` have their notifications
+    /// (never called under a slot's lock: the listener may poll).
+    fn announce(&self, tickets: impl IntoIterator<Item = Ticket>) {
+        let l = self.listener.read().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(l) = l {
+            for t in tickets {
+                l(t);
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -414,9 +432,9 @@ impl fmt::Debug for Shared {
 /// kernel and fed through its descriptor ring, each answering on its
 /// notification ring, plus the device region and key table they share.
 ///
-/// Dropping it stops the workers (waiting for kernels that are running to
-/// return); tasks still queued then are dropped unanswered, since nobody
-/// can poll any more.
+/// Dropping it stops the workers (a worker inside a kernel is left to end
+/// when the kernel returns); tasks still queued then are dropped
+/// unanswered, since nobody can poll any more.
 #[derive(Debug)]
 pub struct ComputeUnits {
     shared: Arc<Shared>,
@@ -464,6 +482,7 @@ impl ComputeUnits {
             slots,
             keys,
             kernels: RwLock::new(kernels),
+            listener: RwLock::new(None),
         });
         let mut cu = ComputeUnits { shared, workers: Vec::new() };
         for index in 0..cu.shared.slots.len() {
@@ -576,9 +595,11 @@ impl ComputeUnits {
         let s = self.slot(slot)?;
         let mut st = s.lock();
         st.available = available;
+        let mut told = Vec::new();
         if !available {
             let err = Err(KernelError::Unavailable { slot });
             if let Some((ticket, kernel)) = st.running.take() {
+                told.push(ticket);
                 st.notify(Notification {
                     ticket,
                     kernel,
@@ -588,6 +609,7 @@ impl ComputeUnits {
                 });
             }
             while let Some(q) = st.ring.pop_front() {
+                told.push(q.ticket);
                 st.notify(Notification {
                     ticket: q.ticket,
                     kernel: q.kernel.name().to_owned(),
@@ -598,7 +620,19 @@ impl ComputeUnits {
             }
             s.done.notify_all();
         }
+        drop(st);
+        self.shared.announce(told);
         Ok(())
+    }
+
+    /// Calls `f` with each ticket as soon as its notification is written
+    /// (a finished task, or one failed by its unit vanishing), on the
+    /// unit's thread or [`Self::set_available`]'s caller and never under a
+    /// slot's lock, so `f` may [`Self::poll`] it: how a host learns of
+    /// completions without a thread parked per ticket. Replaces an earlier
+    /// listener. Keep `f` short: the unit waits for it.
+    pub fn on_notify(&self, f: impl Fn(Ticket) + Send + Sync + 'static) {
+        *self.shared.listener.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(f));
     }
 
     /// Puts a task in `slot`'s descriptor ring. Refused (nothing queued)
@@ -836,6 +870,7 @@ fn worker(shared: &Shared, index: usize) {
         });
         drop(st);
         slot.done.notify_all();
+        shared.announce([task.ticket]);
     }
 }
 

@@ -17,6 +17,7 @@
 //! (`PROTOCOL-HTTP2.md` in the grpc repository); each module names the
 //! production it implements.
 
+pub mod accept;
 pub mod busy;
 pub mod call;
 pub mod client;

@@ -222,11 +222,11 @@ impl Router {
     }
 
     /// Serves plaintext HTTP/2 connections from `listener` until the task
-    /// is dropped.
+    /// is dropped (accept errors are waited out, see [`crate::accept`]).
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         let router = self;
         loop {
-            let (sock, peer) = listener.accept().await?;
+            let (sock, peer) = crate::accept::accept("gRPC server", || listener.accept()).await;
             let _ = sock.set_nodelay(true);
             let r = router.clone();
             tokio::spawn(async move { r.serve_connection(sock, peer).await });
@@ -245,7 +245,7 @@ impl Router {
         let router = self;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         loop {
-            let (sock, peer) = listener.accept().await?;
+            let (sock, peer) = crate::accept::accept("gRPC server", || listener.accept()).await;
             let _ = sock.set_nodelay(true);
             let r = router.clone();
             let acceptor = acceptor.clone();

@@ -41,7 +41,7 @@ pub async fn serve_tcp(
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
     loop {
-        let (sock, _) = listener.accept().await?;
+        let (sock, _) = crate::accept::accept("lean server", || listener.accept()).await;
         let _ = sock.set_nodelay(true);
         tokio::spawn(serve_connection(router.clone(), sock));
     }
@@ -53,7 +53,7 @@ pub async fn serve_unix(
     listener: tokio::net::UnixListener,
 ) -> std::io::Result<()> {
     loop {
-        let (sock, _) = listener.accept().await?;
+        let (sock, _) = crate::accept::accept("lean server", || listener.accept()).await;
         tokio::spawn(serve_connection(router.clone(), sock));
     }
 }

@@ -41,7 +41,7 @@ use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout, APP_PARKED, ENGINE_PARKED};
 use protoplane_shm::lease::{self, Held, Holder, Pool};
-use protoplane_shm::{sys, AsyncDoorbell, Consumer, Doorbell, EventFd, Mapping, Producer, Ring};
+use protoplane_shm::{sys, AsyncDoorbell, Bell, Consumer, Doorbell, Mapping, Producer, Ring};
 use protoplane_wire::{with_source, BlockSource, Lent};
 use tokio::sync::{mpsc, Notify};
 
@@ -179,14 +179,13 @@ impl App {
         };
         let path = self.path.clone();
         let joined = tokio::task::spawn_blocking(move || connect(&path, &hello)).await;
-        let (sock, layout, map, engine_fd, app_fd) =
+        let (sock, layout, map, bell) =
             joined.map_err(|e| Failure::Unreachable(e.to_string()))??;
         let session = Session::new(
             self.services.clone(),
             layout,
             map,
-            engine_fd,
-            app_fd,
+            bell,
             self.stats.clone(),
             self.units.inner.clone(),
         )
@@ -229,7 +228,7 @@ pub enum Failure {
     Unreachable(String),
 }
 
-type Connected = (UnixStream, Layout, Arc<Mapping>, EventFd, EventFd);
+type Connected = (UnixStream, Layout, Arc<Mapping>, Bell);
 
 fn connect(path: &Path, hello: &Hello) -> Result<Connected, Failure> {
     let un = |e: std::io::Error| Failure::Unreachable(e.to_string());
@@ -246,19 +245,16 @@ fn connect(path: &Path, hello: &Hello) -> Result<Connected, Failure> {
         }
     };
     let mut fds = fds.into_iter();
-    let (Some(shared), Some(requests), Some(engine), Some(app)) =
-        (fds.next(), fds.next(), fds.next(), fds.next())
-    else {
+    let (Some(shared), Some(requests), Some(bell)) = (fds.next(), fds.next(), fds.next()) else {
         return Err(Failure::Unreachable("the engine's answer lacks its descriptors".into()));
     };
     let lens = (sys::file_len(&shared).map_err(un)?, sys::file_len(&requests).map_err(un)?);
     layout.validate(Some(lens)).map_err(|e| Failure::Refused(e.to_string()))?;
     // The engine's half read-only: the engine sealed it, and this process
     // has no business writing it.
-    let map = Mapping::map_parts(&[(&shared, true), (&requests, false)]).map_err(un)?;
-    let engine = EventFd::from_fd(engine).map_err(un)?;
-    let app = EventFd::from_fd(app).map_err(un)?;
-    Ok((sock, layout, Arc::new(map), engine, app))
+    let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).map_err(un)?;
+    let bell = Bell::from_fd(bell).map_err(un)?;
+    Ok((sock, layout, Arc::new(map), bell))
 }
 
 struct CallCtl {
@@ -308,8 +304,7 @@ impl Session {
         services: Vec<Arc<dyn Service>>,
         layout: Layout,
         map: Arc<Mapping>,
-        engine_fd: EventFd,
-        app_fd: EventFd,
+        bell: Bell,
         stats: Arc<Stats>,
         units: Arc<units::Inner>,
     ) -> Result<Arc<Session>, String> {
@@ -317,9 +312,10 @@ impl Session {
             .ok_or("request ring outside the region")?;
         let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)
             .ok_or("response ring outside the region")?;
+        let bell = Arc::new(bell);
         let engine_bell =
-            Doorbell::new(map.clone(), ENGINE_PARKED, engine_fd).ok_or("engine doorbell")?;
-        let app_bell = Doorbell::new(map.clone(), APP_PARKED, app_fd)
+            Doorbell::new(map.clone(), ENGINE_PARKED, bell.clone()).ok_or("engine doorbell")?;
+        let app_bell = Doorbell::new(map.clone(), APP_PARKED, bell)
             .ok_or("application doorbell")?
             .into_async()
             .map_err(|e| e.to_string())?;
@@ -395,14 +391,19 @@ impl Session {
             }
             bell.prepare_park();
             if !ring.is_empty() || self.owes() {
-                bell.unpark();
+                if !bell.unpark() {
+                    return;
+                }
                 continue;
             }
             tokio::select! {
                 _ = bell.wait() => {}
                 _ = self.wake.notified() => {}
             }
-            bell.unpark();
+            if !bell.unpark() {
+                // The engine closed its end: it is gone.
+                return;
+            }
             spin_until = Instant::now() + spin;
         }
     }

@@ -24,11 +24,12 @@ use protoplane_rpc::{Code, Metadata, Status};
 use protoplane_schema::TableSet;
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout};
-use protoplane_shm::lease::{self, Held, Holder, Pool};
+use protoplane_shm::lease::{self, Holder, Pool};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::Notify;
 
+use crate::budget::Budgets;
 use crate::device::{Answer, Device, Taken};
 
 /// What the application sent for one call, as the call's proxy takes it.
@@ -63,11 +64,19 @@ impl Events {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push(&self, ev: Inbound) {
-        self.lock().0.push_back(ev);
+    /// Queues `ev`; `false` (and nothing queued) when `max` events wait
+    /// already (the application outruns the call's client).
+    fn push(&self, ev: Inbound, max: usize) -> bool {
+        let mut q = self.lock();
+        if q.0.len() >= max {
+            return false;
+        }
+        q.0.push_back(ev);
+        drop(q);
         // One proxy waits; `notify_one` keeps a permit if it is not waiting
         // yet, so a push between its check and its wait is not lost.
         self.ready.notify_one();
+        true
     }
 }
 
@@ -147,6 +156,55 @@ pub struct Stats {
 struct Handed {
     bytes: Option<Bytes>,
     count: u32,
+    /// Bumped each time the chunk is handed over from free: a call's hold
+    /// of an earlier handing does not count for a later one.
+    gen: u32,
+    /// Open calls among the handings (the memory budget: a chunk whose
+    /// calls all ended must come back within the release timeout).
+    open: u32,
+    /// The budget tick at which `open` last dropped to 0.
+    idle_since: u32,
+}
+
+/// A call the engine has open with the application.
+#[derive(Debug)]
+struct OpenCall {
+    tx: EventTx,
+    /// Engine chunks its requests were handed in: (index, generation).
+    holds: Holds,
+    /// The application sent something for it.
+    answered: bool,
+}
+
+/// A call's chunk holds: two inline (a unary call has one or two), more
+/// on the heap.
+#[derive(Debug, Default)]
+struct Holds {
+    inline: [(u32, u32); 2],
+    n: u8,
+    more: Vec<(u32, u32)>,
+}
+
+impl Holds {
+    fn push(&mut self, h: (u32, u32)) {
+        match self.n {
+            0 | 1 => {
+                self.inline[self.n as usize] = h;
+                self.n += 1;
+            }
+            _ => self.more.push(h),
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.more.pop().is_none() && self.n > 0 {
+            self.n -= 1;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(u32, u32)> {
+        self.inline[..self.n as usize].iter().chain(self.more.iter())
+    }
 }
 
 struct State {
@@ -155,7 +213,7 @@ struct State {
     /// with the bytes that keep each out of the free list until released.
     handed: Vec<Handed>,
     custody: Custody,
-    calls: HashMap<u64, EventTx>,
+    calls: HashMap<u64, OpenCall>,
     /// Chunks of the application's half to hand back. They stay in
     /// custody until their release is posted: the application may not hand
     /// a chunk over again before it has it back, or it could make the
@@ -168,7 +226,23 @@ struct State {
     /// out).
     notifies: VecDeque<(Descriptor, Vec<u8>)>,
     closed: Option<String>,
+    /// The budget clock (ticks of the drain loop, see [`Budgets::tick`]).
+    epoch: u32,
+    /// Calls in a row that ended (engine side) with nothing from the
+    /// application, and the tick of its last descriptor for an open call.
+    unanswered: u32,
+    last_answer: u32,
+    /// Descriptors for calls that already ended that the application may
+    /// still send: each call the engine ended under it allows a few (its
+    /// answer was on the way). Beyond, they are idle work.
+    stale_allowance: u64,
 }
+
+/// Late descriptors each call the engine ends under the application
+/// allows (a streaming call's last messages may be on their way), and
+/// their most.
+const STALE_PER_CALL: u64 = 16;
+const STALE_MAX: u64 = 1 << 20;
 
 /// Compute-unit answers an attachment queues while its ring is full.
 const MAX_NOTIFIES: usize = 4096;
@@ -191,9 +265,32 @@ impl State {
         let slot = self.handed.get_mut(index as usize)?;
         slot.count = slot.count.checked_sub(1)?;
         if slot.count == 0 {
+            slot.open = 0;
             slot.bytes.take()
         } else {
             None
+        }
+    }
+
+    /// A call left the table: its chunks no longer count it, and
+    /// (`by_engine`: the client went away or the deadline passed) a call
+    /// the application never answered counts against its answers.
+    fn ended(&mut self, call: &OpenCall, by_engine: bool) {
+        for &(index, gen) in call.holds.iter() {
+            if let Some(h) = self.handed.get_mut(index as usize) {
+                if h.gen == gen && h.count > 0 && h.open > 0 {
+                    h.open -= 1;
+                    if h.open == 0 {
+                        h.idle_since = self.epoch;
+                    }
+                }
+            }
+        }
+        if by_engine {
+            self.stale_allowance = (self.stale_allowance + STALE_PER_CALL).min(STALE_MAX);
+            if !call.answered {
+                self.unanswered = self.unanswered.saturating_add(1);
+            }
         }
     }
 
@@ -238,6 +335,8 @@ pub struct Attachment {
     pub stats: Stats,
     /// Its device region and compute units, when the engine offloads.
     device: OnceLock<Arc<Device>>,
+    /// What it may cost the engine.
+    budgets: Budgets,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -280,6 +379,7 @@ impl Attachment {
         layout: Layout,
         app_bell: Doorbell,
         engine_bell: Doorbell,
+        budgets: Budgets,
     ) -> Option<(Arc<Attachment>, Receiver)> {
         let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)?;
         let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)?;
@@ -294,6 +394,10 @@ impl Attachment {
             cancels: Vec::new(),
             notifies: VecDeque::new(),
             closed: None,
+            epoch: 0,
+            unanswered: 0,
+            last_answer: 0,
+            stale_allowance: 0,
         };
         let att = Arc::new(Attachment {
             id,
@@ -311,6 +415,7 @@ impl Attachment {
             closed: AtomicBool::new(false),
             stats: Stats::default(),
             device: OnceLock::new(),
+            budgets,
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
@@ -366,7 +471,7 @@ impl Attachment {
         }
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = events();
-        st.calls.insert(id, tx);
+        st.calls.insert(id, OpenCall { tx, holds: Holds::default(), answered: false });
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         Ok((id, rx))
@@ -381,8 +486,9 @@ impl Attachment {
             d.end_call(call);
         }
         let mut st = self.state();
-        if st.calls.remove(&call).is_some() {
+        if let Some(open) = st.calls.remove(&call) {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            st.ended(&open, cancel.is_some());
             if let (Some((method, service)), None) = (cancel, &st.closed) {
                 st.cancels.push((call, method, service));
                 drop(st);
@@ -514,19 +620,30 @@ impl Attachment {
     ) -> Result<(), PostError> {
         let released;
         {
-            let mut st = self.state();
-            if let Some(why) = &st.closed {
+            let mut guard = self.state();
+            if let Some(why) = &guard.closed {
                 return Err(PostError::Gone(unavailable(why)));
             }
             // Before the descriptor leaves: the release may come at once.
             // (Every chunk index has a slot while the application is
             // attached.)
+            let st = &mut *guard;
+            let mut call = st.calls.get_mut(&d.call);
             for (c, bytes) in held.iter().chain(landing.iter()) {
                 if let Some(slot) = st.handed.get_mut(c.index as usize) {
                     debug_assert!(slot.count == 0 || landing.is_some());
+                    if slot.count == 0 {
+                        slot.gen = slot.gen.wrapping_add(1);
+                        slot.open = 0;
+                        slot.idle_since = st.epoch;
+                    }
                     slot.count += 1;
                     if slot.bytes.is_none() {
                         slot.bytes = Some(bytes.clone());
+                    }
+                    if let Some(call) = call.as_mut() {
+                        slot.open += 1;
+                        call.holds.push((c.index, slot.gen));
                     }
                 }
             }
@@ -539,13 +656,22 @@ impl Attachment {
                 Ok(())
             }
             Err(e) => {
-                let mut st = self.state();
+                let mut guard = self.state();
+                let st = &mut *guard;
+                if let Some(call) = st.calls.get_mut(&d.call) {
+                    for (c, _) in held.iter().chain(landing.iter()) {
+                        if let Some(slot) = st.handed.get_mut(c.index as usize) {
+                            slot.open = slot.open.saturating_sub(1);
+                            call.holds.pop();
+                        }
+                    }
+                }
                 let mut back = Vec::new();
                 for (c, _) in held.iter().chain(landing.iter()) {
                     back.extend(st.unhand(c.index));
                 }
                 st.owe_again(&released);
-                drop(st);
+                drop(guard);
                 // Outside the lock: dropping the bytes frees the chunk.
                 drop(back);
                 match e {
@@ -625,37 +751,90 @@ impl Attachment {
             && (!st.cancels.is_empty() || !st.releases.is_empty() || !st.notifies.is_empty())
     }
 
+    /// Copies ranges of the application's half into private memory (one
+    /// allocation for all of them): the engine never reads that half in
+    /// place, since the application may write it while the engine looks
+    /// (see `protoplane_shm::sys::Access`). Each range was checked against
+    /// its chunk by the caller.
+    fn copy_out(&self, spans: [Span; 3]) -> [Bytes; 3] {
+        let total: usize = spans.iter().map(|s| s.len as usize).sum();
+        let mut v = Vec::with_capacity(total);
+        let mut at = [0usize; 4];
+        for (i, s) in spans.iter().enumerate() {
+            if s.len > 0 && !self.map.append_to(s.offset as usize, s.len as usize, &mut v) {
+                // Inside the mapping by the caller's check; an empty part
+                // if not.
+            }
+            at[i + 1] = v.len();
+        }
+        let b = Bytes::from(v);
+        [b.slice(at[0]..at[1]), b.slice(at[1]..at[2]), b.slice(at[2]..at[3])]
+    }
+
+    /// One tick of the budget clock (the drain loop calls it every
+    /// [`Budgets::tick`]): `Err` names the budget the application broke.
+    pub(crate) fn check_budgets(&self) -> Result<(), String> {
+        let b = &self.budgets;
+        let mut st = self.state();
+        st.epoch = st.epoch.wrapping_add(1);
+        let now = st.epoch;
+        let release_ticks = b.ticks(b.release_timeout);
+        let half = &self.half;
+        for (i, h) in st.handed.iter().enumerate() {
+            if h.count > 0 && h.open == 0 && now.wrapping_sub(h.idle_since) > release_ticks {
+                let at = half.nth_offset(i as u32).unwrap_or(0);
+                return Err(format!(
+                    "it kept request memory (chunk {at:#x}) more than {} ms after its calls ended (budgets.release_timeout_ms)",
+                    b.release_timeout.as_millis()
+                ));
+            }
+        }
+        if st.unanswered >= b.max_unanswered
+            && now.wrapping_sub(st.last_answer) > b.ticks(b.answer_timeout)
+        {
+            return Err(format!(
+                "its last {} calls ended unanswered and it answered none for {} ms (budgets.max_unanswered, budgets.answer_timeout_ms)",
+                st.unanswered,
+                b.answer_timeout.as_millis()
+            ));
+        }
+        Ok(())
+    }
+
     /// Takes one descriptor from the application. `Err` is a protocol
     /// violation (the caller detaches).
     pub(crate) fn receive(self: &Arc<Self>, d: Descriptor) -> Result<(), String> {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
-        let mut st = self.state();
+        let mut guard = self.state();
         let mut back = Vec::new();
         let mut bad = None;
         for c in d.released() {
             let chunk = self.half.chunk_at(c);
-            let Some(chunk) = chunk.filter(|c| st.is_handed(c.index)) else {
+            let Some(chunk) = chunk.filter(|c| guard.is_handed(c.index)) else {
                 bad = Some(format!("release: chunk {c:#x} was not lent"));
                 break;
             };
-            back.extend(st.unhand(chunk.index));
+            back.extend(guard.unhand(chunk.index));
         }
         if !back.is_empty() || bad.is_some() {
             // Dropping them frees their chunks, which takes the lock: never
             // while holding it, also when a later release in the same
             // descriptor is bad (returning with both held deadlocked).
-            drop(st);
+            drop(guard);
             drop(back);
             if let Some(why) = bad {
                 return Err(why);
             }
-            st = self.state();
+            guard = self.state();
         }
         if d.flags == desc::RELEASE {
+            if d.released().next().is_none() {
+                return Err("a release of no chunk".into());
+            }
             return Ok(());
         }
         if d.flags == desc::TASK {
-            return self.take_task(st, d);
+            return self.take_task(guard, d);
         }
         if d.flags & !APP_FLAGS != 0
             || d.flags & (desc::MESSAGE | desc::STATUS | desc::HEADERS) == 0
@@ -664,9 +843,9 @@ impl Attachment {
         }
         let spans = [d.block, d.wire, d.side];
         let chunk = if spans.iter().any(|s| s.len > 0) {
-            let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
+            let c = guard.custody.take(d.chunk).map_err(|e| e.to_string())?;
             if let Some(s) = spans.iter().find(|s| !s.within(c.offset, c.len)) {
-                st.custody.give_back(c);
+                guard.custody.give_back(c);
                 return Err(format!("range {:#x}+{} outside its chunk", s.offset, s.len));
             }
             Some(c)
@@ -674,51 +853,96 @@ impl Attachment {
             None
         };
         let ends = d.has(desc::STATUS);
-        let tx = st.calls.get(&d.call).map(|t| t.0.clone());
+        let st = &mut *guard;
+        let tx = match st.calls.get_mut(&d.call) {
+            Some(open) => {
+                open.answered = true;
+                st.unanswered = 0;
+                st.last_answer = st.epoch;
+                Some(open.tx.0.clone())
+            }
+            None if d.call >= self.next_call.load(Ordering::Relaxed) => {
+                if let Some(c) = chunk {
+                    st.custody.give_back(c);
+                }
+                return Err(format!("a descriptor for call {} the engine never opened", d.call));
+            }
+            None if st.stale_allowance == 0 => {
+                if let Some(c) = chunk {
+                    st.custody.give_back(c);
+                }
+                return Err("more descriptors for ended calls than calls the engine ended".into());
+            }
+            None => {
+                st.stale_allowance -= 1;
+                None
+            }
+        };
         // A call that ends leaves the table now (the in-flight count with
         // it), but its queue closes only after its last events are in
         // (`_ended` drops at the end of this function).
         let _ended = if ends && tx.is_some() {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            st.calls.remove(&d.call)
+            let open = st.calls.remove(&d.call);
+            if let Some(o) = &open {
+                st.ended(o, false);
+            }
+            open
         } else {
             None
         };
-        drop(st);
-        // The chunk, held until every piece of it is dropped.
-        let held = chunk.map(|c| Held::new(self.clone(), c));
-        let piece = |s: Span| held.as_ref().map_or_else(Bytes::new, |h| h.piece(s));
+        drop(guard);
+        // What the application wrote, copied out of its half before
+        // anything reads it (it may still be writing there: every check
+        // below runs on the copy), and the chunk handed back at once.
+        let [block, wire, side] = match chunk {
+            Some(c) => {
+                let parts = self.copy_out([d.block, d.wire, d.side]);
+                Holder::give_back(&**self, c);
+                parts
+            }
+            None => Default::default(),
+        };
         let Some(tx) = tx else {
             // A call that already ended (cancelled, or its deadline passed
-            // before the application answered): drop it, chunk and all.
+            // before the application answered): dropped.
             self.stats.stale.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
-        let (headers, status) = if d.side.len > 0 {
-            parse_side(&piece(d.side), d.has(desc::STATUS))?
-        } else {
-            (None, None)
-        };
+        let max = self.budgets.max_queued;
+        let flood =
+            || format!("more than {max} responses queued for call {} (budgets.max_queued)", d.call);
+        let (headers, status) =
+            if d.side.len > 0 { parse_side(&side, d.has(desc::STATUS))? } else { (None, None) };
         if let Some(md) = headers.filter(|_| d.has(desc::HEADERS)) {
             // Headers that come only with the status were staged by the
             // handler, never sent: the call may still end trailers-only.
             // Explicitly sent ones come in a descriptor of their own.
-            match ends && !d.has(desc::MESSAGE) {
-                true => tx.push(Inbound::Staged(md)),
-                false => tx.push(Inbound::Headers(md)),
+            let ev = match ends && !d.has(desc::MESSAGE) {
+                true => Inbound::Staged(md),
+                false => Inbound::Headers(md),
+            };
+            if !tx.push(ev, max) {
+                return Err(flood());
             }
         }
         if d.has(desc::MESSAGE) {
             let encoded = d.has(desc::ENCODED);
-            let bytes = piece(if encoded { d.wire } else { d.block });
-            tx.push(Inbound::Message { bytes, encoded, compress: d.has(desc::COMPRESS) });
+            let bytes = if encoded { wire } else { block };
+            let ev = Inbound::Message { bytes, encoded, compress: d.has(desc::COMPRESS) };
+            if !tx.push(ev, max) {
+                return Err(flood());
+            }
         }
         if ends {
             let st = match status {
                 Some(s) => s,
                 None => Status::new(Code::from_u32(d.code as u32), ""),
             };
-            tx.push(Inbound::Status(st));
+            // The status always fits: it ends the call.
+            if !tx.push(Inbound::Status(st), usize::MAX) {
+                return Err(flood());
+            }
         }
         Ok(())
     }
@@ -739,8 +963,9 @@ impl Attachment {
             return Err("a task descriptor's range outside its chunk".into());
         }
         drop(st);
-        let held = Held::new(self.clone(), c);
-        let payload = held.piece(d.block);
+        // Copied out of the application's half, which goes back at once.
+        let [payload, _, _] = self.copy_out([d.block, Span::default(), Span::default()]);
+        Holder::give_back(&**self, c);
         let (tag, slot) = (d.call, d.method);
         let Some(dev) = self.device.get().cloned() else {
             let no = Answer {
@@ -911,8 +1136,8 @@ impl Attachment {
         drop(handed);
         self.closed.store(true, Ordering::Release);
         self.in_flight.fetch_sub(calls.len() as u64, Ordering::Relaxed);
-        for (_, tx) in calls {
-            tx.0.push(Inbound::Status(unavailable(why)));
+        for (_, open) in calls {
+            open.tx.0.push(Inbound::Status(unavailable(why)), usize::MAX);
         }
         self.wake.notify_one();
     }
@@ -996,21 +1221,30 @@ mod tests {
     /// response ring.
     fn attached() -> (Arc<Attachment>, Receiver, Arc<Mapping>, Consumer, Producer) {
         let layout = Layout { ring_slots: 8, classes: vec![Class { size: 4096, count: 2 }] };
-        let (region, att, rx) =
-            crate::region(1, 0, vec!["a.S".into()], layout.clone(), None).expect("region");
-        let parts = [(&region.shared, true), (&region.engine_half, false)];
+        let (region, att, rx) = crate::region(
+            1,
+            0,
+            vec!["a.S".into()],
+            layout.clone(),
+            None,
+            crate::Budgets::default(),
+        )
+        .expect("region");
+        let parts = layout.app_parts(&region.shared, &region.engine_half);
         let map = Arc::new(Mapping::map_parts(&parts).expect("map"));
         let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
         let (requests, responses) = (ring(layout.request_ring()), ring(layout.response_ring()));
         (att, rx, map, Consumer::new(requests), Producer::new(responses))
     }
 
-    /// A response for a call that already ended, in the application's
-    /// first chunk.
+    /// A response for a call that already ended (the engine cancelled
+    /// it), in the application's first chunk.
     fn stale(att: &Attachment) -> Descriptor {
+        let (call, _rx) = att.open_call().expect("open");
+        att.close_call(call, Some((0, 0)));
         let chunk = att.layout.app_half() as u32;
         Descriptor {
-            call: 99,
+            call,
             flags: desc::MESSAGE,
             block: Span { offset: chunk, len: 16 },
             chunk,

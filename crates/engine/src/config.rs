@@ -31,6 +31,22 @@
 //! queue_timeout_ms = 500          # then RESOURCE_EXHAUSTED
 //! stall_timeout_ms = 5000         # an application that takes no request this long is cut off
 //!
+//! [attach]                        # the attach socket: see `crate::admission`
+//! max_applications = 64           # attached at once
+//! max_pending = 64                # handshakes waiting at once (the oldest is cut off)
+//! handshake_timeout_ms = 1000
+//!
+//! [attach.allow]                  # who may serve which service (SO_PEERCRED)
+//! "socialnetwork.SocialNetwork" = ["uid:1000", "gid:1000"]
+//! "*" = ["uid:0"]                 # services not listed; without "*", anyone who can open the socket
+//!
+//! [budgets]                       # per application: see `crate::budget`
+//! descriptors_per_pass = 256
+//! release_timeout_ms = 10000      # request memory of an ended call must come back by then
+//! max_unanswered = 64             # calls in a row ending unanswered ...
+//! answer_timeout_ms = 10000       # ... with no answer this long: a black hole
+//! max_queued = 1024               # responses waiting for one call's client
+//!
 //! [offload]                       # functional offload: see `crate::functional`
 //! methods = ["/socialnetwork.SocialNetwork/Login"]  # answered in the engine
 //! raw_above = 1048576             # larger requests reach the application undecoded
@@ -52,6 +68,8 @@ use std::time::Duration;
 
 use protoplane_rpc::{Schema, ServerOptions};
 
+use crate::admission::{Admission, Principal};
+use crate::budget::Budgets;
 use crate::device::DeviceOptions;
 use crate::functional::FunctionalOffload;
 use crate::proxy::Limits;
@@ -101,6 +119,10 @@ pub struct Config {
     pub offload: FunctionalOffload,
     /// Device placement and compute units (RPCAcc in split mode).
     pub device: DeviceOptions,
+    /// Who may attach as which service, and how many at once.
+    pub admission: Admission,
+    /// What each attached application may cost the engine.
+    pub budgets: Budgets,
 }
 
 impl Default for Config {
@@ -125,6 +147,8 @@ impl Default for Config {
             threads: 1,
             offload: FunctionalOffload::default(),
             device: DeviceOptions::default(),
+            admission: Admission::default(),
+            budgets: Budgets::default(),
         }
     }
 }
@@ -256,6 +280,44 @@ impl Config {
                     ("limits", "max_waiting") => self.limits.max_waiting = uint(v, &k)? as usize,
                     ("limits", "queue_timeout_ms") => {
                         self.limits.queue_timeout = Duration::from_millis(uint(v, &k)?)
+                    }
+                    ("attach", "max_applications") => {
+                        self.admission.max_applications = uint(v, &k)?.max(1) as usize
+                    }
+                    ("attach", "max_pending") => {
+                        self.admission.max_pending = uint(v, &k)?.max(1) as usize
+                    }
+                    ("attach", "handshake_timeout_ms") => {
+                        self.admission.handshake_timeout =
+                            Duration::from_millis(uint(v, &k)?.max(1))
+                    }
+                    ("attach", "allow") => {
+                        for (service, who) in table(v, &k)? {
+                            let at = format!("{k}.{service}");
+                            let rule = list(who, &at)?
+                                .iter()
+                                .map(|p| {
+                                    Principal::parse(&string(p, &at)?)
+                                        .map_err(|e| format!("{at}: {e}"))
+                                })
+                                .collect::<Result<Vec<_>, _>>()?;
+                            self.admission.allow.insert(service.clone(), rule);
+                        }
+                    }
+                    ("budgets", "descriptors_per_pass") => {
+                        self.budgets.descriptors_per_pass = uint(v, &k)?.clamp(1, 1 << 20) as usize
+                    }
+                    ("budgets", "release_timeout_ms") => {
+                        self.budgets.release_timeout = Duration::from_millis(uint(v, &k)?.max(1))
+                    }
+                    ("budgets", "max_unanswered") => {
+                        self.budgets.max_unanswered = uint(v, &k)?.clamp(1, u32::MAX as u64) as u32
+                    }
+                    ("budgets", "answer_timeout_ms") => {
+                        self.budgets.answer_timeout = Duration::from_millis(uint(v, &k)?.max(1))
+                    }
+                    ("budgets", "max_queued") => {
+                        self.budgets.max_queued = uint(v, &k)?.clamp(1, 1 << 20) as usize
                     }
                     ("limits", "stall_timeout_ms") => {
                         self.stall_timeout = Duration::from_millis(uint(v, &k)?.max(10))

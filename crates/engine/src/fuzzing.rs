@@ -92,8 +92,15 @@ impl Engine {
         // it too.
         let opts = crate::DeviceOptions { units: 1, region_mb: 1, ..Default::default() };
         let device = Some(Arc::new(crate::Device::new(&opts, Vec::new())?));
-        let (region, att, rx) = crate::region(1, 0, vec!["fuzz.S".into()], layout, device)?;
-        let map = Mapping::map_parts(&[(&region.shared, true), (&region.engine_half, false)])
+        let (region, att, rx) = crate::region(
+            1,
+            0,
+            vec!["fuzz.S".into()],
+            layout.clone(),
+            device,
+            crate::Budgets::default(),
+        )?;
+        let map = Mapping::map_parts(&layout.app_parts(&region.shared, &region.engine_half))
             .map_err(|e| e.to_string())?;
         Ok((Engine { att, responses: rx.responses }, map))
     }

@@ -28,7 +28,9 @@
 //! before the application gets it: nothing the application does can
 //! change a block while the engine builds it.
 
+pub mod admission;
 pub mod attachment;
+pub mod budget;
 pub mod config;
 pub mod device;
 pub mod functional;
@@ -38,21 +40,23 @@ pub mod proxy;
 pub mod registry;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protoplane_rpc::{Router, Schema};
-use protoplane_shm::attach::{self, Answer, Hello, VERSION};
-use protoplane_shm::{sys, Doorbell, EventFd, Layout, Mapping};
+use protoplane_shm::attach::{Answer, Hello, VERSION};
+use protoplane_shm::{sys, Bell, Doorbell, Layout, Mapping};
 use tokio::io::AsyncReadExt;
 
+pub use admission::{Admission, AdmissionStats, Credentials, Principal};
 pub use attachment::Attachment;
+pub use budget::Budgets;
 pub use config::Config;
 pub use device::{Device, DeviceOptions};
 pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
 pub use proxy::{Limits, SplitService};
-pub use registry::Registry;
+pub use registry::{Detached, Registry};
 
 use attachment::Receiver;
 use protoplane_shm::layout::{APP_PARKED, ENGINE_PARKED};
@@ -71,6 +75,8 @@ pub struct Running {
     /// Per-method counters: calls opened with applications, calls
     /// answered in the engine (functional offload).
     pub counters: Arc<Counters>,
+    /// The attach socket's counters.
+    pub admission: Arc<AdmissionStats>,
 }
 
 struct Ctx {
@@ -84,6 +90,13 @@ struct Ctx {
     device: Option<DeviceOptions>,
     /// The schemas' placement tables, which applications may move fields in.
     placement_tables: Vec<Arc<protoplane_schema::PlacementTable>>,
+    /// The attach socket's rules, its handshakes and seats.
+    admission: Admission,
+    admission_stats: Arc<AdmissionStats>,
+    pending: admission::Pending,
+    seats: admission::Seats,
+    /// What each application may cost.
+    budgets: Budgets,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -150,6 +163,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         attach: config.attach.clone(),
         registry: registry.clone(),
         counters: Arc::new(counters),
+        admission: Arc::new(AdmissionStats::default()),
     };
     if let Some(addr) = config.grpc {
         let l = tokio::net::TcpListener::bind(addr)
@@ -183,15 +197,13 @@ pub async fn start(config: Config) -> Result<Running, String> {
         tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), l));
     }
     if let Some(path) = &config.lean_unix {
-        let _ = std::fs::remove_file(path);
-        let l = tokio::net::UnixListener::bind(path)
-            .map_err(|e| format!("listen on {}: {e}", path.display()))?;
+        let l = admission::bind_unix(path)?;
         tokio::spawn(protoplane_rpc::lean::server::serve_unix(router.clone(), l));
     }
 
-    let _ = std::fs::remove_file(&config.attach);
-    let listener = tokio::net::UnixListener::bind(&config.attach)
-        .map_err(|e| format!("attach socket {}: {e}", config.attach.display()))?;
+    // Never taken from a live engine; a stale socket file is replaced.
+    let listener =
+        admission::bind_unix(&config.attach).map_err(|e| format!("attach socket: {e}"))?;
     // The largest chunk holds a largest message's wire bytes plus its
     // block (a view-mode block is far smaller than its wire bytes; an
     // owned-mode response block is about as large as its encoding).
@@ -211,37 +223,65 @@ pub async fn start(config: Config) -> Result<Running, String> {
         next_id: std::sync::atomic::AtomicU32::new(1),
         device: with_device.then(|| config.device.clone()),
         placement_tables: placements.tables().to_vec(),
+        admission: config.admission.clone(),
+        admission_stats: running.admission.clone(),
+        pending: admission::Pending::default(),
+        seats: admission::Seats::default(),
+        budgets: config.budgets.clone(),
     });
-    tokio::spawn(async move {
-        loop {
-            let Ok((sock, _)) = listener.accept().await else { continue };
-            tokio::spawn(admit(sock, ctx.clone()));
-        }
-    });
+    tokio::spawn(admit_all(listener, ctx));
     Ok(running)
 }
 
-/// Runs the handshake with one connecting application and, if it is
-/// accepted, its drain loop and liveness watch.
-async fn admit(sock: tokio::net::UnixStream, ctx: Arc<Ctx>) {
-    let Ok(std_sock) = sock.into_std() else { return };
-    let c = ctx.clone();
-    let handshake = tokio::task::spawn_blocking(move || {
-        let _ = std_sock.set_nonblocking(false);
-        let _ = std_sock.set_read_timeout(Some(Duration::from_secs(5)));
-        let r = handshake(&std_sock, &c);
-        (std_sock, r)
-    })
-    .await;
-    let Ok((std_sock, result)) = handshake else { return };
-    let (att, rx) = match result {
-        Ok(x) => x,
-        Err(why) => {
-            eprintln!("engine: refused an application: {why}");
-            let _ = attach::send(&std_sock, &Answer::Refuse(why).encode(), &[]);
-            return;
+/// The attach socket's accept loop: each connection's handshake in a task
+/// of its own, evicting the oldest beyond `max_pending` (see [`admission`]).
+async fn admit_all(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
+    loop {
+        let (sock, _) =
+            protoplane_rpc::accept::accept("engine attach socket", || listener.accept()).await;
+        ctx.admission_stats.connections.fetch_add(1, Ordering::Relaxed);
+        let id = ctx.pending.admit(ctx.admission.max_pending, &ctx.admission_stats);
+        let c = ctx.clone();
+        let task = tokio::spawn(async move {
+            let accepted =
+                tokio::time::timeout(c.admission.handshake_timeout, handshake(&sock, &c)).await;
+            c.pending.done(id);
+            match accepted {
+                Ok(Ok((att, rx))) => serve_attached(sock, att, rx, c).await,
+                Ok(Err(Refusal(why))) => {
+                    c.admission_stats.refused.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("engine: refused an application: {why}");
+                    admission::refuse(&sock, why).await;
+                }
+                Err(_) => {
+                    c.admission_stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        ctx.pending.started(id, task.abort_handle());
+        if task.is_finished() {
+            ctx.pending.done(id);
         }
-    };
+    }
+}
+
+/// Why an application was refused (sent to it in the REFUSE answer).
+struct Refusal(String);
+
+impl From<String> for Refusal {
+    fn from(s: String) -> Self {
+        Refusal(s)
+    }
+}
+
+/// An accepted application's life: its drain loop and liveness watch,
+/// until it detaches.
+async fn serve_attached(
+    mut live: tokio::net::UnixStream,
+    att: Arc<Attachment>,
+    rx: Receiver,
+    ctx: Arc<Ctx>,
+) {
     eprintln!(
         "engine: application {} (pid {}) attached for {}",
         att.id,
@@ -249,14 +289,8 @@ async fn admit(sock: tokio::net::UnixStream, ctx: Arc<Ctx>) {
         att.services.join(", ")
     );
     ctx.registry.add(att.clone());
-    let _ = std_sock.set_nonblocking(true);
-    let Ok(mut live) = tokio::net::UnixStream::from_std(std_sock) else {
-        att.detach("attach socket unusable");
-        ctx.registry.remove(&att);
-        return;
-    };
     let watcher = att.clone();
-    tokio::spawn(async move {
+    let watch = tokio::spawn(async move {
         // The socket carries nothing after the handshake: its end (the
         // process exited or was killed) or any byte detaches.
         let mut b = [0u8; 1];
@@ -266,8 +300,10 @@ async fn admit(sock: tokio::net::UnixStream, ctx: Arc<Ctx>) {
         };
         watcher.detach(why);
     });
-    drain(att.clone(), rx, ctx.spin, ctx.stall).await;
+    drain(att.clone(), rx, &ctx).await;
+    watch.abort();
     ctx.registry.remove(&att);
+    ctx.seats.give_back();
     eprintln!(
         "engine: application {} (pid {}) detached: {}",
         att.id,
@@ -276,15 +312,14 @@ async fn admit(sock: tokio::net::UnixStream, ctx: Arc<Ctx>) {
     );
 }
 
-fn handshake(
-    sock: &std::os::unix::net::UnixStream,
+async fn handshake(
+    sock: &tokio::net::UnixStream,
     ctx: &Ctx,
-) -> Result<(Arc<Attachment>, Receiver), String> {
-    let (msg, _) = attach::recv(sock).map_err(|e| format!("reading the request: {e}"))?;
+) -> Result<(Arc<Attachment>, Receiver), Refusal> {
+    let peer = admission::credentials(sock).map_err(|e| format!("peer credentials: {e}"))?;
+    let (msg, _) = admission::recv(sock).await.map_err(|e| format!("reading the request: {e}"))?;
     let hello = Hello::decode(&msg).map_err(|e| e.to_string())?;
-    if hello.version != VERSION {
-        return Err(format!("protocol version {} (the engine speaks {VERSION})", hello.version));
-    }
+    ctx.admission.check(&hello, &peer)?;
     for (name, digest) in &hello.services {
         let schema = ctx
             .schemas
@@ -295,10 +330,33 @@ fn handshake(
         if ours != *digest {
             return Err(format!(
                 "service {name}: schema tables differ (application {digest:016x}, engine {ours:016x}); build both from the same .proto files"
-            ));
+            )
+            .into());
         }
     }
-    let id = ctx.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !ctx.seats.take(ctx.admission.max_applications) {
+        return Err(format!(
+            "the engine serves its maximum of {} applications (attach.max_applications)",
+            ctx.admission.max_applications
+        )
+        .into());
+    }
+    // From here on the seat is this application's; it goes back when the
+    // handshake fails or, once attached, when it detaches.
+    let attached = attach_region(sock, ctx, &hello, &peer).await;
+    if attached.is_err() {
+        ctx.seats.give_back();
+    }
+    attached
+}
+
+async fn attach_region(
+    sock: &tokio::net::UnixStream,
+    ctx: &Ctx,
+    hello: &Hello,
+    peer: &admission::Credentials,
+) -> Result<(Arc<Attachment>, Receiver), Refusal> {
+    let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
     let answer = Answer::Accept { version: VERSION, id, layout: ctx.layout.clone() };
     // Rings are initialized (inside `Attachment::new`) before the answer
@@ -307,19 +365,25 @@ fn handshake(
         Some(opts) => Some(Arc::new(Device::new(opts, ctx.placement_tables.clone())?)),
         None => None,
     };
-    let (region, att, rx) = region(id, hello.pid, services, ctx.layout.clone(), device)?;
-    let fds = [&region.shared, &region.engine_half, region.engine_fd.fd(), region.app_fd.fd()];
-    attach::send(sock, &answer.encode(), &fds).map_err(|e| format!("sending the answer: {e}"))?;
+    // The kernel's pid, not the one the application wrote.
+    let pid = peer.pid.unwrap_or(hello.pid);
+    let (region, att, rx) =
+        region(id, pid, services, ctx.layout.clone(), device, ctx.budgets.clone())?;
+    let fds = [&region.shared, &region.engine_half, region.app_bell.fd()];
+    admission::send(sock, &answer.encode(), &fds)
+        .await
+        .map_err(|e| format!("sending the answer: {e}"))?;
     Ok((att, rx))
 }
 
 /// What the application receives with the answer: the region's two files
-/// (the engine's half sealed against writes) and both doorbells.
+/// (both sealed against resizing, the engine's half also against writes)
+/// and its end of the doorbell pair (the engine keeps the other: its file
+/// flags are its own).
 struct Region {
     shared: std::os::fd::OwnedFd,
     engine_half: std::os::fd::OwnedFd,
-    engine_fd: EventFd,
-    app_fd: EventFd,
+    app_bell: Bell,
 }
 
 /// A new region of `layout` and the engine's side of it (rings
@@ -330,37 +394,41 @@ fn region(
     services: Vec<String>,
     layout: Layout,
     device: Option<Arc<Device>>,
+    budgets: Budgets,
 ) -> Result<(Region, Arc<Attachment>, Receiver), String> {
     let err = |e: std::io::Error| e.to_string();
     let shared = sys::memfd("protoplane-region", layout.shared_len() as usize).map_err(err)?;
+    // Its size sealed before anybody maps it: an application that could
+    // truncate it would take the engine down with SIGBUS.
+    sys::seal_size(&shared).map_err(err)?;
     let engine_half = sys::memfd("protoplane-requests", layout.half_len() as usize).map_err(err)?;
-    let map = Mapping::map_parts(&[(&shared, true), (&engine_half, true)]).map_err(err)?;
+    let map = Mapping::map_parts(&layout.engine_parts(&shared, &engine_half)).map_err(err)?;
     // Mapped writable here first; from now on nobody else can.
     sys::seal_writes(&engine_half).map_err(err)?;
     let map = Arc::new(map);
-    let engine_fd = EventFd::new().map_err(|e| e.to_string())?;
-    let app_fd = EventFd::new().map_err(|e| e.to_string())?;
-    let app_bell = Doorbell::new(map.clone(), APP_PARKED, dup(&app_fd)?).ok_or("doorbell")?;
-    let engine_bell =
-        Doorbell::new(map.clone(), ENGINE_PARKED, dup(&engine_fd)?).ok_or("doorbell")?;
-    let (att, rx) = Attachment::new(id, pid, services, map, layout, app_bell, engine_bell)
+    let (ours, theirs) = Bell::pair().map_err(err)?;
+    let ours = Arc::new(ours);
+    let app_bell = Doorbell::new(map.clone(), APP_PARKED, ours.clone()).ok_or("doorbell")?;
+    let engine_bell = Doorbell::new(map.clone(), ENGINE_PARKED, ours).ok_or("doorbell")?;
+    let (att, rx) = Attachment::new(id, pid, services, map, layout, app_bell, engine_bell, budgets)
         .ok_or("the layout does not fit its region")?;
     if let Some(d) = device {
         att.set_device(d);
     }
-    Ok((Region { shared, engine_half, engine_fd, app_fd }, att, rx))
-}
-
-fn dup(fd: &EventFd) -> Result<EventFd, String> {
-    let owned = fd.fd().try_clone().map_err(|e| e.to_string())?;
-    EventFd::from_fd(owned).map_err(|e| e.to_string())
+    Ok((Region { shared, engine_half, app_bell: theirs }, att, rx))
 }
 
 /// Takes the application's descriptors until it detaches: spins for
 /// `spin` after the last one, then parks on its doorbell. Also posts what
-/// the engine owes it (cancels, chunk releases) and watches that it keeps
-/// consuming its request ring.
-async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Duration) {
+/// the engine owes it (cancels, chunk releases), watches that it keeps
+/// consuming its request ring, and checks its budgets ([`budget`]) every
+/// budget tick. At most `descriptors_per_pass` descriptors per pass, then
+/// the runtime's other tasks (other applications' loops) run.
+async fn drain(att: Arc<Attachment>, rx: Receiver, ctx: &Ctx) {
+    let (spin, stall) = (ctx.spin, ctx.stall);
+    let per_pass = ctx.budgets.descriptors_per_pass.max(1);
+    let budget_tick = ctx.budgets.tick();
+    let mut next_budget_check = Instant::now() + budget_tick;
     let Receiver { mut responses, engine_bell } = rx;
     let Ok(bell) = engine_bell.into_async() else {
         att.detach("cannot wait on the doorbell");
@@ -369,11 +437,17 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Durati
     let mut spin_until = Instant::now() + spin;
     let mut watched = 0u64;
     let mut last_progress = Instant::now();
-    const BATCH: usize = 256;
     while !att.is_closed() {
-        let n = attachment::take(&att, &mut responses, BATCH);
+        let n = attachment::take(&att, &mut responses, per_pass);
         att.flush();
         let now = Instant::now();
+        if now >= next_budget_check {
+            next_budget_check = now + budget_tick;
+            if let Err(why) = att.check_budgets() {
+                att.detach(&why);
+                break;
+            }
+        }
         let (produced, taken) = att.progress(watched);
         if taken > 0 || produced == watched {
             watched += taken;
@@ -396,19 +470,25 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, spin: Duration, stall: Durati
         }
         bell.prepare_park();
         if !responses.is_empty() || att.owes() || att.is_closed() {
-            bell.unpark();
+            if !bell.unpark() {
+                att.detach("the application closed its doorbell");
+                break;
+            }
             continue;
         }
         // The watchdog needs a look now and then: requests posted while
         // this loop is parked do not wake it (that would cost every call a
         // wake-up), so it looks four times per stall timeout.
-        let tick = stall / 4;
+        let tick = (stall / 4).min(budget_tick);
         tokio::select! {
             _ = bell.wait() => {}
             _ = att.wake.notified() => {}
             _ = tokio::time::sleep(tick.max(Duration::from_millis(1))) => {}
         }
-        bell.unpark();
+        if !bell.unpark() {
+            att.detach("the application closed its doorbell");
+            break;
+        }
         spin_until = Instant::now() + spin;
     }
 }

@@ -20,6 +20,24 @@ pub struct Registry {
     turn: AtomicUsize,
     /// Services some application has served since the engine started.
     seen: Mutex<std::collections::HashSet<String>>,
+    /// The last [`DETACHED_KEPT`] detachments, oldest first.
+    detached: Mutex<std::collections::VecDeque<Detached>>,
+}
+
+/// Detachments the registry remembers (for operators and tests).
+pub const DETACHED_KEPT: usize = 64;
+
+/// An application that was attached and is not any more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detached {
+    /// The engine's number for it.
+    pub id: u32,
+    /// Its process id (from the attach socket's peer credentials).
+    pub pid: u32,
+    /// The services it served.
+    pub services: Vec<String>,
+    /// Why it was cut off (or that it left).
+    pub reason: String,
 }
 
 impl Registry {
@@ -55,8 +73,20 @@ impl Registry {
         }
     }
 
-    /// Removes it (it detached).
+    /// Removes it (it detached) and remembers why.
     pub fn remove(&self, att: &Arc<Attachment>) {
+        {
+            let mut d = self.detached.lock().unwrap_or_else(|e| e.into_inner());
+            if d.len() == DETACHED_KEPT {
+                d.pop_front();
+            }
+            d.push_back(Detached {
+                id: att.id,
+                pid: att.pid,
+                services: att.services.clone(),
+                reason: att.closed_reason().unwrap_or_else(|| "removed".into()),
+            });
+        }
         let mut map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
         let mut emptied = Vec::new();
         for s in &att.services {
@@ -72,6 +102,26 @@ impl Registry {
         for s in emptied {
             self.report(&s, false);
         }
+    }
+
+    /// Instances of `service` attached now.
+    pub fn attached(&self, service: &str) -> usize {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(service).map_or(0, |l| l.iter().filter(|a| !a.is_closed()).count())
+    }
+
+    /// Applications attached now (each counted once).
+    pub fn applications(&self) -> usize {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ids: Vec<u32> = map.values().flatten().map(|a| a.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
+    /// The last detachments, oldest first.
+    pub fn detached(&self) -> Vec<Detached> {
+        self.detached.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 
     /// The instance of `service` to send the next call to.

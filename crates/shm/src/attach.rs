@@ -4,8 +4,10 @@
 //! app -> engine   HELLO   "PPATTACH" | version u16 | 0 u16 | pid u32
 //!                         | n u16 | n x (name len u16 | name | table-set digest u64)
 //! engine -> app   ACCEPT  "PPATT-OK" | version u16 | 0 u16 | attachment id u32 | layout
-//!                         + descriptors: the region's shared memfd, its engine-half
-//!                           memfd (sealed against writes), engine doorbell, app doorbell
+//!                         + descriptors: the region's shared memfd (sealed against
+//!                           resizing), its engine-half memfd (sealed against writes
+//!                           and resizing), the application's end of the doorbell
+//!                           socket pair
 //!              or REFUSE  "PPATT-NO" | reason (UTF-8)
 //! ```
 //!
@@ -18,14 +20,14 @@
 //! gone (a crash closes it too).
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsFd, OwnedFd};
 
 use crate::layout::Layout;
 use crate::sys;
 
-/// Protocol version of the handshake, the rings and the descriptors.
-pub const VERSION: u16 = 2;
+/// Protocol version of the handshake, the rings and the descriptors
+/// (3: one doorbell socket pair instead of two eventfds).
+pub const VERSION: u16 = 3;
 
 const HELLO: &[u8; 8] = b"PPATTACH";
 const ACCEPT: &[u8; 8] = b"PPATT-OK";
@@ -195,14 +197,14 @@ impl Answer {
 }
 
 /// Sends one handshake message with descriptors.
-pub fn send(sock: &UnixStream, msg: &[u8], fds: &[&OwnedFd]) -> io::Result<()> {
+pub fn send(sock: &impl AsFd, msg: &[u8], fds: &[&OwnedFd]) -> io::Result<()> {
     sys::send_with_fds(sock, msg, fds)
 }
 
 /// Receives one handshake message (a single datagram-sized read: both
 /// sides send each message with one `sendmsg`, and the peer waits for the
 /// answer before sending anything else).
-pub fn recv(sock: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+pub fn recv(sock: &impl AsFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let (n, fds) = sys::recv_with_fds(sock, &mut buf)?;
     if n == 0 {

@@ -30,6 +30,10 @@
 //! The engine decides the layout and sends it in the attach handshake; the
 //! application checks it against the mapping's size before using it.
 
+use std::os::fd::OwnedFd;
+
+use crate::sys::{Access, Part};
+
 /// Bytes of the control page.
 pub const CONTROL_LEN: usize = 4096;
 /// Bytes of one ring slot.
@@ -192,6 +196,31 @@ impl Layout {
         self.classes.last().map_or(0, |c| c.size)
     }
 
+    /// How the engine maps a region of this layout: control page and rings
+    /// shared, the application's half read-only (copied out, never read in
+    /// place: the application writes it), its own half from its own file.
+    pub fn engine_parts<'a>(&self, shared: &'a OwnedFd, engine_half: &'a OwnedFd) -> [Part<'a>; 3] {
+        let app = self.app_half() as usize;
+        [
+            Part { fd: shared, offset: 0, len: Some(app), access: Access::Shared },
+            Part { fd: shared, offset: app, len: None, access: Access::Untrusted },
+            Part::whole(engine_half, Access::Own),
+        ]
+    }
+
+    /// How an application maps a region of this layout: control page and
+    /// rings shared, its own half (the engine maps it read-only), the
+    /// engine's half read-only (sealed; written by the engine, which the
+    /// application trusts).
+    pub fn app_parts<'a>(&self, shared: &'a OwnedFd, engine_half: &'a OwnedFd) -> [Part<'a>; 3] {
+        let app = self.app_half() as usize;
+        [
+            Part { fd: shared, offset: 0, len: Some(app), access: Access::Shared },
+            Part { fd: shared, offset: app, len: None, access: Access::Own },
+            Part::whole(engine_half, Access::Trusted),
+        ]
+    }
+
     /// The chunks of the engine's half.
     pub fn engine_chunks(&self) -> Half {
         Half::new(self.engine_half(), &self.classes)
@@ -301,6 +330,16 @@ impl Half {
             }
         }
         None
+    }
+
+    /// The offset of the chunk with bookkeeping index `index`, if any.
+    pub fn nth_offset(&self, index: u32) -> Option<u32> {
+        let &(start, size, _, first) = self
+            .classes
+            .iter()
+            .rev()
+            .find(|&&(_, _, count, first)| first <= index && index - first < count)?;
+        Some((start + size as u64 * (index - first) as u64) as u32)
     }
 
     fn nth_of(&self, start: u64, size: u32, first: u32, i: u32) -> Chunk {

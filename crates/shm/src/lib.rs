@@ -7,7 +7,7 @@
 //! linearized blocks (offsets, never pointers), so the two processes map
 //! the region at different addresses and no pointer is fixed up.
 //!
-//! * [`sys`]: the system calls (memfd, mmap, eventfd, descriptor passing,
+//! * [`sys`]: the system calls (memfd, mmap, socket-pair doorbells, descriptor passing,
 //!   pinning), each wrapped once;
 //! * [`layout`]: the region — control page, two rings, and two halves of
 //!   chunks, each half allocated by one side from a private free list;
@@ -35,4 +35,4 @@ pub use desc::{Descriptor, Span};
 pub use layout::{Chunk, Chunks, Custody, Layout, LayoutError};
 pub use lease::{Held, Holder};
 pub use ring::{AsyncDoorbell, Consumer, Doorbell, Producer, PushError, Ring};
-pub use sys::{EventFd, Mapping};
+pub use sys::{Access, Bell, Cleared, Mapping, Part};

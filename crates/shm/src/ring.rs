@@ -26,8 +26,8 @@
 //! producer facing garbage sequence words (a consumer that scribbled on its
 //! ring) gets [`PushError::Corrupt`] instead of spinning forever.
 //!
-//! Waiting: the consumer spins for a while and then parks on an eventfd
-//! ([`Doorbell`]). Before parking it raises its parked flag and looks at
+//! Waiting: the consumer spins for a while and then parks on its end of a
+//! socket pair ([`Doorbell`], [`Bell`]). Before parking it raises its parked flag and looks at
 //! the ring once more; a producer publishes, then reads the flag, and rings
 //! only when it is raised. With a full fence on each side, either the
 //! consumer sees the element or the producer sees the flag (Dekker), so no
@@ -40,7 +40,7 @@ use sync::AtomicU64;
 
 use crate::desc::{Descriptor, WORDS};
 use crate::layout::SLOT_LEN;
-use crate::sys::{EventFd, Mapping};
+use crate::sys::{Bell, Cleared, Mapping};
 
 /// Why a push failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,19 +284,21 @@ impl<M: Slots> Consumer<M> {
 }
 
 /// A consumer's doorbell: its parked flag in the control page and the
-/// eventfd it waits on.
+/// bell ([`Bell`]) it waits on. The engine's two doorbells (the one it
+/// rings, the one it waits on) share its end of one bell pair, and so do
+/// the application's.
 #[derive(Debug)]
 pub struct Doorbell {
     map: Arc<Mapping>,
     flag: usize,
-    fd: EventFd,
+    bell: Arc<Bell>,
 }
 
 impl Doorbell {
     /// The doorbell whose parked flag is the word at `flag`.
-    pub fn new(map: Arc<Mapping>, flag: usize, fd: EventFd) -> Option<Doorbell> {
+    pub fn new(map: Arc<Mapping>, flag: usize, bell: Arc<Bell>) -> Option<Doorbell> {
         map.atomic_u32(flag)?;
-        Some(Doorbell { map, flag, fd })
+        Some(Doorbell { map, flag, bell })
     }
 
     fn word(&self) -> &AtomicU32 {
@@ -311,7 +313,7 @@ impl Doorbell {
     pub fn notify(&self) -> bool {
         fence(Ordering::SeqCst);
         if self.word().load(Ordering::Relaxed) != 0 && self.word().swap(0, Ordering::AcqRel) != 0 {
-            self.fd.ring();
+            self.bell.ring();
             return true;
         }
         false
@@ -324,27 +326,42 @@ impl Doorbell {
         fence(Ordering::SeqCst);
     }
 
-    /// Consumer side: lowers the flag and clears the eventfd.
-    pub fn unpark(&self) {
+    /// Consumer side: lowers the flag and clears the bell. `false`: the
+    /// other side closed its end (it is gone).
+    pub fn unpark(&self) -> bool {
         self.word().store(0, Ordering::Relaxed);
-        self.fd.clear();
+        self.bell.clear() != Cleared::Closed
     }
 
-    /// The eventfd (to wait on).
-    pub fn fd(&self) -> &EventFd {
-        &self.fd
+    /// The bell (to wait on).
+    pub fn bell(&self) -> &Arc<Bell> {
+        &self.bell
     }
 
     /// The consumer's doorbell, waitable from a tokio runtime (call from
-    /// inside one).
+    /// inside one). Only one doorbell of a bell may be made waitable.
     pub fn into_async(self) -> std::io::Result<AsyncDoorbell> {
         // SAFETY: `register_with_interest` requires that the descriptor stay
-        // open and not be replaced while registered. The `EventFd` owning it
-        // moves into the `AsyncFd`, which deregisters before dropping it.
+        // open and not be replaced while registered. The `Arc<Bell>` owning
+        // it moves into the `AsyncFd`, which deregisters before dropping it.
         let fd = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(self.fd, tokio::io::Interest::READABLE)
+            tokio::io::unix::AsyncFd::register_with_interest(
+                BellFd(self.bell),
+                tokio::io::Interest::READABLE,
+            )
         }?;
         Ok(AsyncDoorbell { map: self.map, flag: self.flag, fd })
+    }
+}
+
+/// A shared bell as the reactor's descriptor source (the `Arc` keeps the
+/// descriptor open while it is registered).
+#[derive(Debug)]
+struct BellFd(Arc<Bell>);
+
+impl std::os::fd::AsRawFd for BellFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
     }
 }
 
@@ -353,7 +370,7 @@ impl Doorbell {
 pub struct AsyncDoorbell {
     map: Arc<Mapping>,
     flag: usize,
-    fd: tokio::io::unix::AsyncFd<EventFd>,
+    fd: tokio::io::unix::AsyncFd<BellFd>,
 }
 
 impl AsyncDoorbell {
@@ -371,13 +388,14 @@ impl AsyncDoorbell {
         fence(Ordering::SeqCst);
     }
 
-    /// Lowers the flag and clears the eventfd.
-    pub fn unpark(&self) {
+    /// Lowers the flag and clears the bell. `false`: the other side closed
+    /// its end (it is gone).
+    pub fn unpark(&self) -> bool {
         self.word().store(0, Ordering::Relaxed);
-        self.fd.get_ref().clear();
+        self.fd.get_ref().0.clear() != Cleared::Closed
     }
 
-    /// Waits until the doorbell rings.
+    /// Waits until the doorbell rings (or the other side closes its end).
     pub async fn wait(&self) {
         if let Ok(mut g) = self.fd.readable().await {
             g.clear_ready();
@@ -498,12 +516,17 @@ mod tests {
     fn doorbell_rings_only_for_a_parked_consumer() {
         let fd = memfd("bell", 4096).expect("memfd");
         let map = Arc::new(Mapping::map(&fd).expect("map"));
-        let bell = Doorbell::new(map, 64, EventFd::new().expect("eventfd")).expect("flag");
-        assert!(!bell.notify());
-        bell.prepare_park();
-        assert!(bell.notify());
-        assert!(!bell.notify(), "one ring per park");
-        bell.unpark();
-        assert!(!bell.fd().clear(), "unpark cleared it");
+        let (near, far) = Bell::pair().expect("bell");
+        let (far, near) = (Arc::new(far), Arc::new(near));
+        let producer = Doorbell::new(map.clone(), 64, near).expect("flag");
+        let consumer = Doorbell::new(map, 64, far.clone()).expect("flag");
+        assert!(!producer.notify());
+        consumer.prepare_park();
+        assert!(producer.notify());
+        assert!(!producer.notify(), "one ring per park");
+        assert!(consumer.unpark(), "the producer is there");
+        assert_eq!(far.clear(), Cleared::Quiet, "unpark cleared it");
+        drop(producer);
+        assert!(!consumer.unpark(), "the producer's end closed");
     }
 }

@@ -1,6 +1,9 @@
 //! What the engine's integration tests share: hand-written wire bytes, a
 //! unary gRPC call with bounded waits, the runtime they run on.
 
+// Each test binary uses part of it.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 use protoplane_rpc::{CallOptions, Channel, Status};

@@ -192,13 +192,13 @@ mod hostile {
 
     use protoplane_shm::attach::{self, Answer, Hello, VERSION};
     use protoplane_shm::layout::Layout;
-    use protoplane_shm::{Consumer, EventFd, Mapping, Producer, Ring};
+    use protoplane_shm::{Access, Bell, Consumer, Mapping, Part, Producer, Ring};
 
     pub(super) struct Hostile {
         pub(super) _sock: UnixStream,
         pub(super) map: Arc<Mapping>,
         pub(super) layout: Layout,
-        pub(super) engine_bell: EventFd,
+        pub(super) engine_bell: Arc<Bell>,
     }
 
     pub(super) fn attach(path: &str) -> Hostile {
@@ -220,10 +220,13 @@ mod hostile {
         let (shared, requests) = (fds.next().expect("region"), fds.next().expect("requests"));
         // The engine's half is sealed: even a hostile application can only
         // read it.
-        assert!(Mapping::map_parts(&[(&shared, true), (&requests, true)]).is_err());
-        let map = Mapping::map_parts(&[(&shared, true), (&requests, false)]).expect("map");
+        let writable = [Part::whole(&shared, Access::Shared), Part::whole(&requests, Access::Own)];
+        assert!(Mapping::map_parts(&writable).is_err());
+        let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).expect("map");
         let map = Arc::new(map);
-        let engine_bell = EventFd::from_fd(fds.next().expect("bell")).expect("eventfd");
+        // The application's end of the doorbell pair: a byte on it rings
+        // the engine.
+        let engine_bell = Arc::new(Bell::from_fd(fds.next().expect("bell")).expect("bell"));
         Hostile { _sock: sock, map, layout, engine_bell }
     }
 
@@ -364,8 +367,7 @@ fn hostile_applications_are_cut_off_and_the_engine_keeps_serving() {
                 _sock: h._sock.try_clone().expect("clone"),
                 map: h.map.clone(),
                 layout: h.layout.clone(),
-                engine_bell: EventFd::from_fd(h.engine_bell.fd().try_clone().expect("dup"))
-                    .expect("bell"),
+                engine_bell: h.engine_bell.clone(),
             };
             move || act(&h)
         });
@@ -385,5 +387,3 @@ fn hostile_applications_are_cut_off_and_the_engine_keeps_serving() {
         drop(h);
     }
 }
-
-use protoplane_shm::EventFd;

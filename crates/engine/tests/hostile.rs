@@ -29,6 +29,8 @@ use protoplane_rpc::{
     Streaming,
 };
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
+use protoplane_shm::desc::{self, Descriptor};
+use protoplane_shm::{Consumer, Layout, Mapping, Producer, Ring};
 use protoplane_wire::Builder;
 use tokio::runtime::Runtime;
 use tokio::time::timeout;
@@ -63,10 +65,32 @@ fn interop() -> Arc<Schema> {
     Arc::new(Schema::from_proto_files(&[file], &[root]).expect("the interop schema"))
 }
 
-/// Answers every method with an empty message of its output type.
+/// Answers every method with an empty message of its output type, except
+/// `ComposePost`, which never answers: it waits to be cancelled, and
+/// counts that it was (its future dropped).
 struct Honest {
     schema: Arc<Schema>,
     name: &'static str,
+    hanging: Arc<Hanging>,
+}
+
+/// `ComposePost` handlers started and cancelled.
+#[derive(Debug, Default)]
+struct Hanging {
+    started: std::sync::atomic::AtomicU64,
+    cancelled: std::sync::atomic::AtomicU64,
+}
+
+struct Cancelled(Arc<Hanging>);
+
+impl Drop for Cancelled {
+    fn drop(&mut self) {
+        self.0.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn honest(hanging: &Arc<Hanging>) -> Arc<Honest> {
+    Arc::new(Honest { schema: social(), name: SOCIAL, hanging: hanging.clone() })
 }
 
 impl Service for Honest {
@@ -89,6 +113,11 @@ impl Service for Honest {
             let _ = requests.single().await?;
             let ts = self.schema.tables();
             let out = self.schema.method(method).ok_or(Status::new(Code::Internal, "method"))?;
+            if out.name == "ComposePost" {
+                self.hanging.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _guard = Cancelled(self.hanging.clone());
+                std::future::pending::<()>().await;
+            }
             let b = Builder::new(ts, out.output)?;
             responder.send(b.finish()).await?;
             Ok(Metadata::new())
@@ -117,6 +146,7 @@ struct Fixture {
     running: Running,
     ch: Channel,
     dir: PathBuf,
+    hanging: Arc<Hanging>,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -139,8 +169,9 @@ impl Fixture {
         let running =
             engine_rt.block_on(protoplane_engine::start(config.clone())).expect("engine starts");
         let app_rt = runtime();
-        let app = protoplane_app::attach(&config.attach)
-            .service(Arc::new(Honest { schema: social, name: SOCIAL }));
+        let hanging = Arc::new(Hanging::default());
+        let app = protoplane_app::attach(&config.attach).service(honest(&hanging));
+        drop(social);
         app_rt.spawn(app.run());
         let client = runtime();
         let addr = running.grpc.expect("grpc").to_string();
@@ -155,6 +186,7 @@ impl Fixture {
             running,
             ch,
             dir,
+            hanging,
             _serial: serial,
         };
         f.wait_for(|| f.attached(SOCIAL) == 1, "the honest application attaches");
@@ -297,25 +329,57 @@ fn wait_next() {
     }
 }
 
-/// Attaches as `services` with the real handshake: the attach socket, and
-/// the descriptors of the answer.
-fn raw_attach(
-    path: &Path,
-    services: Vec<(String, u64)>,
-) -> (UnixStream, Vec<std::os::fd::OwnedFd>) {
-    let sock = UnixStream::connect(path).expect("connect to the attach socket");
-    let hello = Hello { version: VERSION, pid: std::process::id(), services };
-    attach::send(&sock, &hello.encode(), &[]).expect("send the hello");
-    let (msg, fds) = attach::recv(&sock).expect("the answer");
-    match Answer::decode(&msg).expect("an answer") {
-        Answer::Accept { .. } => report("attached"),
-        Answer::Refuse(why) => {
+/// Attaches as `services` with the real handshake: the attach socket, the
+/// region's layout and the descriptors of the answer.
+fn raw_attach(path: &Path, services: Vec<(String, u64)>) -> Attached {
+    match try_attach(path, services) {
+        Ok(x) => {
+            report("attached");
+            x
+        }
+        Err(why) => {
             report(&format!("refused {why}"));
             wait_next();
             std::process::exit(0);
         }
     }
-    (sock, fds)
+}
+
+type Attached = (UnixStream, Layout, Vec<std::os::fd::OwnedFd>);
+
+fn try_attach(path: &Path, services: Vec<(String, u64)>) -> Result<Attached, String> {
+    let sock = UnixStream::connect(path).expect("connect to the attach socket");
+    let hello = Hello { version: VERSION, pid: std::process::id(), services };
+    attach::send(&sock, &hello.encode(), &[]).expect("send the hello");
+    let (msg, fds) = attach::recv(&sock).expect("the answer");
+    match Answer::decode(&msg).expect("an answer") {
+        Answer::Accept { layout, .. } => Ok((sock, layout, fds)),
+        Answer::Refuse(why) => Err(why),
+    }
+}
+
+/// The application's ends of the rings: requests in, responses out.
+fn rings(layout: &Layout, fds: &[std::os::fd::OwnedFd]) -> (Consumer, Producer) {
+    let parts = layout.app_parts(&fds[0], &fds[1]);
+    let map = Arc::new(Mapping::map_parts(&parts).expect("map the region"));
+    let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
+    (Consumer::new(ring(layout.request_ring())), Producer::new(ring(layout.response_ring())))
+}
+
+/// Serves the request ring on a thread of its own with `on` (which may
+/// answer through the producer) until the process exits.
+fn serve_ring(
+    layout: &Layout,
+    fds: &[std::os::fd::OwnedFd],
+    mut on: impl FnMut(&Descriptor, &Producer) + Send + 'static,
+) {
+    let (mut requests, responses) = rings(layout, fds);
+    std::thread::spawn(move || loop {
+        match requests.pop() {
+            Some(d) => on(&d, &responses),
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    });
 }
 
 fn hostile_services() -> Vec<(String, u64)> {
@@ -328,9 +392,10 @@ fn hostile_services() -> Vec<(String, u64)> {
 fn hostile_child() {
     let Ok(scenario) = std::env::var("PP_HOSTILE") else { return };
     let path = PathBuf::from(std::env::var("PP_ATTACH").expect("PP_ATTACH"));
+    let mut keep = Vec::new();
     match scenario.as_str() {
         "truncate" => {
-            let (_sock, fds) = raw_attach(&path, hostile_services());
+            let (_sock, _, fds) = raw_attach(&path, hostile_services());
             // The shared file (control page, rings, this side's half): cut
             // to nothing, then to one page.
             let shared = std::fs::File::from(fds.into_iter().next().expect("the shared file"));
@@ -339,7 +404,7 @@ fn hostile_child() {
             wait_next();
         }
         "doorbell" => {
-            let (_sock, fds) = raw_attach(&path, hostile_services());
+            let (_sock, _, fds) = raw_attach(&path, hostile_services());
             // Every doorbell descriptor: filled until it refuses more (an
             // eventfd's counter at its maximum, a socket's buffer full),
             // then switched to blocking mode. Had the engine shared these
@@ -358,6 +423,69 @@ fn hostile_child() {
             }
             report(&format!("doorbells {done:?}"));
             wait_next();
+        }
+        "twice" => {
+            let mut twice = hostile_services();
+            twice.push(twice[0].clone());
+            keep.push(raw_attach(&path, twice));
+        }
+        "twice-free" => keep.push(raw_attach(&path, hostile_services())),
+        "attach" => {
+            // As often as the engine lets it, holding every attachment.
+            let mut refused = String::new();
+            for _ in 0..10 {
+                match try_attach(&path, hostile_services()) {
+                    Ok(a) => keep.push(a),
+                    Err(why) => {
+                        refused = why;
+                        break;
+                    }
+                }
+            }
+            report(&format!("attached {} times, then: {refused}", keep.len()));
+        }
+        "hoard" => {
+            // Answers every call (OK, no message) and never releases the
+            // requests' memory.
+            let (sock, layout, fds) = raw_attach(&path, hostile_services());
+            serve_ring(&layout, &fds, |d, out| {
+                if d.has(desc::OPEN) {
+                    let a = Descriptor {
+                        call: d.call,
+                        flags: desc::STATUS | desc::END,
+                        ..Descriptor::default()
+                    };
+                    let _ = out.push(&a);
+                }
+            });
+            keep.push((sock, layout, fds));
+        }
+        "blackhole" => {
+            // Takes every call, releases its memory at once, never answers.
+            let (sock, layout, fds) = raw_attach(&path, hostile_services());
+            serve_ring(&layout, &fds, |d, out| {
+                if d.chunk != 0 {
+                    let _ = out.push(&Descriptor::releases(&[d.chunk]));
+                }
+            });
+            keep.push((sock, layout, fds));
+        }
+        "flood" => {
+            // Descriptors that do nothing: answers to a call the engine
+            // never opened.
+            let (sock, layout, fds) = raw_attach(&path, hostile_services());
+            let (_, out) = rings(&layout, &fds);
+            let idle = Descriptor {
+                call: 1 << 40,
+                flags: desc::STATUS | desc::END,
+                ..Descriptor::default()
+            };
+            let mut pushed = 0;
+            while pushed < 1000 && out.push(&idle).is_ok() {
+                pushed += 1;
+            }
+            report(&format!("pushed {pushed}"));
+            keep.push((sock, layout, fds));
         }
         other => panic!("no scenario {other}"),
     }
@@ -409,8 +537,7 @@ fn a_doorbell_switched_to_blocking_mode_blocks_nobody() {
     }
     f.honest_calls(20);
     // A second honest application still attaches.
-    let app = protoplane_app::attach(&f.running.attach)
-        .service(Arc::new(Honest { schema: social(), name: SOCIAL }));
+    let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
     let second = f.client.spawn(app.run());
     f.wait_for(|| f.attached(SOCIAL) == 2, "a second honest application attaches");
     f.honest_calls(20);
@@ -420,4 +547,243 @@ fn a_doorbell_switched_to_blocking_mode_blocks_nobody() {
     f.wait_for(|| f.attached(HOSTILE) == 0 && f.attached(SOCIAL) == 1, "both leave");
     f.honest_calls(10);
     f.wait_for(|| open_fds() <= fds, "the engine's descriptors come back");
+}
+
+#[test]
+fn a_service_listed_twice_is_refused() {
+    let f = Fixture::start("twice", |_| {});
+    let mut h = f.hostile("twice");
+    let what = h.line();
+    assert!(what.starts_with("refused") && what.contains("listed twice"), "{what}");
+    assert_eq!(f.attached(HOSTILE), 0);
+    f.honest_calls(5);
+    h.next();
+    h.end();
+}
+
+#[test]
+fn attachments_are_capped() {
+    let f = Fixture::start("cap", |c| c.admission.max_applications = 3);
+    let mut h = f.hostile("attach");
+    let what = h.line();
+    // The honest application holds one seat.
+    assert!(
+        what.starts_with("attached 2 times, then: ") && what.contains("maximum of 3"),
+        "{what}"
+    );
+    f.honest_calls(5);
+    h.next();
+    h.end();
+    f.wait_for(|| f.running.registry.applications() == 1, "its seats come back");
+    let mut again = f.hostile("attach");
+    assert!(again.line().starts_with("attached 2 times"));
+    again.next();
+    again.end();
+}
+
+#[test]
+fn only_the_peers_the_config_names_may_serve_a_service() {
+    // Our own uid may serve the honest service; the others only uid
+    // 4294967294, which is nobody's.
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let me = me.expect("our uid");
+    let f = Fixture::start("allow", |c| {
+        let toml = format!(
+            "[attach.allow]\n\"{SOCIAL}\" = [\"uid:{me}\"]\n\"*\" = [\"uid:4294967294\"]\n"
+        );
+        c.apply_toml(&toml, Path::new("/")).expect("config");
+    });
+    let mut h = f.hostile("twice-free");
+    let what = h.line();
+    assert!(what.contains(&format!("uid {me}")) && what.contains("may not serve"), "{what}");
+    f.honest_calls(5);
+    h.next();
+    h.end();
+}
+
+#[test]
+fn idle_connections_to_the_attach_socket_starve_nobody() {
+    let f = Fixture::start("idle", |c| {
+        c.admission.max_pending = 32;
+        c.admission.handshake_timeout = Duration::from_millis(500);
+    });
+    let fds = open_fds();
+    // 3,000 connections that never say a word.
+    let idle: Vec<UnixStream> =
+        (0..3000).map(|_| UnixStream::connect(&f.running.attach).expect("connect")).collect();
+    // An honest application attaches beside them at once.
+    let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
+    let second = f.client.spawn(app.run());
+    f.wait_for(|| f.attached(SOCIAL) == 2, "an honest application attaches among 3,000 idle");
+    f.honest_calls(10);
+    second.abort();
+    drop(idle);
+    f.wait_for(|| f.attached(SOCIAL) == 1, "it leaves");
+    let evicted = f.running.admission.evicted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(evicted >= 3000 - 32, "evicted {evicted}");
+    f.wait_for(|| open_fds() <= fds, "the idle connections' descriptors are closed");
+}
+
+/// The budgets' timeouts, short for the tests.
+fn short_budgets(c: &mut Config) {
+    c.budgets.release_timeout = Duration::from_millis(200);
+    c.budgets.answer_timeout = Duration::from_millis(200);
+    c.budgets.max_unanswered = 8;
+}
+
+/// Calls to the hostile application until it is detached: why it was.
+fn feed_until_detached(f: &Fixture, pid: u32) -> String {
+    let until = Instant::now() + BOUND;
+    loop {
+        if let Some(why) = f.detached(pid) {
+            return why;
+        }
+        assert!(Instant::now() < until, "the hostile application was never detached");
+        let _ = f.call(HOSTILE_CALL, &[], Duration::from_millis(20));
+        f.honest_calls(1);
+    }
+}
+
+#[test]
+fn an_application_that_hoards_request_memory_is_detached() {
+    let f = Fixture::start("hoard", short_budgets);
+    let fds = open_fds();
+    let mut h = f.hostile("hoard");
+    assert_eq!(h.line(), "attached");
+    let why = feed_until_detached(&f, h.pid());
+    assert!(why.contains("kept request memory"), "{why}");
+    f.honest_calls(20);
+    h.next();
+    h.end();
+    f.wait_for(|| open_fds() <= fds, "the engine's descriptors come back");
+}
+
+#[test]
+fn an_application_that_black_holes_calls_is_detached() {
+    let f = Fixture::start("blackhole", short_budgets);
+    let fds = open_fds();
+    let mut h = f.hostile("blackhole");
+    assert_eq!(h.line(), "attached");
+    let why = feed_until_detached(&f, h.pid());
+    assert!(why.contains("ended unanswered"), "{why}");
+    f.honest_calls(20);
+    h.next();
+    h.end();
+    f.wait_for(|| open_fds() <= fds, "the engine's descriptors come back");
+}
+
+#[test]
+fn descriptors_for_calls_never_opened_detach_at_once() {
+    let f = Fixture::start("flood", |_| {});
+    let mut h = f.hostile("flood");
+    assert_eq!(h.line(), "attached");
+    assert!(h.line().starts_with("pushed "));
+    let pid = h.pid();
+    f.wait_for(|| f.detached(pid).is_some(), "it is detached");
+    let why = f.detached(pid).unwrap_or_default();
+    assert!(why.contains("never opened"), "{why}");
+    f.honest_calls(10);
+    h.next();
+    h.end();
+}
+
+#[test]
+fn a_client_that_closes_its_connection_cancels_its_calls() {
+    let f = Fixture::start("eof", |_| {});
+    // A raw HTTP/2 client: preface, SETTINGS, one ComposePost request
+    // (HPACK literals, no Huffman), then the socket is closed with the call
+    // open. No RST_STREAM: only the connection's end says the client left.
+    let mut req = Vec::new();
+    let mut field = |name: &str, value: &str| {
+        req.push(0);
+        req.push(name.len() as u8);
+        req.extend_from_slice(name.as_bytes());
+        req.push(value.len() as u8);
+        req.extend_from_slice(value.as_bytes());
+    };
+    field(":method", "POST");
+    field(":scheme", "http");
+    field(":path", "/socialnetwork.SocialNetwork/ComposePost");
+    field(":authority", "engine");
+    field("content-type", "application/grpc");
+    field("te", "trailers");
+    let frame = |ty: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[ty, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    out.extend(frame(1, 4, 1, &req));
+    out.extend(frame(0, 1, 1, &[0, 0, 0, 0, 0]));
+    let addr = f.running.grpc.expect("grpc");
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.write_all(&out).expect("send");
+    let ord = std::sync::atomic::Ordering::SeqCst;
+    f.wait_for(|| f.hanging.started.load(ord) == 1, "the handler runs");
+    drop(conn);
+    f.wait_for(|| f.hanging.cancelled.load(ord) == 1, "the application's handler is cancelled");
+    let att = f.running.registry.pick(SOCIAL).expect("attached");
+    f.wait_for(|| att.in_flight() == 0, "no call left open with the application");
+    f.honest_calls(5);
+}
+
+#[test]
+fn an_engine_refuses_a_live_attach_path_and_replaces_a_stale_one() {
+    let f = Fixture::start("path", |_| {});
+    let config = |attach: PathBuf| Config { attach, schemas: vec![social()], ..Config::default() };
+    let err = f
+        .client
+        .block_on(protoplane_engine::start(config(f.running.attach.clone())))
+        .expect_err("refused");
+    assert!(err.contains("another process is listening"), "{err}");
+    // The first engine still takes applications.
+    let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
+    let task = f.client.spawn(app.run());
+    f.wait_for(|| f.attached(SOCIAL) == 2, "the first engine still takes applications");
+    task.abort();
+    // A socket file nobody listens on (an engine that died) is replaced.
+    let stale = f.dir.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind"));
+    assert!(stale.exists());
+    let running =
+        f.client.block_on(protoplane_engine::start(config(stale.clone()))).expect("stale taken");
+    assert_eq!(running.attach, stale);
+    // Anything else at the path is left alone.
+    let file = f.dir.join("plain-file");
+    std::fs::write(&file, b"keep me").expect("write");
+    let err = f.client.block_on(protoplane_engine::start(config(file.clone()))).expect_err("file");
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
+}
+
+#[test]
+fn the_grpc_port_outlives_running_out_of_descriptors() {
+    let f = Fixture::start("emfile", |_| {});
+    // Take every free descriptor of the process, then free one for a
+    // client: the server's accept then fails with EMFILE.
+    let mut hog = Vec::new();
+    while let Ok(file) = std::fs::File::open("/dev/null") {
+        hog.push(file);
+    }
+    hog.pop();
+    let addr = f.running.grpc.expect("grpc");
+    let pending = std::net::TcpStream::connect(addr).expect("connect");
+    // Let the server run into EMFILE a few times.
+    std::thread::sleep(Duration::from_millis(100));
+    drop(hog);
+    // The port still serves: a new channel, new calls.
+    let st = f.client.block_on(async {
+        let ch = timeout(BOUND, Channel::connect(&addr.to_string())).await.expect("in time")?;
+        let opts = CallOptions { timeout: Some(BOUND), ..CallOptions::default() };
+        let mut c = ch.start(REGISTER, opts).await?;
+        c.send(&register(1)).await?;
+        c.close_send();
+        while let Ok(Some(_)) = c.recv().await {}
+        Ok::<Status, Status>(c.finish_status().await)
+    });
+    assert_eq!(st.map(|s| s.code), Ok(Code::Ok));
+    drop(pending);
 }

@@ -266,15 +266,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     progress = true;
                 }
                 Poll::Ready(Ok(0)) => {
+                    // The client closed its connection. HTTP/2 has no
+                    // half-closed connection (a stream half-closes with
+                    // END_STREAM, and a client that stops sending can send
+                    // no RST_STREAM or WINDOW_UPDATE either), so this is
+                    // the end of every call on it: each is cancelled (its
+                    // handler dropped, which tells a split engine's
+                    // application) and the socket closes now rather than
+                    // when the slowest handler gives up. grpc-go and h2 do
+                    // the same.
                     self.eof = true;
-                    // Calls still running finish; their answers may still
-                    // be read by a client that only half-closed.
-                    for slot in &mut self.calls {
-                        if let Some(c) = slot.call.as_mut() {
-                            c.req_done = true;
-                            c.req_tx = None;
-                        }
-                    }
+                    self.dead = true;
                     progress = true;
                 }
                 Poll::Ready(Ok(_)) => {

@@ -11,8 +11,10 @@
 //!   receive buffer.
 //! * Response side: the handler's builder laid every response out in the
 //!   application's half of the region (`Block::is_lent`), the application
-//!   posted each one where it was built (no byte copied), and the engine
-//!   encoded it from there.
+//!   posted each one where it was built (no byte copied by the
+//!   application), and the engine copied each out once (it never reads an
+//!   application's memory in place: the application could change it under
+//!   the engine's checks) and encoded the copy.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,6 +253,11 @@ fn no_payload_byte_is_copied_between_the_transport_and_the_handler() {
         assert_eq!(att.stats.requests_in_place.load(Ordering::Relaxed), requests);
         assert_eq!(att.stats.requests_received_in_place.load(Ordering::Relaxed), lean_requests);
         assert_eq!(att.stats.request_bytes_copied.load(Ordering::Relaxed), wire_bytes);
+        // One copy per descriptor with bytes, out of the application's
+        // half: every response, and the few headers and statuses that
+        // carry side sections.
+        let copied = att.stats.responses_copied_out.load(Ordering::Relaxed);
+        assert!((responses..2 * responses).contains(&copied), "{copied} of {responses}");
     });
     let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
 }

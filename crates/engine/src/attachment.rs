@@ -146,6 +146,13 @@ pub struct Stats {
     /// Of those, requests whose wire bytes the transport received straight
     /// into the region (a lean reader's landing): no byte of them copied.
     pub requests_received_in_place: AtomicU64,
+    /// Descriptors whose bytes (response block or encoded message, side
+    /// sections, compute-unit messages) were copied out of the
+    /// application's half, and those bytes: the engine reads an
+    /// application's memory only through such copies.
+    pub responses_copied_out: AtomicU64,
+    /// Bytes of those copies.
+    pub response_bytes_copied_out: AtomicU64,
 }
 
 /// A chunk of the engine's half as the application holds it: handed over
@@ -761,12 +768,15 @@ impl Attachment {
         let mut v = Vec::with_capacity(total);
         let mut at = [0usize; 4];
         for (i, s) in spans.iter().enumerate() {
-            if s.len > 0 && !self.map.append_to(s.offset as usize, s.len as usize, &mut v) {
-                // Inside the mapping by the caller's check; an empty part
-                // if not.
+            // Inside the mapping by the caller's check (an empty part if
+            // it were not).
+            if s.len > 0 {
+                let _ = self.map.append_to(s.offset as usize, s.len as usize, &mut v);
             }
             at[i + 1] = v.len();
         }
+        self.stats.responses_copied_out.fetch_add(1, Ordering::Relaxed);
+        self.stats.response_bytes_copied_out.fetch_add(v.len() as u64, Ordering::Relaxed);
         let b = Bytes::from(v);
         [b.slice(at[0]..at[1]), b.slice(at[1]..at[2]), b.slice(at[2]..at[3])]
     }

@@ -126,6 +126,9 @@ impl Hello {
             return err("not an attach request");
         }
         let version = u16_at(b, 8)?;
+        if u16_at(b, 10)? != 0 {
+            return err("reserved bits set");
+        }
         let pid = u32_at(b, 12)?;
         let n = u16_at(b, 16)? as usize;
         if n == 0 || n > MAX_SERVICES {
@@ -180,6 +183,9 @@ impl Answer {
         match b.get(..8) {
             Some(m) if m == ACCEPT => {
                 let version = u16_at(b, 8)?;
+                if u16_at(b, 10)? != 0 {
+                    return err("reserved bits set");
+                }
                 let id = u32_at(b, 12)?;
                 let (layout, rest) = Layout::decode(b.get(16..).unwrap_or(&[]))
                     .map_err(|e| HandshakeError(e.to_string()))?;

@@ -1321,4 +1321,84 @@ mod tests {
         }
         assert!(att.closed_reason().is_none());
     }
+
+    #[test]
+    fn idle_descriptors_are_violations() {
+        // An empty release.
+        let (att, mut rx, _map, _requests, responses) = attached();
+        responses
+            .push(&Descriptor { flags: desc::RELEASE, ..Descriptor::default() })
+            .expect("room");
+        take(&att, &mut rx.responses, 256);
+        assert!(att.closed_reason().expect("detached").contains("release of no chunk"));
+
+        // Late answers: a few per call the engine ended, then no more.
+        let (att, mut rx, _map, _requests, responses) = attached();
+        let late = Descriptor { flags: desc::STATUS | desc::END, ..stale(&att) };
+        let late = Descriptor { block: Span::default(), chunk: 0, ..late };
+        for _ in 0..STALE_PER_CALL {
+            responses.push(&late).expect("room");
+            assert_eq!(take(&att, &mut rx.responses, 256), 1);
+        }
+        assert!(att.closed_reason().is_none(), "late answers of an ended call");
+        responses.push(&late).expect("room");
+        take(&att, &mut rx.responses, 256);
+        let why = att.closed_reason().expect("detached");
+        assert!(why.contains("more descriptors for ended calls"), "{why}");
+
+        // A call the engine never opened.
+        let (att, mut rx, _map, _requests, responses) = attached();
+        responses.push(&Descriptor { call: 7, ..late }).expect("room");
+        take(&att, &mut rx.responses, 256);
+        assert!(att.closed_reason().expect("detached").contains("never opened"));
+    }
+
+    #[test]
+    fn request_memory_held_past_its_call_breaks_the_budget() {
+        let (att, _rx, _map, mut requests, _responses) = attached();
+        let ticks = att.budgets.ticks(att.budgets.release_timeout);
+        let (call, _events) = att.open_call().expect("open");
+        let open = Descriptor { call, flags: desc::OPEN, ..Descriptor::default() };
+        att.post(open, &[1; 64], &[], &[]).expect("room");
+        let chunk = requests.pop().expect("the request").chunk;
+        assert_ne!(chunk, 0);
+        // Held while its call is open: any number of ticks.
+        for _ in 0..3 * ticks {
+            att.check_budgets().expect("the call is open");
+        }
+        // The call ends; the chunk stays held: the budget runs out.
+        att.close_call(call, Some((0, 0)));
+        for _ in 0..ticks {
+            att.check_budgets().expect("within the release timeout");
+        }
+        let why = att.check_budgets().expect_err("past it");
+        assert!(why.contains(&format!("chunk {chunk:#x}")), "{why}");
+    }
+
+    #[test]
+    fn calls_ending_unanswered_make_a_black_hole() {
+        let (att, mut rx, _map, _requests, responses) = attached();
+        let b = att.budgets.clone();
+        let ticks = b.ticks(b.answer_timeout);
+        for _ in 0..b.max_unanswered - 1 {
+            let (call, _) = att.open_call().expect("open");
+            att.close_call(call, Some((0, 0)));
+        }
+        // One answer in between resets the count.
+        let (answered, _) = att.open_call().expect("open");
+        let status =
+            Descriptor { call: answered, flags: desc::STATUS | desc::END, ..Descriptor::default() };
+        responses.push(&status).expect("room");
+        take(&att, &mut rx.responses, 256);
+        for _ in 0..b.max_unanswered {
+            let (call, _) = att.open_call().expect("open");
+            att.close_call(call, Some((0, 0)));
+        }
+        for _ in 0..ticks {
+            att.check_budgets().expect("answered recently");
+        }
+        let why = att.check_budgets().expect_err("a black hole");
+        assert!(why.contains("ended unanswered"), "{why}");
+        assert!(att.closed_reason().is_none(), "the drain loop detaches, not the check");
+    }
 }

@@ -30,7 +30,8 @@ use protoplane_rpc::{
 };
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor};
-use protoplane_shm::{Consumer, Layout, Mapping, Producer, Ring};
+use protoplane_shm::layout::ENGINE_PARKED;
+use protoplane_shm::{Access, Bell, Consumer, Doorbell, Layout, Mapping, Part, Producer, Ring};
 use protoplane_wire::Builder;
 use tokio::runtime::Runtime;
 use tokio::time::timeout;
@@ -366,6 +367,15 @@ fn rings(layout: &Layout, fds: &[std::os::fd::OwnedFd]) -> (Consumer, Producer) 
     (Consumer::new(ring(layout.request_ring())), Producer::new(ring(layout.response_ring())))
 }
 
+/// The engine's doorbell as an application rings it: its parked flag in
+/// the control page, and a byte on the application's end of the bell pair.
+fn engine_bell(layout: &Layout, fds: &[std::os::fd::OwnedFd]) -> Doorbell {
+    let parts = layout.app_parts(&fds[0], &fds[1]);
+    let map = Arc::new(Mapping::map_parts(&parts).expect("map the region"));
+    let bell = Bell::from_fd(fds[2].try_clone().expect("dup")).expect("the doorbell");
+    Doorbell::new(map, ENGINE_PARKED, Arc::new(bell)).expect("doorbell")
+}
+
 /// Serves the request ring on a thread of its own with `on` (which may
 /// answer through the producer) until the process exits.
 fn serve_ring(
@@ -374,9 +384,13 @@ fn serve_ring(
     mut on: impl FnMut(&Descriptor, &Producer) + Send + 'static,
 ) {
     let (mut requests, responses) = rings(layout, fds);
+    let bell = engine_bell(layout, fds);
     std::thread::spawn(move || loop {
         match requests.pop() {
-            Some(d) => on(&d, &responses),
+            Some(d) => {
+                on(&d, &responses);
+                bell.notify();
+            }
             None => std::thread::sleep(Duration::from_millis(1)),
         }
     });
@@ -485,6 +499,63 @@ fn hostile_child() {
                 pushed += 1;
             }
             report(&format!("pushed {pushed}"));
+            keep.push((sock, layout, fds));
+        }
+        "scribble" => {
+            // Answers every call with a block in one of its chunks, and
+            // rewrites every one of those chunks with changing bytes from
+            // another thread the whole time, also while the engine reads
+            // them.
+            let (sock, layout, fds) = raw_attach(&path, hostile_services());
+            let parts =
+                [Part::whole(&fds[0], Access::Shared), Part::whole(&fds[1], Access::Trusted)];
+            let map = Arc::new(Mapping::map_parts(&parts).expect("map"));
+            let first = layout.app_half() as u32;
+            let size = layout.classes[0].size;
+            let chunks: Vec<u32> = (0..layout.classes[0].count).map(|i| first + i * size).collect();
+            let scribbled = chunks.clone();
+            let m = map.clone();
+            std::thread::spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                loop {
+                    for &c in &scribbled {
+                        for w in 0..16u32 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            m.write((c + 8 * w) as usize, &x.to_le_bytes());
+                        }
+                    }
+                }
+            });
+            let mut free = chunks;
+            let bell = engine_bell(&layout, &fds);
+            let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
+            let mut requests = Consumer::new(ring(layout.request_ring()));
+            let responses = Producer::new(ring(layout.response_ring()));
+            std::thread::spawn(move || loop {
+                let Some(d) = requests.pop() else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                free.extend(d.released());
+                if d.chunk != 0 {
+                    let _ = responses.push(&Descriptor::releases(&[d.chunk]));
+                }
+                if !d.has(desc::OPEN) {
+                    continue;
+                }
+                let Some(c) = free.pop() else { continue };
+                let a = Descriptor {
+                    call: d.call,
+                    flags: desc::MESSAGE | desc::STATUS | desc::END,
+                    block: desc::Span { offset: c, len: 128 },
+                    chunk: c,
+                    ..Descriptor::default()
+                };
+                let _ = responses.push(&a);
+                bell.notify();
+            });
             keep.push((sock, layout, fds));
         }
         other => panic!("no scenario {other}"),
@@ -760,23 +831,27 @@ fn an_engine_refuses_a_live_attach_path_and_replaces_a_stale_one() {
 }
 
 #[test]
-fn the_grpc_port_outlives_running_out_of_descriptors() {
-    let f = Fixture::start("emfile", |_| {});
-    // Take every free descriptor of the process, then free one for a
-    // client: the server's accept then fails with EMFILE.
+fn every_listener_outlives_running_out_of_descriptors() {
+    let f = Fixture::start("emfile", |c| c.lean_tcp = Some("127.0.0.1:0".parse().expect("addr")));
+    let (grpc, lean) = (f.running.grpc.expect("grpc"), f.running.lean.expect("lean"));
+    // Take every free descriptor of the process, then free three for
+    // clients of the three listeners: each accept then fails with EMFILE.
     let mut hog = Vec::new();
     while let Ok(file) = std::fs::File::open("/dev/null") {
         hog.push(file);
     }
-    hog.pop();
-    let addr = f.running.grpc.expect("grpc");
-    let pending = std::net::TcpStream::connect(addr).expect("connect");
-    // Let the server run into EMFILE a few times.
+    hog.truncate(hog.len() - 3);
+    let pending = (
+        std::net::TcpStream::connect(grpc).expect("connect"),
+        std::net::TcpStream::connect(lean).expect("connect"),
+        UnixStream::connect(&f.running.attach).expect("connect"),
+    );
+    // Let the listeners run into EMFILE a few times.
     std::thread::sleep(Duration::from_millis(100));
     drop(hog);
-    // The port still serves: a new channel, new calls.
+    // Every port still serves. gRPC: a new channel, a call.
     let st = f.client.block_on(async {
-        let ch = timeout(BOUND, Channel::connect(&addr.to_string())).await.expect("in time")?;
+        let ch = timeout(BOUND, Channel::connect(&grpc.to_string())).await.expect("in time")?;
         let opts = CallOptions { timeout: Some(BOUND), ..CallOptions::default() };
         let mut c = ch.start(REGISTER, opts).await?;
         c.send(&register(1)).await?;
@@ -785,5 +860,42 @@ fn the_grpc_port_outlives_running_out_of_descriptors() {
         Ok::<Status, Status>(c.finish_status().await)
     });
     assert_eq!(st.map(|s| s.code), Ok(Code::Ok));
+    // Lean: the server answers a new connection's preface.
+    let mut conn = std::net::TcpStream::connect(lean).expect("lean connect");
+    conn.set_read_timeout(Some(BOUND)).expect("timeout");
+    conn.write_all(protoplane_rpc::lean::frame::PREFACE).expect("preface");
+    let mut back = [0u8; 8];
+    std::io::Read::read_exact(&mut conn, &mut back).expect("the server's preface");
+    assert_eq!(&back, protoplane_rpc::lean::frame::PREFACE);
+    // Attach: a new application attaches.
+    let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
+    let task = f.client.spawn(app.run());
+    f.wait_for(|| f.attached(SOCIAL) == 2, "an application attaches after EMFILE");
+    task.abort();
     drop(pending);
+}
+
+#[test]
+fn bytes_rewritten_while_the_engine_reads_them_break_no_check() {
+    let f = Fixture::start("scribble", |_| {});
+    let mut h = f.hostile("scribble");
+    assert_eq!(h.line(), "attached");
+    let att = f.running.registry.pick(HOSTILE).expect("attached");
+    let mut codes = std::collections::BTreeMap::new();
+    for _ in 0..200 {
+        let st = f.call(HOSTILE_CALL, &[], Duration::from_millis(200));
+        *codes.entry(format!("{:?}", st.code)).or_insert(0) += 1;
+        f.honest_calls(1);
+    }
+    // Its answers reached the engine and were judged on private copies:
+    // each call ended (with whatever the bytes said, or an error), none
+    // hung, and the engine serves on.
+    let copied = att.stats.responses_copied_out.load(std::sync::atomic::Ordering::Relaxed);
+    let detached = f.detached(h.pid());
+    eprintln!("scribbled answers: {codes:?}; detached: {detached:?}");
+    assert!(copied >= 100, "{copied} responses copied out; codes {codes:?}; {detached:?}");
+    assert!(!codes.contains_key("DeadlineExceeded") || codes["DeadlineExceeded"] < 20, "{codes:?}");
+    f.honest_calls(20);
+    h.next();
+    h.end();
 }

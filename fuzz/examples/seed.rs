@@ -269,8 +269,24 @@ fn main() {
         let mut st = Status::new(Code::NotFound, "gone");
         let _ = st.metadata.insert("t", "x");
         let frames: [(&str, Outgoing<'_>); 4] = [
-            ("unary-req", Outgoing { open: Some((Some(std::time::Duration::from_millis(5)), &md)), message: Some(b"\x08\x01"), end: true, ..Outgoing::default() }),
-            ("unary-resp", Outgoing { headers: Some(&md), message: Some(b"abc"), status: Some(&st), ..Outgoing::default() }),
+            (
+                "unary-req",
+                Outgoing {
+                    open: Some((Some(std::time::Duration::from_millis(5)), &md)),
+                    message: Some(b"\x08\x01"),
+                    end: true,
+                    ..Outgoing::default()
+                },
+            ),
+            (
+                "unary-resp",
+                Outgoing {
+                    headers: Some(&md),
+                    message: Some(b"abc"),
+                    status: Some(&st),
+                    ..Outgoing::default()
+                },
+            ),
             ("cancel", Outgoing { cancel: true, ..Outgoing::default() }),
             ("stream-end", Outgoing { end: true, ..Outgoing::default() }),
         ];
@@ -290,8 +306,10 @@ fn main() {
     let inc = inc_seeds(corpus);
     let inc_control = inc_control_seeds(corpus);
     let inc_face = inc_face_seeds(corpus);
+    let attach = attach_seeds(corpus);
 
     for dir in [
+        &attach,
         &wire,
         &gen_wire,
         &blocks,
@@ -308,6 +326,39 @@ fn main() {
     ] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
+}
+
+/// Seeds of the `attach` target: credentials (uid, gid) then one
+/// handshake message — a HELLO for two services, one listing a service
+/// twice, one of an older version, and an ACCEPT.
+fn attach_seeds(corpus: &Path) -> Dir {
+    use protoplane_shm::attach::{Answer, Hello, VERSION};
+    use protoplane_shm::layout::{Class, Layout};
+
+    let mut dir = Dir::new(corpus, "attach");
+    let creds = |uid: u32, gid: u32| {
+        let mut b = uid.to_le_bytes().to_vec();
+        b.extend(gid.to_le_bytes());
+        b
+    };
+    let services = |names: &[&str]| names.iter().map(|n| (n.to_string(), 7u64)).collect();
+    let hellos = [
+        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]) }),
+        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]) }),
+        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]) }),
+    ];
+    for (name, h) in hellos {
+        for (uid, gid) in [(0, 0), (1000, 7)] {
+            let mut input = creds(uid, gid);
+            input.extend(h.encode());
+            dir.put(name, &input);
+        }
+    }
+    let layout = Layout { ring_slots: 64, classes: vec![Class { size: 4096, count: 4 }] };
+    let mut input = creds(0, 0);
+    input.extend(Answer::Accept { version: VERSION, id: 3, layout }.encode());
+    dir.put("accept", &input);
+    dir
 }
 
 /// Seeds of the `inc_face` target: a mask byte (fields dropped) and a

@@ -68,7 +68,8 @@ fuzz_target!(|data: &[u8]| {
     let slot = usize::from(b.u8()) % KERNELS.len();
     let len = usize::from(b.u8()) * 4;
     let payload = b.take(len);
-    let Ok(input) = cu.region().alloc_write(if payload.is_empty() { &[0] } else { &payload }) else {
+    let Ok(input) = cu.region().alloc_write(if payload.is_empty() { &[0] } else { &payload })
+    else {
         return;
     };
     let before = cu.region().used();

@@ -19,9 +19,9 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use protoplane_rpc::frame::{encode_frame, FrameDecoder, Frame, FRAME_HEADER_LEN};
 use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use protoplane_rpc::frame::{encode_frame, Frame, FrameDecoder, FRAME_HEADER_LEN};
 use protoplane_rpc::{codec, metadata, status, timeout, Code, Status};
 
 fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Frame>, Option<String>) {

@@ -21,10 +21,11 @@
 //! * once detached, no call is left waiting, no call can be opened, and
 //!   posts are refused with UNAVAILABLE;
 //! * calls open equal the engine's in-flight count; chunks lent never
-//!   exceed the engine's half; chunks held are exactly those of the
-//!   response messages still alive plus those whose release is owed, each
-//!   release owed once, and every response's bytes lie in the
-//!   application's half; cancels owed never exceed the calls opened;
+//!   exceed the engine's half; chunks held are exactly those whose release
+//!   is owed, each release owed once (the engine copies a response out of
+//!   the application's half and hands the chunk back at once), and every
+//!   response's bytes are such a private copy, never the application's
+//!   memory; cancels owed never exceed the calls opened;
 //! * at the end, after the application detaches and every message is
 //!   dropped, no chunk is held and nothing else holds the attachment.
 //!
@@ -727,7 +728,7 @@ impl World {
     fn deliver(&mut self) {
         let att = self.engine.attachment().clone();
         let base = att.mapping().base() as usize;
-        let app_half = base + self.layout.app_half() as usize..base + self.layout.total() as usize;
+        let region = base..base + self.layout.total() as usize;
         let mut i = 0;
         while i < self.calls.len() {
             let ended = loop {
@@ -739,8 +740,8 @@ impl World {
                         if !bytes.is_empty() {
                             let (p, n) = (bytes.as_ptr() as usize, bytes.len());
                             assert!(
-                                app_half.contains(&p) && p + n <= app_half.end,
-                                "response bytes outside the application's half"
+                                !region.contains(&p) && !region.contains(&(p + n - 1)),
+                                "response bytes read in place in the region, not copied out"
                             );
                             assert!(n <= self.layout.max_chunk() as usize);
                             self.held.push(bytes);
@@ -790,12 +791,12 @@ impl World {
         releases.sort_unstable();
         releases.dedup();
         assert_eq!(releases.len(), owed, "a chunk's release owed twice");
-        // Chunks are held while a response reads them in place and until
-        // their release is posted, and no longer.
+        // Chunks are held until their release is posted, and no longer
+        // (responses are copies).
         let (lent, held) = att.chunk_use();
         assert!(lent <= self.layout.engine_chunks().chunks(), "lent {lent} chunks");
         assert!(held <= self.layout.app_chunks().chunks(), "held {held} chunks");
-        assert_eq!(held as usize, self.held.len() + owed, "chunks held beside the live responses");
+        assert_eq!(held as usize, owed, "chunks held beyond the releases owed");
     }
 }
 

@@ -279,9 +279,11 @@ impl State {
         }
     }
 
-    /// A call left the table: its chunks no longer count it, and
-    /// (`by_engine`: the client went away or the deadline passed) a call
-    /// the application never answered counts against its answers.
+    /// A call left the table: its chunks no longer count it. `by_engine`:
+    /// the engine ended it (the client went away, the deadline passed),
+    /// so the application may still be answering it (a few late
+    /// descriptors allowed), and one it never answered counts against its
+    /// answers.
     fn ended(&mut self, call: &OpenCall, by_engine: bool) {
         for &(index, gen) in call.holds.iter() {
             if let Some(h) = self.handed.get_mut(index as usize) {
@@ -495,7 +497,9 @@ impl Attachment {
         let mut st = self.state();
         if let Some(open) = st.calls.remove(&call) {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            st.ended(&open, cancel.is_some());
+            // Ended here, not by the application's status: it may still be
+            // answering.
+            st.ended(&open, true);
             if let (Some((method, service)), None) = (cancel, &st.closed) {
                 st.cancels.push((call, method, service));
                 drop(st);

@@ -228,16 +228,43 @@ pub(crate) async fn refuse(sock: &UnixStream, why: String) {
 pub(crate) struct Seats(AtomicUsize);
 
 impl Seats {
-    /// Takes a seat, if one of `max` is free.
-    pub(crate) fn take(&self, max: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .is_ok()
+    /// Takes a seat, if one of `max` is free: it comes back when the
+    /// returned guard drops, unless [`Seat::keep`] was called (the
+    /// handshake may be cut off at any await, which drops it).
+    pub(crate) fn take(&self, max: usize) -> Option<Seat<'_>> {
+        let taken = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        // Made only when taken (a seat made and dropped gives one back).
+        taken.is_ok().then(|| Seat { seats: self, kept: false })
     }
 
     /// Gives one back.
     pub(crate) fn give_back(&self) {
         let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// A seat taken during a handshake.
+#[derive(Debug)]
+pub(crate) struct Seat<'a> {
+    seats: &'a Seats,
+    kept: bool,
+}
+
+impl Seat<'_> {
+    /// The application attached: the seat is its own until it detaches
+    /// (then [`Seats::give_back`]).
+    pub(crate) fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.seats.give_back();
+        }
     }
 }
 
@@ -309,9 +336,14 @@ mod tests {
     #[test]
     fn seats_are_counted() {
         let s = Seats::default();
-        assert!(s.take(2) && s.take(2));
-        assert!(!s.take(2));
+        s.take(2).expect("one").keep();
+        let second = s.take(2).expect("two");
+        assert!(s.take(2).is_none());
+        // A handshake cut off: its seat comes back.
+        drop(second);
+        s.take(2).expect("two again").keep();
+        assert!(s.take(2).is_none());
         s.give_back();
-        assert!(s.take(2));
+        assert!(s.take(2).is_some());
     }
 }

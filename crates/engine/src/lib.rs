@@ -334,20 +334,19 @@ async fn handshake(
             .into());
         }
     }
-    if !ctx.seats.take(ctx.admission.max_applications) {
+    let Some(seat) = ctx.seats.take(ctx.admission.max_applications) else {
         return Err(format!(
             "the engine serves its maximum of {} applications (attach.max_applications)",
             ctx.admission.max_applications
         )
         .into());
-    }
-    // From here on the seat is this application's; it goes back when the
-    // handshake fails or, once attached, when it detaches.
-    let attached = attach_region(sock, ctx, &hello, &peer).await;
-    if attached.is_err() {
-        ctx.seats.give_back();
-    }
-    attached
+    };
+    // The seat comes back if the handshake fails or is cut off (evicted,
+    // timed out) from here on; once attached it is the application's until
+    // it detaches.
+    let attached = attach_region(sock, ctx, &hello, &peer).await?;
+    seat.keep();
+    Ok(attached)
 }
 
 async fn attach_region(

@@ -14,8 +14,9 @@
 //! and responses leave through the same [`Responder`]. While a handler
 //! runs, every builder it starts lays its block out in a chunk of this
 //! process's half of the region (`protoplane_wire::with_source`), so a
-//! response is posted where it was built and the engine encodes it from
-//! there: no byte of it is copied. This process never
+//! response is posted where it was built: this process copies no byte of
+//! it (the engine copies it out once, as it reads nothing an application
+//! can write in place). This process never
 //! sees a socket other than the attach socket, a varint or an HTTP/2
 //! frame.
 //!

@@ -38,7 +38,7 @@ pub struct Call {
 pub enum Event {
     /// Initial metadata.
     Headers(Metadata),
-    /// A response, read in place in the region while `bytes` lives.
+    /// A response, copied out of the application's half.
     Message {
         /// The block (or, `encoded`, the message's encoding).
         bytes: Bytes,

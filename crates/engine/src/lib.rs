@@ -22,11 +22,14 @@
 //! and decodes the block into a fresh chunk (view mode: strings and bytes
 //! stay in the wire bytes, where the application reads them); no byte is
 //! copied. h2 receives into its own buffers, so over gRPC the wire bytes
-//! are copied once, to the start of the chunk the block is decoded into. The
-//! response path reads the block the application built in its half in
-//! place. The engine's half is a file of its own, sealed against writes
-//! before the application gets it: nothing the application does can
-//! change a block while the engine builds it.
+//! are copied once, to the start of the chunk the block is decoded into. On
+//! the response path the engine copies the block the application built in
+//! its half out once (volatile reads into private memory) and hands the
+//! chunk back: it never reads memory an application may write in place,
+//! so nothing the application does can change a response between the
+//! engine's checks and its use. The engine's half is a file of its own,
+//! sealed against writes before the application gets it: nothing the
+//! application does can change a block while the engine builds it.
 
 pub mod admission;
 pub mod attachment;

@@ -326,7 +326,7 @@ pub fn run_protoplane_gen(
             let opts = EncodeOptions { deterministic: true, ..EncodeOptions::default() };
             let mut out = Vec::new();
             Encoder::new()
-                .encode_into(ts, ty, Source { block: b.as_bytes(), wire }, &opts, &mut out)
+                .encode_into(ts, ty, Source::viewing(b.as_bytes(), wire), &opts, &mut out)
                 .map_err(|e| fail(format!("message {index}: encode: {e}")))?;
             Ok(out)
         };
@@ -359,7 +359,7 @@ pub fn run_protoplane_gen(
                         if k == 0 && enc(b, input)? != *input {
                             return Err(fail(format!("message {index}: re-encoding differs")));
                         }
-                        let src = Source { block: b.as_bytes(), wire: input };
+                        let src = Source::viewing(b.as_bytes(), input);
                         let eopts = EncodeOptions::default();
                         let mut e = Encoder::new();
                         let generated =

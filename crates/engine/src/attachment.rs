@@ -855,19 +855,9 @@ impl Attachment {
         {
             return Err(format!("descriptor flags {:#06x} an application may not send", d.flags));
         }
-        let spans = [d.block, d.wire, d.side];
-        let chunk = if spans.iter().any(|s| s.len > 0) {
-            let c = guard.custody.take(d.chunk).map_err(|e| e.to_string())?;
-            if let Some(s) = spans.iter().find(|s| !s.within(c.offset, c.len)) {
-                guard.custody.give_back(c);
-                return Err(format!("range {:#x}+{} outside its chunk", s.offset, s.len));
-            }
-            Some(c)
-        } else {
-            None
-        };
-        let ends = d.has(desc::STATUS);
         let st = &mut *guard;
+        // Whose call it is first: a descriptor for no call of ours is a
+        // violation before anything of it is taken.
         let tx = match st.calls.get_mut(&d.call) {
             Some(open) => {
                 open.answered = true;
@@ -876,15 +866,9 @@ impl Attachment {
                 Some(open.tx.0.clone())
             }
             None if d.call >= self.next_call.load(Ordering::Relaxed) => {
-                if let Some(c) = chunk {
-                    st.custody.give_back(c);
-                }
                 return Err(format!("a descriptor for call {} the engine never opened", d.call));
             }
             None if st.stale_allowance == 0 => {
-                if let Some(c) = chunk {
-                    st.custody.give_back(c);
-                }
                 return Err("more descriptors for ended calls than calls the engine ended".into());
             }
             None => {
@@ -892,6 +876,18 @@ impl Attachment {
                 None
             }
         };
+        let spans = [d.block, d.wire, d.side];
+        let chunk = if spans.iter().any(|s| s.len > 0) {
+            let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
+            if let Some(s) = spans.iter().find(|s| !s.within(c.offset, c.len)) {
+                st.custody.give_back(c);
+                return Err(format!("range {:#x}+{} outside its chunk", s.offset, s.len));
+            }
+            Some(c)
+        } else {
+            None
+        };
+        let ends = d.has(desc::STATUS);
         // A call that ends leaves the table now (the in-flight count with
         // it), but its queue closes only after its last events are in
         // (`_ended` drops at the end of this function).

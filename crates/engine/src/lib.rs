@@ -251,7 +251,7 @@ async fn admit_all(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
             c.pending.done(id);
             match accepted {
                 Ok(Ok((att, rx))) => serve_attached(sock, att, rx, c).await,
-                Ok(Err(Refusal(why))) => {
+                Ok(Err(why)) => {
                     c.admission_stats.refused.fetch_add(1, Ordering::Relaxed);
                     eprintln!("engine: refused an application: {why}");
                     admission::refuse(&sock, why).await;
@@ -265,15 +265,6 @@ async fn admit_all(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
         if task.is_finished() {
             ctx.pending.done(id);
         }
-    }
-}
-
-/// Why an application was refused (sent to it in the REFUSE answer).
-struct Refusal(String);
-
-impl From<String> for Refusal {
-    fn from(s: String) -> Self {
-        Refusal(s)
     }
 }
 
@@ -318,7 +309,7 @@ async fn serve_attached(
 async fn handshake(
     sock: &tokio::net::UnixStream,
     ctx: &Ctx,
-) -> Result<(Arc<Attachment>, Receiver), Refusal> {
+) -> Result<(Arc<Attachment>, Receiver), String> {
     let peer = admission::credentials(sock).map_err(|e| format!("peer credentials: {e}"))?;
     let (msg, _) = admission::recv(sock).await.map_err(|e| format!("reading the request: {e}"))?;
     let hello = Hello::decode(&msg).map_err(|e| e.to_string())?;
@@ -333,16 +324,14 @@ async fn handshake(
         if ours != *digest {
             return Err(format!(
                 "service {name}: schema tables differ (application {digest:016x}, engine {ours:016x}); build both from the same .proto files"
-            )
-            .into());
+            ));
         }
     }
     let Some(seat) = ctx.seats.take(ctx.admission.max_applications) else {
         return Err(format!(
             "the engine serves its maximum of {} applications (attach.max_applications)",
             ctx.admission.max_applications
-        )
-        .into());
+        ));
     };
     // The seat comes back if the handshake fails or is cut off (evicted,
     // timed out) from here on; once attached it is the application's until
@@ -357,7 +346,7 @@ async fn attach_region(
     ctx: &Ctx,
     hello: &Hello,
     peer: &admission::Credentials,
-) -> Result<(Arc<Attachment>, Receiver), Refusal> {
+) -> Result<(Arc<Attachment>, Receiver), String> {
     let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
     let answer = Answer::Accept { version: VERSION, id, layout: ctx.layout.clone() };

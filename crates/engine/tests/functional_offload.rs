@@ -13,7 +13,7 @@
 //! * Configurations the engine cannot honour are refused at start.
 //! * Oversized requests reach the application undecoded.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,9 +36,7 @@ const REGISTER: &str = "/socialnetwork.SocialNetwork/RegisterUser";
 const COMPOSE_MEDIA: &str = "/socialnetwork.SocialNetwork/ComposeMedia";
 
 fn schema() -> Arc<Schema> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protos");
-    let file = root.join("socialnetwork/social_network.proto");
-    Arc::new(Schema::from_proto_files(&[file], &[root]).expect("the social-network schema"))
+    common::social_schema()
 }
 
 /// The application's side: the social network's handlers (as in

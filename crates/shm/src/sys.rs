@@ -308,6 +308,11 @@ impl Mapping {
     /// (and the range is in bounds).
     fn all(&self, off: usize, len: usize, ok: impl Fn(Access) -> bool) -> bool {
         let Some(end) = off.checked_add(len).filter(|&e| e <= self.len) else { return false };
+        // The rings' words, on every push and pop: all in the first part.
+        let (first_end, first) = self.parts[0];
+        if end <= first_end && off < first_end {
+            return ok(first);
+        }
         let mut start = 0;
         for &(part_end, access) in &self.parts[..self.nparts] {
             if off < part_end && end > start && !ok(access) {

@@ -4,9 +4,11 @@
 // Each test binary uses part of it.
 #![allow(dead_code)]
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_rpc::{CallOptions, Channel, Status};
+use protoplane_rpc::{CallOptions, Channel, Schema, Status};
 use tokio::time::timeout;
 
 /// A bound on every wait, so a broken engine fails a test instead of
@@ -50,4 +52,16 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// A schema of the repository's `protos/` (`rel`: the file under it).
+pub(crate) fn repo_schema(rel: &str) -> Arc<Schema> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protos");
+    let schema = Schema::from_proto_files(&[root.join(rel)], &[root]);
+    Arc::new(schema.unwrap_or_else(|e| panic!("{rel}: {e}")))
+}
+
+/// The social-network schema.
+pub(crate) fn social_schema() -> Arc<Schema> {
+    repo_schema("socialnetwork/social_network.proto")
 }

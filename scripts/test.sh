@@ -32,7 +32,25 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 passed=0
 failed=0
-step() { echo; echo "==> $*"; }
+# Each step's wall time, printed as a table at the end: CI's budget is 35
+# minutes on a 2-core machine, and this is where it goes.
+step_names=()
+step_starts=()
+step() {
+    step_names+=("$*")
+    step_starts+=("$SECONDS")
+    echo; echo "==> $*"
+}
+times() {
+    local i end
+    echo
+    echo "step times (wall, seconds):"
+    for i in "${!step_names[@]}"; do
+        if [[ $((i + 1)) -lt ${#step_names[@]} ]]; then end=${step_starts[$((i + 1))]}; else end=$SECONDS; fi
+        printf '%6d  %s\n' $((end - step_starts[i])) "${step_names[i]}"
+    done
+    printf '%6d  total\n' "$SECONDS"
+}
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAILED: $*"; }
 
@@ -40,8 +58,10 @@ step "format and lints"
 if cargo fmt --all -- --check; then ok; else bad "cargo fmt"; fi
 if cargo clippy --release --workspace --all-targets --quiet -- -D warnings; then ok; else bad "clippy"; fi
 
-step "build (release, once) and Rust tests"
+step "build (release, once)"
 cargo build --release --workspace --quiet
+
+step "Rust tests"
 if cargo test --release --workspace; then ok; else bad "cargo test"; fi
 
 step "the ring protocol under loom (every interleaving of the real ring code)"
@@ -134,6 +154,7 @@ if [[ "${SKIP_FUZZ:-0}" != 1 && -x scripts/fuzz.sh ]]; then
     if scripts/fuzz.sh "$FUZZ_SECONDS"; then ok; else bad "fuzz"; fi
 fi
 
+times
 echo
 echo "test.sh: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -521,8 +521,8 @@ fn ring_seeds(corpus: &Path) -> Dir {
 /// preface, 2 small limits, 4 the harness answers requests, bits 3..=7 the
 /// read size.
 fn http2_seeds(corpus: &Path) -> Dir {
-    use protoplane_rpc::http2::frame::{self, flag, kind, setting, Reason, PREFACE};
-    use protoplane_rpc::http2::hpack::{Encoder, Index};
+    use protoplane_http2::frame::{self, flag, kind, setting, Reason, PREFACE};
+    use protoplane_http2::hpack::{Encoder, Index};
 
     const PREFIX: u8 = 1;
     const SMALL: u8 = 2;

@@ -31,7 +31,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use protoplane_fuzz::hpack::{Indexing, Op, Program};
-use protoplane_rpc::http2::hpack::{Decoder, Encoder, HpackError, Index, DEFAULT_TABLE_SIZE};
+use protoplane_http2::hpack::{Decoder, Encoder, HpackError, Index, DEFAULT_TABLE_SIZE};
 
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 

@@ -34,11 +34,11 @@ use std::io::IoSlice;
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use protoplane_rpc::http2::conn::{Config, Conn, ConnError, Event, Role};
-use protoplane_rpc::http2::frame::{
+use protoplane_http2::conn::{Config, Conn, ConnError, Event, Role};
+use protoplane_http2::frame::{
     self, flag, kind, setting, Head, Reason, DEFAULT_WINDOW, HEADER_LEN, MAX_MAX_FRAME, PREFACE,
 };
-use protoplane_rpc::http2::hpack::{self, Index};
+use protoplane_http2::hpack::{self, Index};
 
 /// Inputs longer than this are skipped: the output bound is stated for it.
 const MAX_INPUT: usize = 64 << 10;

@@ -28,13 +28,13 @@ use crate::call::{Message, Request};
 use crate::codec::{self, Encoding, ACCEPT_ENCODING};
 use crate::frame::FrameDecoder;
 use crate::http2::client::{self as native, Fields};
-use crate::http2::conn::FieldSink;
-use crate::http2::hpack::Index;
 use crate::metadata::Metadata;
 use crate::schema::Schema;
 use crate::server::{h2_status, write_data, GrpcTransport};
 use crate::status::{Code, Status};
 use crate::timeout;
+use protoplane_http2::conn::FieldSink;
+use protoplane_http2::hpack::Index;
 
 /// Client settings.
 #[derive(Clone, Debug)]

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::http2::conn::{Config, Role};
-use protoplane_rpc::http2::frame::{
+use protoplane_http2::conn::{Config, Role};
+use protoplane_http2::frame::{
     self, flag, kind, Head, Reason, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE,
 };
-use protoplane_rpc::http2::hpack::Decoder;
+use protoplane_http2::hpack::Decoder;
 use protoplane_rpc::{
     BoxFuture, Channel, Client, Code, Metadata, Request, Responder, Router, Schema, ServerOptions,
     Service, Status, Streaming,

@@ -29,12 +29,12 @@ use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::conn::{Config, Conn, Event, FieldSink, Role};
-use super::frame::Reason;
-use super::hpack::Index;
 use crate::codec::{self, ContentType, Encoding};
 use crate::metadata::Metadata;
 use crate::status::{Code, Status};
+use protoplane_http2::conn::{Config, Conn, Event, FieldSink, Role};
+use protoplane_http2::frame::Reason;
+use protoplane_http2::hpack::Index;
 
 /// Bytes of one stream allowed to wait for the server's credit before a
 /// sender waits.

@@ -1,4 +1,4 @@
-//! The gRPC server on protoplane's own HTTP/2 ([`super::conn`]).
+//! The gRPC server on protoplane's own HTTP/2 (`protoplane_http2::conn`).
 //!
 //! One task per connection, and nothing per call: the task reads into one
 //! large buffer, runs every frame in it through the connection state
@@ -30,9 +30,6 @@ use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-use super::conn::{Config, Conn, Event, FieldSink, HeaderList, Role};
-use super::frame::Reason;
-use super::hpack::Index;
 use crate::call::{BoxFuture, Message, Out, Peer, Request, Responder, Streaming, UnarySlot};
 use crate::codec::{self, Encoding, ACCEPT_ENCODING};
 use crate::frame::{FrameError, FRAME_HEADER_LEN};
@@ -41,6 +38,9 @@ use crate::schema::Schema;
 use crate::server::{deadline_exceeded, same_service, Router, ServerOptions};
 use crate::status::{self, Code, Status};
 use crate::timeout;
+use protoplane_http2::conn::{Config, Conn, Event, FieldSink, HeaderList, Role};
+use protoplane_http2::frame::Reason;
+use protoplane_http2::hpack::Index;
 
 /// Output beyond which the connection stops reading: a peer that sends
 /// requests (or PINGs) but does not read the answers holds this much of

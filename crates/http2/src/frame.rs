@@ -1,7 +1,7 @@
 //! HTTP/2 frames (RFC 9113 §4 and §6): the 9-byte frame header, the frame
 //! types and flags, error codes and settings, and writers for the frames
 //! this transport sends. Parsing of payloads lives with the state machine
-//! in [`super::conn`], which validates each frame against the connection's
+//! in [`crate::conn`], which validates each frame against the connection's
 //! state as it reads it.
 
 /// The client connection preface (RFC 9113 §3.4).

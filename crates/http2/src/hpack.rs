@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::huffman;
+use crate::huffman;
 
 /// The initial size of a dynamic table, in octets: HTTP/2's initial SETTINGS_HEADER_TABLE_SIZE
 /// (RFC 9113 §6.5.2).

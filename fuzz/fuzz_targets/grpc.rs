@@ -28,7 +28,7 @@ fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Frame>, Op
     let mut dec = FrameDecoder::new(limit);
     let mut out = Vec::new();
     for chunk in chunks {
-        if let Err(e) = dec.push(chunk, &mut out) {
+        if let Err(e) = dec.push(Bytes::copy_from_slice(chunk), &mut out) {
             return (out, Some(e.to_string()));
         }
         assert!(dec.buffered() <= limit + FRAME_HEADER_LEN, "buffered past the limit");

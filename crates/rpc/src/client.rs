@@ -662,7 +662,7 @@ impl ClientCall {
             match next {
                 Some(Ok(chunk)) => {
                     let mut frames = Vec::new();
-                    if let Err(e) = self.frames.push(&chunk, &mut frames) {
+                    if let Err(e) = self.frames.push(chunk, &mut frames) {
                         let st = e.status();
                         self.reset();
                         return Err(self.fail(st));

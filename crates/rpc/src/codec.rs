@@ -145,7 +145,7 @@ pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, Status> {
 /// encoding when the frame's flag says so.
 pub fn frame_payload(frame: Frame, encoding: Encoding, limit: usize) -> Result<Bytes, Status> {
     if !frame.compressed {
-        return Ok(Bytes::from(frame.data));
+        return Ok(frame.data);
     }
     match encoding {
         Encoding::Gzip => gunzip(&frame.data, limit).map(Bytes::from),
@@ -228,7 +228,7 @@ mod tests {
         let g = frame_message(b"abc", true, 10).unwrap_or_default();
         assert_eq!(g[0], 1);
         let payload =
-            frame_payload(Frame { compressed: true, data: g[5..].to_vec() }, Encoding::Gzip, 10);
+            frame_payload(Frame { compressed: true, data: Bytes::copy_from_slice(&g[5..]) }, Encoding::Gzip, 10);
         assert_eq!(payload.ok().as_deref(), Some(&b"abc"[..]));
         assert_eq!(
             frame_message(b"abc", false, 2).map_err(|s| s.code),

@@ -620,7 +620,7 @@ impl Inbound {
             Some(Ok(chunk)) => {
                 let _ = self.body.flow_control().release_capacity(chunk.len());
                 let mut frames = Vec::new();
-                self.frames.push(&chunk, &mut frames).map_err(|e| e.status())?;
+                self.frames.push(chunk, &mut frames).map_err(|e| e.status())?;
                 for f in frames {
                     let z = f.compressed;
                     let payload = codec::frame_payload(f, self.encoding, self.limit)?;

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 use crate::call::{BoxFuture, Message, Out, Peer, Request, Responder, Streaming, UnarySlot};
 use crate::codec::{self, Encoding, ACCEPT_ENCODING};
-use crate::frame::{FrameError, FRAME_HEADER_LEN};
+use crate::frame::{Frame, FrameDecoder, FRAME_HEADER_LEN};
 use crate::metadata::Metadata;
 use crate::schema::Schema;
 use crate::server::{deadline_exceeded, same_service, Router, ServerOptions};
@@ -55,11 +55,6 @@ const STREAM_PENDING_LIMIT: usize = 64 << 10;
 /// Size of the read buffer; one read takes whatever the socket has, up to
 /// this.
 const READ_CHUNK: usize = 64 << 10;
-
-/// Request messages shorter than this are copied out of the read buffer
-/// (so the buffer is reused, not pinned by live requests); longer ones
-/// are referenced where they landed.
-const COPY_BELOW: usize = 4 << 10;
 
 /// The HTTP/2 settings of a server connection.
 pub(crate) fn config(o: &ServerOptions) -> Config {
@@ -151,7 +146,12 @@ struct Call {
     gzip_ok: bool,
     deadline: Option<Instant>,
     metadata: Option<Metadata>,
-    assembler: Assembler,
+    /// The request's messages, cut out of its DATA (large ones referenced
+    /// where they landed in the read buffer, small ones copied so the
+    /// buffer is reused, not pinned by live requests).
+    frames: FrameDecoder,
+    /// The largest response message.
+    send_limit: usize,
     /// Unary and server-streaming: the request, until the handler starts.
     first: Option<Message>,
     /// Client streaming: decoded requests the handler has not taken, with
@@ -423,10 +423,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             gzip_ok: head.gzip_ok,
             deadline: head.deadline,
             metadata: Some(head.metadata),
-            assembler: Assembler::new(
-                router.options().max_recv_message,
-                router.options().max_send_message,
-            ),
+            frames: FrameDecoder::new(router.options().max_recv_message),
+            send_limit: router.options().max_send_message,
             first: None,
             pending: VecDeque::new(),
             req_tx: None,
@@ -491,13 +489,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let n = data.len();
         let Some(call) = self.calls[slot as usize].call.as_mut() else { return };
         let stream = call.stream;
-        let mut messages: Vec<(bool, Bytes)> = Vec::new();
-        let r = call.assembler.push(data, &mut |z, m| messages.push((z, m)));
-        if let Err(e) = r {
+        let mut messages = Vec::new();
+        if let Err(e) = call.frames.push(data, &mut messages) {
             return self.fail(slot, e.status());
         }
         let mut held = 0;
-        for (i, (z, wire)) in messages.into_iter().enumerate() {
+        for (i, Frame { compressed: z, data: wire }) in messages.into_iter().enumerate() {
             let size = wire.len() + FRAME_HEADER_LEN;
             let m = match decode(call, &mut self.decoder, z, wire) {
                 Ok(m) => m,
@@ -528,7 +525,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 
     fn on_request_end(&mut self, slot: u32) {
         let Some(call) = self.calls[slot as usize].call.as_mut() else { return };
-        if let Err(e) = call.assembler.finish() {
+        if let Err(e) = call.frames.finish() {
             return self.fail(slot, e.status());
         }
         call.req_done = true;
@@ -883,7 +880,7 @@ fn decode(
     compressed: bool,
     wire: Bytes,
 ) -> Result<Message, Status> {
-    let limit = call.assembler.limit;
+    let limit = call.frames.limit();
     let payload = if compressed {
         match call.encoding {
             Encoding::Gzip => Bytes::from(codec::gunzip(&wire, limit)?),
@@ -970,7 +967,7 @@ fn send_out(conn: &mut Conn, call: &mut Call, item: Out) -> Result<(), Status> {
 /// Frames one response message into DATA: straight into the connection's
 /// output when flow control allows (no intermediate buffer).
 fn send_message(conn: &mut Conn, call: &mut Call, message: &[u8], z: bool) -> Result<(), Status> {
-    let limit = call.assembler.send_limit;
+    let limit = call.send_limit;
     if message.len() > limit {
         return Err(Status::new(
             Code::ResourceExhausted,
@@ -1053,100 +1050,3 @@ fn http_error(conn: &mut Conn, stream: u32, code: &[u8]) {
     conn.send_data_with(stream, text.len(), true, |buf| buf.extend_from_slice(text));
 }
 
-/// Cuts a stream's DATA into gRPC messages (RFC-free: gRPC's 5-byte
-/// length prefix). A message wholly inside one DATA payload is taken
-/// without copying when large; one split across payloads is gathered.
-struct Assembler {
-    limit: usize,
-    send_limit: usize,
-    header: [u8; FRAME_HEADER_LEN],
-    have: usize,
-    /// The message in progress: (compressed, length, bytes so far).
-    body: Option<(bool, usize, BytesMut)>,
-}
-
-impl Assembler {
-    fn new(limit: usize, send_limit: usize) -> Assembler {
-        Assembler { limit, send_limit, header: [0; FRAME_HEADER_LEN], have: 0, body: None }
-    }
-
-    fn push(
-        &mut self,
-        mut data: Bytes,
-        out: &mut dyn FnMut(bool, Bytes),
-    ) -> Result<(), FrameError> {
-        while !data.is_empty() {
-            if let Some((z, want, body)) = self.body.as_mut() {
-                let take = (*want - body.len()).min(data.len());
-                body.extend_from_slice(&data[..take]);
-                data.advance(take);
-                if body.len() == *want {
-                    let z = *z;
-                    if let Some((_, _, b)) = self.body.take() {
-                        out(z, b.freeze());
-                    }
-                }
-                continue;
-            }
-            if self.have == 0 && data.len() >= FRAME_HEADER_LEN {
-                let (z, len) = self.parse(&data[..FRAME_HEADER_LEN])?;
-                if data.len() >= FRAME_HEADER_LEN + len {
-                    // The whole message is here.
-                    let m = if len < COPY_BELOW {
-                        Bytes::copy_from_slice(&data[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len])
-                    } else {
-                        data.slice(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len)
-                    };
-                    data.advance(FRAME_HEADER_LEN + len);
-                    out(z, m);
-                    continue;
-                }
-                data.advance(FRAME_HEADER_LEN);
-                self.begin(z, len, out);
-                continue;
-            }
-            let take = (FRAME_HEADER_LEN - self.have).min(data.len());
-            self.header[self.have..self.have + take].copy_from_slice(&data[..take]);
-            self.have += take;
-            data.advance(take);
-            if self.have == FRAME_HEADER_LEN {
-                self.have = 0;
-                let h = self.header;
-                let (z, len) = self.parse(&h)?;
-                self.begin(z, len, out);
-            }
-        }
-        Ok(())
-    }
-
-    fn begin(&mut self, z: bool, len: usize, out: &mut dyn FnMut(bool, Bytes)) {
-        if len == 0 {
-            out(z, Bytes::new());
-        } else {
-            // The length is checked against the limit: a declared length
-            // never allocates more than the limit allows.
-            self.body = Some((z, len, BytesMut::with_capacity(len.min(1 << 20))));
-        }
-    }
-
-    fn parse(&self, h: &[u8]) -> Result<(bool, usize), FrameError> {
-        let flag = h[0];
-        let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-        if flag > 1 {
-            return Err(FrameError::BadFlag(flag));
-        }
-        if len as u64 > self.limit as u64 {
-            return Err(FrameError::TooLarge { len: len.into(), limit: self.limit });
-        }
-        Ok((flag == 1, len as usize))
-    }
-
-    fn finish(&self) -> Result<(), FrameError> {
-        let missing = match &self.body {
-            Some((_, want, body)) => want - body.len(),
-            None if self.have > 0 => FRAME_HEADER_LEN - self.have,
-            None => return Ok(()),
-        };
-        Err(FrameError::Truncated { missing })
-    }
-}

@@ -262,7 +262,7 @@ fn main() {
     let mut lean = Dir::new(corpus, "lean");
     {
         use protoplane_rpc::lean::frame::{write, Outgoing};
-        use protoplane_rpc::{Code, Metadata, Status};
+        use protoplane_grpc::{Code, Metadata, Status};
         let mut md = Metadata::new();
         let _ = md.insert("k", "v");
         let _ = md.insert_bin("b-bin", &[0, 1, 2]);

@@ -21,8 +21,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use protoplane_rpc::frame::{encode_frame, Frame, FrameDecoder, FRAME_HEADER_LEN};
-use protoplane_rpc::{codec, metadata, status, timeout, Code, Status};
+use protoplane_grpc::frame::{encode_frame, Frame, FrameDecoder, FRAME_HEADER_LEN};
+use protoplane_grpc::{codec, metadata, status, timeout, Code, Status};
 
 fn run(limit: usize, chunks: &mut dyn Iterator<Item = &[u8]>) -> (Vec<Frame>, Option<String>) {
     let mut dec = FrameDecoder::new(limit);

@@ -39,7 +39,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use protoplane_engine::fuzzing::{Call, Engine, Event, Refused};
 use protoplane_rpc::lean::frame;
-use protoplane_rpc::{Code, Metadata, Status};
+use protoplane_grpc::{Code, Metadata, Status};
 use protoplane_shm::desc::{self, Descriptor, WORDS};
 use protoplane_shm::layout::{Class, CONTROL_LEN, SLOT_LEN};
 use protoplane_shm::{lease, Chunks, Consumer, Holder, Layout, Mapping, Ring};

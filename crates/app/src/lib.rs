@@ -33,11 +33,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
-use protoplane_rpc::call::{until_deadline, Out, UnarySlot};
-use protoplane_rpc::lean::frame;
-use protoplane_rpc::{
+use protoplane_grpc::call::{Out, UnarySlot};
+use protoplane_grpc::{
     BoxFuture, Code, Message, Metadata, Peer, Request, Responder, Service, Status, Streaming,
 };
+use protoplane_rpc::deadline::until_deadline;
+use protoplane_rpc::lean::frame;
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout, APP_PARKED, ENGINE_PARKED};

@@ -28,9 +28,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use protoplane_grpc::{Code, Status};
 use protoplane_offload::cu::control::{self, Control};
 use protoplane_offload::cu::{DeviceRef, TaskDescriptor};
-use protoplane_rpc::{Code, Status};
 use protoplane_shm::desc::{self, Descriptor};
 use tokio::sync::oneshot;
 

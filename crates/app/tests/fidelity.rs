@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::rich::ErrorDetails;
-use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, ChannelOptions, ClientTls, Code, Identity, Metadata, Request,
-    Responder, Schema, Service, Status, Streaming,
+use protoplane_grpc::rich::ErrorDetails;
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions, ClientTls, Identity};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Builder, Value};
 use tokio::sync::Notify;

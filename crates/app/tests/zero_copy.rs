@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::lean::client::LeanChannel;
-use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, Code, Metadata, Request, Responder, Schema, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::lean::client::LeanChannel;
+use protoplane_rpc::{CallOptions, Channel};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Builder, Value};
 

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use protoplane_rpc::{Channel, Client, Request};
+use protoplane_grpc::Request;
+use protoplane_rpc::{Channel, Client};
 use protoplane_schema::TableSet;
 use protoplane_wire::{
     json, Block, Builder, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source,
@@ -207,7 +208,7 @@ async fn phases(
 }
 
 /// Login(req_id 42, "ada") through `target`; the token it answers.
-async fn login(target: &str, schema: &Arc<protoplane_rpc::Schema>) -> Result<String, String> {
+async fn login(target: &str, schema: &Arc<protoplane_grpc::Schema>) -> Result<String, String> {
     let ts = schema.tables();
     let channel = Channel::connect(target).await.map_err(|e| e.to_string())?;
     let client = Client::new(channel, schema.clone());
@@ -352,7 +353,7 @@ struct SplitRun {
 /// processes of this binary, and runs the phases against the engine.
 fn split_phases(
     args: &DemoArgs,
-    schema: &Arc<protoplane_rpc::Schema>,
+    schema: &Arc<protoplane_grpc::Schema>,
     calls: &[(String, Vec<Bytes>)],
     seconds: Duration,
     rt: &tokio::runtime::Runtime,

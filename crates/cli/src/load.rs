@@ -33,10 +33,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
+use protoplane_grpc::{Code, Metadata, Schema, Status};
 use protoplane_rpc::lean::LeanChannel;
-use protoplane_rpc::{
-    CallOptions, Channel, ChannelOptions, Code, GrpcTransport, Metadata, Schema, Status,
-};
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions, GrpcTransport};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
@@ -525,8 +524,8 @@ fn parse_metadata(items: &[String]) -> Result<Metadata, String> {
             .split_once('=')
             .ok_or_else(|| format!("--metadata {item:?}: expected KEY=VALUE"))?;
         let key = k.trim().to_ascii_lowercase();
-        let r = if protoplane_rpc::metadata::is_binary(&key) {
-            let bytes = protoplane_rpc::metadata::decode_value(&key, v.as_bytes())
+        let r = if protoplane_grpc::metadata::is_binary(&key) {
+            let bytes = protoplane_grpc::metadata::decode_value(&key, v.as_bytes())
                 .map_err(|e| format!("--metadata {item:?}: {e}"))?;
             md.insert_bin(&key, &bytes)
         } else {

@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
-use protoplane_rpc::{
-    BoxFuture, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{Router, ServerOptions};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Builder, Value};
 

@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::{CallOptions, Channel, Code};
+use protoplane_grpc::Code;
+use protoplane_rpc::{CallOptions, Channel};
 
 const BIN: &str = env!("CARGO_BIN_EXE_protoplane");
 
@@ -204,7 +205,7 @@ mod hostile {
     pub(super) fn attach(path: &str) -> Hostile {
         let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protos/interop/grpc_testing.proto");
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protos");
-        let schema = protoplane_rpc::Schema::from_proto_files(&[proto], &[root]).expect("schema");
+        let schema = protoplane_grpc::Schema::from_proto_files(&[proto], &[root]).expect("schema");
         let sock = UnixStream::connect(path).expect("connect");
         let hello = Hello {
             version: VERSION,

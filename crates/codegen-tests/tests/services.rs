@@ -10,11 +10,10 @@ use protoplane_codegen_tests::grpc::testing::{
     self as t, test_service_client::TestServiceClient, test_service_server::TestService,
     test_service_server::TestServiceServer,
 };
+use protoplane_grpc::rich::ErrorDetails;
+use protoplane_grpc::{Code, Message, Request, Responder, Status, Streaming};
 use protoplane_rpc::lean::LeanChannel;
-use protoplane_rpc::rich::ErrorDetails;
-use protoplane_rpc::{
-    CallOptions, Code, Message, Request, Responder, Router, ServerOptions, Status, Streaming,
-};
+use protoplane_rpc::{CallOptions, Router, ServerOptions};
 use protoplane_wire::Block;
 
 struct Impl;

@@ -1,7 +1,8 @@
 //! The RPC service emitter: for each `service`, a server trait with an
-//! adapter to the runtime's `protoplane_rpc::Service` (the
+//! adapter to the runtime's `protoplane_grpc::Service` (the
 //! engine/application seam), and a client stub. The generated code needs
-//! `protoplane-rpc` as a dependency.
+//! `protoplane-grpc` (the call types) and `protoplane-rpc` (the channel
+//! and router) as dependencies.
 //!
 //! For `service Greeter { rpc Hello(HelloRequest) returns (HelloReply); }`
 //! in package `demo`:
@@ -9,7 +10,7 @@
 //! ```ignore
 //! use demo::greeter_server::{Greeter, GreeterServer};
 //! use demo::{HelloReply, HelloReplyBuilder, HelloRequestView};
-//! use protoplane_rpc::{Request, Message, Status};
+//! use protoplane_grpc::{Request, Message, Status};
 //! use protoplane_wire::Block;
 //!
 //! struct MyGreeter;
@@ -46,10 +47,10 @@ use crate::service::{Method, Service, ServiceGenerator};
 use crate::writer::CodeWriter;
 
 /// Emits server traits, server adapters and client stubs for
-/// `protoplane-rpc`.
+/// `protoplane-grpc` and `protoplane-rpc`.
 #[derive(Debug, Default)]
 pub struct RpcServices {
-    /// View types that already got their `protoplane_rpc::View` impl (a type
+    /// View types that already got their `protoplane_grpc::View` impl (a type
     /// used by several methods or services gets one).
     views: HashSet<String>,
     /// Also emit the in-network computation client ([`inc_services`]).
@@ -79,7 +80,7 @@ impl RpcServices {
                 }
                 let view = &t.view;
                 w.blank();
-                w.open(format!("impl<'a> ::protoplane_rpc::View<'a> for {view}<'a>"));
+                w.open(format!("impl<'a> ::protoplane_grpc::View<'a> for {view}<'a>"));
                 w.line(format!("const TYPE_INDEX: u32 = {}::TYPE_INDEX;", t.marker));
                 w.open_fn(
                     "fn from_parts",
@@ -99,14 +100,14 @@ impl RpcServices {
              descriptors; the same tables the package's views and builders use.",
             s.full_name
         ));
-        w.open("pub fn schema() -> &'static ::std::sync::Arc<::protoplane_rpc::Schema>");
+        w.open("pub fn schema() -> &'static ::std::sync::Arc<::protoplane_grpc::Schema>");
         w.line(
-            "static SCHEMA: ::std::sync::OnceLock<::std::sync::Arc<::protoplane_rpc::Schema>> =",
+            "static SCHEMA: ::std::sync::OnceLock<::std::sync::Arc<::protoplane_grpc::Schema>> =",
         );
         w.line("    ::std::sync::OnceLock::new();");
         w.open("SCHEMA.get_or_init(||");
         w.line(format!("let bytes: &[u8] = include_bytes!(\"{}\");", s.descriptor_set_file));
-        w.open("match ::protoplane_rpc::Schema::from_descriptor_set(bytes)");
+        w.open("match ::protoplane_grpc::Schema::from_descriptor_set(bytes)");
         w.line("Ok(s) => ::std::sync::Arc::new(s),");
         w.line("Err(e) => panic!(\"protoplane: the embedded descriptors do not load: {e}\"),");
         w.close();
@@ -159,17 +160,17 @@ impl RpcServices {
                 m.output.full_name
             ));
             let req = if m.client_streaming {
-                "requests: ::protoplane_rpc::Request<::protoplane_rpc::Streaming>"
+                "requests: ::protoplane_grpc::Request<::protoplane_grpc::Streaming>"
             } else {
-                "request: ::protoplane_rpc::Request<::protoplane_rpc::Message>"
+                "request: ::protoplane_grpc::Request<::protoplane_grpc::Message>"
             };
             let (extra, out) = if m.server_streaming {
-                (", responses: ::protoplane_rpc::Responder", "()")
+                (", responses: ::protoplane_grpc::Responder", "()")
             } else {
                 ("", "::protoplane_wire::Block")
             };
             w.line(format!(
-                "fn {}(&self, {req}{extra}) -> impl ::std::future::Future<Output = Result<{out}, ::protoplane_rpc::Status>> + Send;",
+                "fn {}(&self, {req}{extra}) -> impl ::std::future::Future<Output = Result<{out}, ::protoplane_grpc::Status>> + Send;",
                 m.rust_name
             ));
         }
@@ -190,8 +191,8 @@ impl RpcServices {
         w.close();
         w.close();
         w.blank();
-        w.open(format!("impl<T: {name}> ::protoplane_rpc::Service for {name}Server<T>"));
-        w.open("fn schema(&self) -> &::std::sync::Arc<::protoplane_rpc::Schema>");
+        w.open(format!("impl<T: {name}> ::protoplane_grpc::Service for {name}Server<T>"));
+        w.open("fn schema(&self) -> &::std::sync::Arc<::protoplane_grpc::Schema>");
         w.line("schema()");
         w.close();
         w.blank();
@@ -204,10 +205,10 @@ impl RpcServices {
             &[
                 "self: ::std::sync::Arc<Self>".to_owned(),
                 "method: u32".to_owned(),
-                "request: ::protoplane_rpc::Request<::protoplane_rpc::Streaming>".to_owned(),
-                "mut responder: ::protoplane_rpc::Responder".to_owned(),
+                "request: ::protoplane_grpc::Request<::protoplane_grpc::Streaming>".to_owned(),
+                "mut responder: ::protoplane_grpc::Responder".to_owned(),
             ],
-            "::protoplane_rpc::BoxFuture<'static, Result<::protoplane_rpc::Metadata, ::protoplane_rpc::Status>>",
+            "::protoplane_grpc::BoxFuture<'static, Result<::protoplane_grpc::Metadata, ::protoplane_grpc::Status>>",
         );
         w.line("let ids = method_ids();");
         for (i, m) in s.methods.iter().enumerate() {
@@ -223,13 +224,13 @@ impl RpcServices {
                 w.line(format!("let block = self.inner.{}({arg}).await?;", m.rust_name));
                 w.line("responder.send(block).await?;");
             }
-            w.line("Ok(::protoplane_rpc::Metadata::new())");
+            w.line("Ok(::protoplane_grpc::Metadata::new())");
             w.close_with(");");
             w.close();
         }
         w.line("let _ = (request, &mut responder);");
         w.open("Box::pin(async move");
-        w.line("Err(::protoplane_rpc::Status::new(::protoplane_rpc::Code::Unimplemented, \"unknown method\"))");
+        w.line("Err(::protoplane_grpc::Status::new(::protoplane_grpc::Code::Unimplemented, \"unknown method\"))");
         w.close_with(")");
         w.close();
         w.close();
@@ -258,7 +259,7 @@ impl RpcServices {
         w.blank();
         w.open(format!("impl {name}Client"));
         w.doc("Connects over gRPC/HTTP2 (`host:port`).");
-        w.open("pub async fn connect(target: &str) -> Result<Self, ::protoplane_rpc::Status>");
+        w.open("pub async fn connect(target: &str) -> Result<Self, ::protoplane_grpc::Status>");
         w.line("Ok(Self::new(::protoplane_rpc::Channel::connect(target).await?))");
         w.close();
         w.blank();
@@ -280,7 +281,7 @@ impl RpcServices {
                     m.name, m.input.full_name, m.output.full_name
                 ));
                 w.open(format!(
-                    "pub async fn {}(&self, request: ::protoplane_rpc::Request<&::protoplane_wire::Block>) -> Result<::protoplane_rpc::Message, ::protoplane_rpc::Status>",
+                    "pub async fn {}(&self, request: ::protoplane_grpc::Request<&::protoplane_wire::Block>) -> Result<::protoplane_grpc::Message, ::protoplane_grpc::Status>",
                     m.rust_name
                 ));
                 w.line(format!("self.client.unary({id}, request).await.map(|(m, _)| m)"));
@@ -294,7 +295,7 @@ impl RpcServices {
                     m.output.full_name
                 ));
                 w.open(format!(
-                    "pub async fn {}(&self, options: ::protoplane_rpc::CallOptions) -> Result<::protoplane_rpc::TypedCall, ::protoplane_rpc::Status>",
+                    "pub async fn {}(&self, options: ::protoplane_rpc::CallOptions) -> Result<::protoplane_rpc::TypedCall, ::protoplane_grpc::Status>",
                     m.rust_name
                 ));
                 w.line(format!("self.client.start({id}, options).await"));
@@ -363,7 +364,7 @@ impl RpcServices {
                 "netfilter: &str".to_owned(),
                 "agent: ::protoplane_inc_net::agent::ClientHandle".to_owned(),
             ],
-            "Result<Self, ::protoplane_rpc::Status>",
+            "Result<Self, ::protoplane_grpc::Status>",
         );
         w.line("Self::new(::protoplane_rpc::Channel::connect(target).await?, netfilter, agent)");
         w.close();
@@ -376,7 +377,7 @@ impl RpcServices {
                 "netfilter: &str".to_owned(),
                 "agent: ::protoplane_inc_net::agent::ClientHandle".to_owned(),
             ],
-            "Result<Self, ::protoplane_rpc::Status>",
+            "Result<Self, ::protoplane_grpc::Status>",
         );
         w.line(format!("let schema = super::{server_module}::schema().clone();"));
         w.line(format!(
@@ -398,7 +399,7 @@ impl RpcServices {
                     m.name, m.input.full_name, m.output.full_name
                 ));
                 w.open(format!(
-                    "pub async fn {}(&self, request: ::protoplane_rpc::Request<&::protoplane_wire::Block>) -> Result<::protoplane_rpc::Message, ::protoplane_rpc::Status>",
+                    "pub async fn {}(&self, request: ::protoplane_grpc::Request<&::protoplane_wire::Block>) -> Result<::protoplane_grpc::Message, ::protoplane_grpc::Status>",
                     m.rust_name
                 ));
                 w.line(format!("self.inner.unary({:?}, request).await", m.name));
@@ -409,7 +410,7 @@ impl RpcServices {
                     kind(m)
                 ));
                 w.open(format!(
-                    "pub async fn {}(&self, options: ::protoplane_rpc::CallOptions) -> Result<::protoplane_rpc::TypedCall, ::protoplane_rpc::Status>",
+                    "pub async fn {}(&self, options: ::protoplane_rpc::CallOptions) -> Result<::protoplane_rpc::TypedCall, ::protoplane_grpc::Status>",
                     m.rust_name
                 ));
                 w.line(format!(

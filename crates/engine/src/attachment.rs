@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use protoplane_rpc::landing::{Keeper, Landing};
+use protoplane_grpc::landing::{Keeper, Landing};
+use protoplane_grpc::{Code, Metadata, Status};
 use protoplane_rpc::lean::frame;
-use protoplane_rpc::{Code, Metadata, Status};
 use protoplane_schema::TableSet;
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout};
@@ -1072,7 +1072,7 @@ impl<G: Send + Sync + 'static> Keeper for Keep<G> {
 impl Attachment {
     /// A chunk of the engine's half of at least `need` bytes for a
     /// transport to receive requests into (see
-    /// [`protoplane_rpc::landing`]): requests that arrive there cross to
+    /// [`protoplane_grpc::landing`]): requests that arrive there cross to
     /// the application without a copy ([`Attachment::post_request`]).
     pub fn landing(self: &Arc<Self>, need: usize) -> Option<Landing> {
         let (mem, chunk) = lease::landing(self, need)?;
@@ -1103,7 +1103,7 @@ fn decode_view(
         .with(|dec| {
             dec.borrow_mut().decode_into(tables, input, wire, &DecodeOptions::view(), block)
         })
-        .map_err(|e| PostError::Invalid(protoplane_rpc::call::invalid_request(e)))
+        .map_err(|e| PostError::Invalid(protoplane_grpc::call::invalid_request(e)))
 }
 
 impl Holder for Attachment {

@@ -66,7 +66,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_rpc::{Schema, ServerOptions};
+use protoplane_grpc::Schema;
+use protoplane_rpc::ServerOptions;
 
 use crate::admission::{Admission, Principal};
 use crate::budget::Budgets;

@@ -56,11 +56,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
+use protoplane_grpc::{Code, Status};
 use protoplane_offload::cu::control::{self, Control};
 use protoplane_offload::cu::{
     ComputeUnits, CuConfig, CuError, DeviceRef, Kernel, KernelError, ParamValue, Ticket,
 };
-use protoplane_rpc::{Code, Status};
 use protoplane_schema::{Kind, Placement, PlacementTable, TableSet};
 use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, Source};
 
@@ -267,7 +267,7 @@ impl Device {
         let (mut block, mut dev) = (Block::new(), Vec::new());
         let decoded =
             Decoder::new().decode_placed(tables, input, wire, &opts, &mut block, &mut dev);
-        let placed = decoded.map_err(protoplane_rpc::call::invalid_request).and_then(|()| {
+        let placed = decoded.map_err(protoplane_grpc::call::invalid_request).and_then(|()| {
             let kept = region
                 .shrink(room, dev.len() as u32)
                 .map_err(|e| Status::new(Code::Internal, format!("device region: {e}")))?;

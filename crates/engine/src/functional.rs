@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use protoplane_rpc::{Code, Message, Metadata, Method, Peer, Schema, Status};
+use protoplane_grpc::{Code, Message, Metadata, Method, Peer, Schema, Status};
 use protoplane_schema::{Kind, TableSet};
 use protoplane_wire::{Block, Builder, Decoder, MessageView, Value};
 
@@ -357,7 +357,7 @@ pub(crate) fn answer(
             Ok(m) => m,
             Err(e) => {
                 stats.offload_invalid.fetch_add(1, Ordering::Relaxed);
-                return Err(protoplane_rpc::call::invalid_request(e));
+                return Err(protoplane_grpc::call::invalid_request(e));
             }
         }
     } else {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protoplane_rpc::{Metadata, Status};
+use protoplane_grpc::{Metadata, Status};
 use protoplane_shm::{Consumer, Descriptor, Layout, Mapping};
 
 use crate::attachment::{self, Attachment, EventRx, Inbound, PostError};

@@ -47,7 +47,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::{Router, Schema};
+use protoplane_grpc::Schema;
+use protoplane_rpc::Router;
 use protoplane_shm::attach::{Answer, Hello, VERSION};
 use protoplane_shm::{sys, Bell, Doorbell, Layout, Mapping};
 use tokio::io::AsyncReadExt;

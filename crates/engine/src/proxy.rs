@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::{
+use protoplane_grpc::{
     BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
 use protoplane_shm::desc::{self, Descriptor};
@@ -115,7 +115,7 @@ impl SplitService {
 
     /// Hands requests larger than `bytes` to the application as received,
     /// undecoded (`None`: decode every request in the engine). The
-    /// application's handler then sees a raw [`protoplane_rpc::Message`]
+    /// application's handler then sees a raw [`protoplane_grpc::Message`]
     /// (`is_raw`) and decodes it itself.
     pub fn set_raw_above(&mut self, bytes: Option<usize>) {
         self.raw_above = bytes;
@@ -284,7 +284,7 @@ impl SplitService {
         &self,
         att: &Arc<Attachment>,
         d: Descriptor,
-        m: Option<&protoplane_rpc::Message>,
+        m: Option<&protoplane_grpc::Message>,
         side: &[u8],
     ) -> Result<(), Status> {
         let mut waited: Option<(Instant, WaitSlot)> = None;
@@ -406,7 +406,7 @@ impl Service for SplitService {
 
     /// A chunk of an attached instance's region: the lean transport
     /// receives requests there, and they cross without a copy.
-    fn landing(&self, need: usize) -> Option<protoplane_rpc::landing::Landing> {
+    fn landing(&self, need: usize) -> Option<protoplane_grpc::landing::Landing> {
         self.registry.pick(&self.name)?.landing(need)
     }
 
@@ -422,7 +422,7 @@ impl Service for SplitService {
 
 /// `COMPRESS` on a request: the client sent it compressed (the engine has
 /// decompressed it; the handler may ask, see `Message::was_compressed`).
-fn z(m: &protoplane_rpc::Message) -> u16 {
+fn z(m: &protoplane_grpc::Message) -> u16 {
     if m.was_compressed() {
         desc::COMPRESS
     } else {

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use protoplane_app::{device_ref, DeviceRef, TaskDescriptor, Units};
 use protoplane_engine::{Config, DeviceOptions, Running};
-use protoplane_offload::cu::{Kernel, KernelError, Output, Params};
-use protoplane_rpc::{
-    BoxFuture, Channel, Code, Message, Metadata, Request, Responder, Schema, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Message, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_offload::cu::{Kernel, KernelError, Output, Params};
+use protoplane_rpc::Channel;
 use protoplane_wire::{Builder, Decoder, Value};
 use tokio::time::timeout;
 

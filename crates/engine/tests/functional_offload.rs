@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protoplane_engine::{Config, OffloadRequest, Offloaded, Running};
-use protoplane_rpc::{
-    BoxFuture, Channel, Code, Message, Metadata, Request, Responder, Schema, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Message, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::Channel;
 use protoplane_wire::{Block, Builder, Decoder, Value};
 use tokio::time::timeout;
 
@@ -100,7 +100,7 @@ impl Service for App {
                 self.raw.fetch_add(1, Ordering::Relaxed);
                 let (wire, ty) = (m.wire().clone(), m.type_index());
                 m = Message::decode(self.schema.tables(), ty, wire, &mut Decoder::new())
-                    .map_err(protoplane_rpc::call::invalid_request)?;
+                    .map_err(protoplane_grpc::call::invalid_request)?;
             }
             let block = self.handle(method, &m)?;
             responder.send(block).await?;

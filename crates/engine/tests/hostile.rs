@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use protoplane_engine::{Config, Running};
-use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, Code, Metadata, Request, Responder, Schema, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{CallOptions, Channel};
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor};
 use protoplane_shm::layout::ENGINE_PARKED;

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use protoplane_grpc::{Code, Message, Metadata, Status};
 use protoplane_rpc::{
-    CallOptions, Channel, ChannelOptions, Client, ClientTls, Code, Identity, Message, Metadata,
-    Status, TypedCall,
+    CallOptions, Channel, ChannelOptions, Client, ClientTls, Identity, TypedCall,
 };
 use protoplane_wire::{Builder, MessageBuilder, MessageView, Value};
 use tokio::sync::mpsc;

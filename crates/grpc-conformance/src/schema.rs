@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use protoplane_rpc::metadata::{decode_value, encode_value, is_binary};
-use protoplane_rpc::{Metadata, Schema};
+use protoplane_grpc::metadata::{decode_value, encode_value, is_binary};
+use protoplane_grpc::{Metadata, Schema};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{BlockError, BuildError, Builder, MessageBuilder, MessageView, Value};
 
@@ -311,7 +311,7 @@ pub(crate) fn copy(
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use protoplane_rpc::Message;
+    use protoplane_grpc::Message;
     use protoplane_wire::Decoder;
 
     use super::*;

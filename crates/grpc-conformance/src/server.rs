@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use protoplane_rpc::rich::Any;
-use protoplane_rpc::{
-    BoxFuture, Code, Message, Metadata, Request, Responder, Router, Schema, ServerOptions, Service,
-    Status, Streaming,
+use protoplane_grpc::rich::Any;
+use protoplane_grpc::{
+    BoxFuture, Code, Message, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{Router, ServerOptions};
 use protoplane_wire::{Block, Builder, MessageBuilder, MessageView, Value};
 
 use crate::delimited;

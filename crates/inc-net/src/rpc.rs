@@ -44,9 +44,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prost_types::FileDescriptorSet;
+use protoplane_grpc::{Code, Message, Request, Schema, Status};
 use protoplane_inc::keys::{int_key, Quantizer};
 use protoplane_inc::netfilter::{select_service, services_of, Iedt, NetFilter};
-use protoplane_rpc::{CallOptions, Channel, Client, Code, Message, Request, Schema, Status};
+use protoplane_rpc::{CallOptions, Channel, Client};
 use protoplane_schema::TableSet;
 use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, MessageView, Source, Value};
 

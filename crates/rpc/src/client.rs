@@ -24,15 +24,15 @@ use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, Source};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::call::{Message, Request};
-use crate::codec::{self, Encoding, ACCEPT_ENCODING};
-use crate::frame::FrameDecoder;
 use crate::http2::client::{self as native, Fields};
-use crate::metadata::Metadata;
-use crate::schema::Schema;
 use crate::server::{h2_status, write_data, GrpcTransport};
-use crate::status::{Code, Status};
-use crate::timeout;
+use protoplane_grpc::call::{Message, Request};
+use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
+use protoplane_grpc::frame::FrameDecoder;
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::schema::Schema;
+use protoplane_grpc::status::{Code, Status};
+use protoplane_grpc::timeout;
 use protoplane_http2::conn::FieldSink;
 use protoplane_http2::hpack::Index;
 
@@ -288,7 +288,7 @@ impl Channel {
                 if let Some(v) = grpc_timeout.and_then(|t| HeaderValue::from_str(&t).ok()) {
                     h.insert("grpc-timeout", v);
                 }
-                call.metadata.write_headers(h);
+                crate::server::write_headers(&call.metadata, h);
                 let ready = async {
                     let mut send = send.clone().ready().await.map_err(|e| h2_status(&e))?;
                     send.send_request(req, false).map_err(|e| h2_status(&e))

@@ -19,29 +19,16 @@
 
 pub mod accept;
 pub mod busy;
-pub mod call;
 pub mod client;
-pub mod codec;
-pub mod frame;
+pub mod deadline;
 pub mod health;
 pub mod http2;
-pub mod landing;
 pub mod lean;
-pub mod metadata;
 pub mod reflection;
-pub mod rich;
-pub mod schema;
 pub mod server;
-pub mod status;
-pub mod timeout;
 pub mod tls;
 
-pub use call::{BoxFuture, Message, Peer, Request, Responder, Service, Streaming, View};
 pub use client::{
     CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Identity, TypedCall,
 };
-pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, FRAME_HEADER_LEN};
-pub use metadata::Metadata;
-pub use schema::{Method, Schema};
 pub use server::{GrpcTransport, Router, ServerOptions};
-pub use status::{Code, Status};

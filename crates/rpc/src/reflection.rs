@@ -12,10 +12,10 @@ use prost_types::{DescriptorProto, FileDescriptorProto};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Block, Builder, MessageView, Value};
 
-use crate::call::{BoxFuture, Request, Responder, Service, Streaming};
-use crate::metadata::Metadata;
-use crate::schema::Schema;
-use crate::status::{Code, Status};
+use protoplane_grpc::call::{BoxFuture, Request, Responder, Service, Streaming};
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::schema::Schema;
+use protoplane_grpc::status::{Code, Status};
 
 const PROTO: &str = include_str!("../../../protos/grpc/reflection.proto");
 

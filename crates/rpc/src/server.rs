@@ -5,7 +5,7 @@
 //! encode, flow control, deadline, cancellation — and polls the
 //! application's future ([`Service::call`]) inside the same task, so a
 //! unary call costs one task and no thread hop. The two sides talk only
-//! through the queues of [`crate::call`].
+//! through the queues of [`protoplane_grpc::call`].
 //!
 //! Limits that keep a hostile client from growing memory: the message size
 //! limit (checked on the frame header before any byte of the body is
@@ -30,13 +30,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::call::{Message, Out, Peer, Request, Responder, Service, Streaming};
-use crate::codec::{self, Encoding, ACCEPT_ENCODING};
-use crate::frame::FrameDecoder;
-use crate::metadata::{self, Metadata};
-use crate::schema::Schema;
-use crate::status::{self, Code, Status};
-use crate::timeout;
+use protoplane_grpc::call::{Message, Out, Peer, Request, Responder, Service, Streaming};
+use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
+use protoplane_grpc::frame::FrameDecoder;
+use protoplane_grpc::metadata::{self, Metadata};
+use protoplane_grpc::schema::Schema;
+use protoplane_grpc::status::{self, Code, Status};
+use protoplane_grpc::timeout;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -174,7 +174,7 @@ impl Router {
         self.services.iter().any(|s| s.decodes_requests())
     }
 
-    /// A landing to receive requests into (see [`crate::landing`]): from
+    /// A landing to receive requests into (see [`protoplane_grpc::landing`]): from
     /// service `prefer` (the one a connection's last call went to), or
     /// with none, from the first service that lends any; with the index of
     /// the service that lent it.
@@ -182,7 +182,7 @@ impl Router {
         &self,
         prefer: Option<usize>,
         need: usize,
-    ) -> Option<(usize, crate::landing::Landing)> {
+    ) -> Option<(usize, protoplane_grpc::landing::Landing)> {
         match prefer {
             Some(i) => Some((i, self.services.get(i)?.landing(need)?)),
             None => self.services.iter().enumerate().find_map(|(i, s)| Some((i, s.landing(need)?))),
@@ -236,7 +236,7 @@ impl Router {
     /// Serves TLS connections (ALPN `h2`) from `listener`. With a
     /// configuration from [`crate::tls::server_config_mtls`], only clients
     /// with a certificate the client CAs signed get through the handshake,
-    /// and handlers see that certificate in [`crate::call::Peer`].
+    /// and handlers see that certificate in [`protoplane_grpc::call::Peer`].
     pub async fn serve_tls(
         self: Arc<Self>,
         listener: TcpListener,
@@ -385,7 +385,7 @@ impl Router {
                 }
             },
         };
-        let metadata = match Metadata::from_headers(&parts.headers) {
+        let metadata = match metadata_from_headers(&parts.headers) {
             Ok(m) => m,
             Err(e) => {
                 out.finish(Status::new(Code::Internal, e.to_string()), &Metadata::new());
@@ -439,7 +439,11 @@ impl Router {
             (Responder::stream(tx, method.output), Some(rx), None)
         } else {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            (Responder::unary(tx, method.output), None, Some(crate::call::UnarySlot::new(rx)))
+            (
+                Responder::unary(tx, method.output),
+                None,
+                Some(protoplane_grpc::call::UnarySlot::new(rx)),
+            )
         };
         let request = Request { metadata, deadline, peer: Some(peer), message: streaming };
         let mut handler = Some(service.call(route.method, request, responder));
@@ -724,7 +728,7 @@ impl Outbound {
         if self.gzip_ok {
             resp.headers_mut().insert("grpc-encoding", HeaderValue::from_static("gzip"));
         }
-        self.initial.write_headers(resp.headers_mut());
+        write_headers(&self.initial, resp.headers_mut());
         let Some(mut respond) = self.respond.take() else {
             return Err(Status::new(Code::Internal, "response already started"));
         };
@@ -787,14 +791,14 @@ impl Outbound {
                 h.insert(status::DETAILS_KEY, v);
             }
         }
-        trailers.write_headers(&mut h);
+        write_headers(trailers, &mut h);
         if let Some(stream) = self.stream.as_mut() {
             let _ = stream.send_trailers(h);
             return;
         }
         // Trailers-only: one HEADERS frame with END_STREAM.
         let mut resp = self.base_headers();
-        self.initial.write_headers(resp.headers_mut());
+        write_headers(&self.initial, resp.headers_mut());
         resp.headers_mut().extend(h);
         if let Some(mut respond) = self.respond.take() {
             let _ = respond.send_response(resp, true);
@@ -844,4 +848,23 @@ pub(crate) async fn write_data(
         stream.send_data(chunk, false).map_err(|e| h2_status(&e))?;
     }
     Ok(())
+}
+
+/// Adds every metadata entry as a header of the `h2` crate's messages.
+pub(crate) fn write_headers(md: &Metadata, headers: &mut http::HeaderMap) {
+    for (k, v) in md.encoded() {
+        // Entries are checked on insert: these conversions do not fail.
+        if let (Ok(name), Ok(value)) =
+            (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(&v))
+        {
+            headers.append(name, value);
+        }
+    }
+}
+
+/// The custom metadata among the headers of an `h2` crate's message.
+pub(crate) fn metadata_from_headers(
+    headers: &http::HeaderMap,
+) -> Result<Metadata, protoplane_grpc::metadata::MetadataError> {
+    Metadata::from_fields(headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))
 }

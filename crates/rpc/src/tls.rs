@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio_rustls::rustls::{self, pki_types::CertificateDer, pki_types::PrivateKeyDer};
 
-use crate::status::{Code, Status};
+use protoplane_grpc::status::{Code, Status};
 
 fn bad(what: impl std::fmt::Display) -> Status {
     Status::new(Code::InvalidArgument, what.to_string())
@@ -35,7 +35,7 @@ pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::Serv
 /// certificate chaining to one of the CA certificates in `client_ca_pem`
 /// (mutual TLS): a client without one, or with one the CAs did not sign,
 /// fails the handshake. The verified chain reaches handlers as
-/// [`crate::call::Peer::certificates`].
+/// [`protoplane_grpc::call::Peer::certificates`].
 pub fn server_config_mtls(
     cert_pem: &[u8],
     key_pem: &[u8],

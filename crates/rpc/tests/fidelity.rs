@@ -20,10 +20,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
-use protoplane_rpc::rich::ErrorDetails;
+use protoplane_grpc::rich::ErrorDetails;
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
+};
 use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, ChannelOptions, ClientTls, Code, Identity, Metadata, Request,
-    Responder, Router, Schema, ServerOptions, Service, Status, Streaming,
+    CallOptions, Channel, ChannelOptions, ClientTls, Identity, Router, ServerOptions,
 };
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Builder, Value};

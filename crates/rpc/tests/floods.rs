@@ -15,15 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
+};
 use protoplane_http2::conn::{Config, Role};
 use protoplane_http2::frame::{
     self, flag, kind, Head, Reason, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE,
 };
 use protoplane_http2::hpack::Decoder;
-use protoplane_rpc::{
-    BoxFuture, Channel, Client, Code, Metadata, Request, Responder, Router, Schema, ServerOptions,
-    Service, Status, Streaming,
-};
+use protoplane_rpc::{Channel, Client, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Block, Builder, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -306,7 +306,7 @@ fn grpc_message(body: &[u8]) -> Vec<u8> {
     req.push(n as u8);
     req.extend_from_slice(body);
     let mut out = Vec::new();
-    protoplane_rpc::encode_frame(false, &req, &mut out).expect("message under 4 GiB");
+    protoplane_grpc::encode_frame(false, &req, &mut out).expect("message under 4 GiB");
     out
 }
 

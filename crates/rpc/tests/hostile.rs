@@ -16,10 +16,10 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::RecvStream;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use protoplane_rpc::{
-    BoxFuture, CallOptions, Channel, ChannelOptions, Client, Code, Metadata, Request, Responder,
-    Router, Schema, ServerOptions, Service, Status, Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Client, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Block, Builder, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -146,7 +146,7 @@ fn resp_block(body: &[u8]) -> Result<Block, Status> {
 }
 
 /// (body, count, size, sleep_ms) of a request.
-fn read_req(m: &protoplane_rpc::Message) -> Result<(Vec<u8>, i64, i64, i64), Status> {
+fn read_req(m: &protoplane_grpc::Message) -> Result<(Vec<u8>, i64, i64, i64), Status> {
     let v = m.view(schema().tables())?;
     let get = |n: u32| v.by_number(n).map_err(internal);
     let int = |n: u32| -> Result<i64, Status> {
@@ -283,7 +283,7 @@ fn resp_bytes(body: &[u8]) -> Vec<u8> {
 /// One gRPC length-prefixed message.
 fn framed(compressed: bool, msg: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    protoplane_rpc::encode_frame(compressed, msg, &mut out).expect("message under 4 GiB");
+    protoplane_grpc::encode_frame(compressed, msg, &mut out).expect("message under 4 GiB");
     out
 }
 
@@ -301,7 +301,7 @@ fn req_block(body: &[u8]) -> Block {
     b.finish()
 }
 
-fn body_of(m: &protoplane_rpc::Message) -> Vec<u8> {
+fn body_of(m: &protoplane_grpc::Message) -> Vec<u8> {
     let v = m.view(schema().tables()).expect("readable response");
     v.by_number(1).expect("readable field").and_then(|x| x.as_bytes()).unwrap_or_default().to_vec()
 }
@@ -382,7 +382,7 @@ impl Reply {
 
     fn message(&self) -> String {
         self.grpc_header("grpc-message")
-            .map(|v| protoplane_rpc::status::decode_message(v.as_bytes()))
+            .map(|v| protoplane_grpc::status::decode_message(v.as_bytes()))
             .unwrap_or_default()
     }
 }
@@ -854,7 +854,7 @@ async fn invalid_grpc_framing_is_refused() {
     let r = raw_call(
         addr,
         grpc_request(addr, UNARY, &[("grpc-encoding", "gzip")]),
-        framed(true, &protoplane_rpc::codec::gzip(&msg)),
+        framed(true, &protoplane_grpc::codec::gzip(&msg)),
         true,
     )
     .await;
@@ -930,7 +930,7 @@ async fn oversized_messages_are_refused_on_the_frame_header() {
 
     // A gzip bomb: ~10 KiB expanding to 10 MiB of zeros.
     let zeros = vec![0u8; 10 << 20];
-    let bomb = protoplane_rpc::codec::gzip(&zeros);
+    let bomb = protoplane_grpc::codec::gzip(&zeros);
     assert!(bomb.len() < MAX_RECV, "the bomb itself passes the frame check");
     for path in [UNARY, COLLECT] {
         let start = Instant::now();
@@ -1527,7 +1527,7 @@ async fn fake_call(
             data_then(grpc_response(&[("grpc-encoding", "gzip")]), framed(true, b"nope"), Some("0"))
         }
         Fake::GzipBomb => {
-            let bomb = protoplane_rpc::codec::gzip(&vec![0u8; 10 << 20]);
+            let bomb = protoplane_grpc::codec::gzip(&vec![0u8; 10 << 20]);
             data_then(grpc_response(&[("grpc-encoding", "gzip")]), framed(true, &bomb), Some("0"))
         }
         Fake::UnknownEncoding => {

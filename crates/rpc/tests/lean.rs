@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protoplane_rpc::lean::{server, LeanChannel};
-use protoplane_rpc::{
-    BoxFuture, CallOptions, Code, Metadata, Request, Responder, Router, Schema, ServerOptions,
-    Service, Status, Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::lean::{server, LeanChannel};
+use protoplane_rpc::{CallOptions, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Builder, Value};
 

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message as _;
-use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Code, Status};
+use protoplane_grpc::{Code, Status};
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions};
 
 use crate::crypto::{self, NONCE_LEN};
 use crate::pb;

@@ -24,11 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use protoplane_offload::cu::{DeviceRef, TaskDescriptor};
-use protoplane_rpc::{
-    BoxFuture, Code, Message, Metadata, Request, Responder, Router, Schema, ServerOptions, Service,
-    Status, Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Message, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_offload::cu::{DeviceRef, TaskDescriptor};
+use protoplane_rpc::{Router, ServerOptions};
 use protoplane_schema::{Field, FieldOp, Placement, TableSet};
 use protoplane_wire::{
     Block, Builder, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source, Value,
@@ -591,7 +591,7 @@ impl ImageService {
         let mut device = Vec::new();
         Decoder::new()
             .decode_placed(&tables, ty, &wire, &DecodeOptions::view(), &mut block, &mut device)
-            .map_err(protoplane_rpc::call::invalid_request)?;
+            .map_err(protoplane_grpc::call::invalid_request)?;
         let mut bytes = block.into_bytes();
         let mut staged = None;
         let at = root_slot(&bytes, self.app.types.image.offset)

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
+use protoplane_grpc::{Code, Status};
 use protoplane_offload::cu::{
     ComputeUnits, CuConfig, CuError, DeviceRef, KernelError, Notification, TaskDescriptor, Ticket,
 };
-use protoplane_rpc::{Code, Status};
 use tokio::sync::oneshot;
 
 use crate::crypto::{reply_key, request_key, USERS};

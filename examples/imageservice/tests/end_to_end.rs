@@ -10,7 +10,8 @@ use protoplane_example_imageservice::client::{self, Nonces};
 use protoplane_example_imageservice::crypto::{self, USERS};
 use protoplane_example_imageservice::pb;
 use protoplane_example_imageservice::server::{RunningServer, Scheme, ServerConfig};
-use protoplane_rpc::{Channel, Code, Status};
+use protoplane_grpc::{Code, Status};
+use protoplane_rpc::Channel;
 
 fn start(scheme: Scheme) -> RunningServer {
     let cfg = ServerConfig { scheme, region_capacity: 64 << 20, ..ServerConfig::default() };

@@ -16,7 +16,8 @@ use protoplane_example_imageservice::client::{self, Nonces};
 use protoplane_example_imageservice::crypto::{self, USERS};
 use protoplane_example_imageservice::server::split::{serve_attached, PROBE_EVERY};
 use protoplane_example_imageservice::{server, SERVICE};
-use protoplane_rpc::{Channel, Code};
+use protoplane_grpc::Code;
+use protoplane_rpc::Channel;
 
 const BOUND: Duration = Duration::from_secs(30);
 

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use protoplane_grpc::{Message, Request, Status};
 use protoplane_inc::client::Event;
 use protoplane_inc::server::ServerEvent;
 use protoplane_inc_net::agent::ServerRuntime;
-use protoplane_rpc::{Message, Request, Status};
 use protoplane_wire::Block;
 
 use crate::generated::protoplane::examples::agreement::acceptor_inc_client::AcceptorIncClient;

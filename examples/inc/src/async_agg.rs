@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use protoplane_rpc::{Message, Request, Status};
+use protoplane_grpc::{Message, Request, Status};
 use protoplane_wire::Block;
 
 use crate::generated::protoplane::examples::wordcount::word_count_inc_client::WordCountIncClient;

@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use protoplane_grpc::{Service, Status};
 use protoplane_inc::client::ClientTuning;
 use protoplane_inc::controller::Registration;
 use protoplane_inc::netfilter::{load_sources, select_service, NetFilter};
 use protoplane_inc::server::{ServerStats, ServerTuning};
 use protoplane_inc_net::agent::{ClientRuntime, Options, ServerRuntime};
 use protoplane_inc_net::rpc::FaceStats;
-use protoplane_rpc::{Channel, Router, ServerOptions, Service, Status};
+use protoplane_rpc::{Channel, Router, ServerOptions};
 
 use crate::agreement::AcceptorService;
 use crate::async_agg::WordCountService;

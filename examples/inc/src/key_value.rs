@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::{Message, Request, Status};
+use protoplane_grpc::{Message, Request, Status};
 use protoplane_wire::Block;
 
 use crate::generated::protoplane::examples::monitor::monitor_inc_client::MonitorIncClient;

@@ -4,7 +4,7 @@
 //! members) makes the data plane add the gradients and send every worker
 //! the sum; the server sees the step number only.
 
-use protoplane_rpc::{Code, Message, Request, Status};
+use protoplane_grpc::{Code, Message, Request, Status};
 use protoplane_wire::Block;
 
 use crate::generated::protoplane::examples::syncagg::trainer_inc_client::TrainerIncClient;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use protoplane_grpc::{Code, Message, Request, Service, Status};
 use protoplane_inc::client::ClientTuning;
 use protoplane_inc::controller::ControllerTuning;
 use protoplane_inc::faults::Faults;
@@ -33,7 +34,7 @@ use protoplane_inc_examples::harness::{registration, App};
 use protoplane_inc_examples::{key_value, sync_agg};
 use protoplane_inc_net::agent::{ClientHandle, ClientRuntime, Options, ServerRuntime};
 use protoplane_inc_net::{controller, switch, LOOPBACK};
-use protoplane_rpc::{Channel, Code, Message, Request, Router, ServerOptions, Service, Status};
+use protoplane_rpc::{Channel, Router, ServerOptions};
 use protoplane_wire::Block;
 
 /// What the handlers were given.

@@ -16,7 +16,7 @@ pub mod socialnetwork {
     include!(concat!(env!("OUT_DIR"), "/socialnetwork.rs"));
 }
 
-use protoplane_rpc::{Message, Request, Status};
+use protoplane_grpc::{Message, Request, Status};
 use protoplane_wire::Block;
 use socialnetwork::social_network_server::SocialNetwork;
 use socialnetwork::{

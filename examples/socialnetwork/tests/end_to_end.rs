@@ -10,7 +10,8 @@ use protoplane_example_socialnetwork::socialnetwork::{
     LoginRequestBuilder,
 };
 use protoplane_example_socialnetwork::Handlers;
-use protoplane_rpc::{Request, Router, ServerOptions};
+use protoplane_grpc::Request;
+use protoplane_rpc::{Router, ServerOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_and_compose_post() {

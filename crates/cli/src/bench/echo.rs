@@ -18,10 +18,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protoplane_rpc::{
-    BoxFuture, Code, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{Router, ServerOptions};
 use protoplane_wire::{BuildError, Builder, MessageBuilder, MessageView, Value};
 
 #[derive(clap::Args, Debug)]

@@ -6,10 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_rpc::{
-    CallOptions, Channel, ChannelOptions, Client, ClientTls, Code, Message, Metadata, Schema,
-    Status, TypedCall,
-};
+use protoplane_grpc::{Code, Message, Metadata, Schema, Status};
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Client, ClientTls, TypedCall};
 use protoplane_wire::{Block, Builder, MessageBuilder, MessageView, Value};
 
 use super::Types;

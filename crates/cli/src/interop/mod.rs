@@ -13,7 +13,7 @@ pub(crate) mod server;
 
 use std::sync::Arc;
 
-use protoplane_rpc::Schema;
+use protoplane_grpc::Schema;
 use protoplane_schema::ProtoSource;
 
 const PROTO: &str = include_str!("../../../../protos/interop/grpc_testing.proto");

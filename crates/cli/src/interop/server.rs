@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_rpc::{
-    BoxFuture, Code, Metadata, Request, Responder, Router, Schema, ServerOptions, Service, Status,
-    Streaming,
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
+use protoplane_rpc::{Router, ServerOptions};
 use protoplane_wire::{Block, Builder, MessageView, Value};
 
 use super::Types;

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_rpc::{CallOptions, Channel, Schema, Status};
+use protoplane_grpc::{Schema, Status};
+use protoplane_rpc::{CallOptions, Channel};
 use tokio::time::timeout;
 
 /// A bound on every wait, so a broken engine fails a test instead of

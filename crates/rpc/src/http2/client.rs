@@ -29,9 +29,9 @@ use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::codec::{self, ContentType, Encoding};
-use crate::metadata::Metadata;
-use crate::status::{Code, Status};
+use protoplane_grpc::codec::{self, ContentType, Encoding};
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::status::{Code, Status};
 use protoplane_http2::conn::{Config, Conn, Event, FieldSink, Role};
 use protoplane_http2::frame::Reason;
 use protoplane_http2::hpack::Index;
@@ -83,7 +83,7 @@ impl Fields {
             let st = Status::from_trailers(code, msg);
             // Details that are not base64 are dropped, as other clients do.
             let details = details
-                .and_then(crate::metadata::decode_binary)
+                .and_then(protoplane_grpc::metadata::decode_binary)
                 .map(Bytes::from)
                 .unwrap_or_default();
             Status { metadata: metadata.clone(), details, ..st }

@@ -30,14 +30,16 @@ use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-use crate::call::{BoxFuture, Message, Out, Peer, Request, Responder, Streaming, UnarySlot};
-use crate::codec::{self, Encoding, ACCEPT_ENCODING};
-use crate::frame::{Frame, FrameDecoder, FRAME_HEADER_LEN};
-use crate::metadata::Metadata;
-use crate::schema::Schema;
 use crate::server::{deadline_exceeded, same_service, Router, ServerOptions};
-use crate::status::{self, Code, Status};
-use crate::timeout;
+use protoplane_grpc::call::{
+    BoxFuture, Message, Out, Peer, Request, Responder, Streaming, UnarySlot,
+};
+use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
+use protoplane_grpc::frame::{Frame, FrameDecoder, FRAME_HEADER_LEN};
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::schema::Schema;
+use protoplane_grpc::status::{self, Code, Status};
+use protoplane_grpc::timeout;
 use protoplane_http2::conn::{Config, Conn, Event, FieldSink, HeaderList, Role};
 use protoplane_http2::frame::Reason;
 use protoplane_http2::hpack::Index;
@@ -1001,7 +1003,7 @@ fn status_fields(sink: &mut dyn FieldSink, st: &Status, trailers: &Metadata) {
         sink.field(b"grpc-message", status::encode_message(&st.message).as_bytes(), Index::No);
     }
     if !st.details.is_empty() {
-        let v = crate::metadata::encode_binary(&st.details);
+        let v = protoplane_grpc::metadata::encode_binary(&st.details);
         sink.field(status::DETAILS_KEY.as_bytes(), v.as_bytes(), Index::No);
     }
     metadata_fields(sink, trailers);
@@ -1049,4 +1051,3 @@ fn http_error(conn: &mut Conn, stream: u32, code: &[u8]) {
     });
     conn.send_data_with(stream, text.len(), true, |buf| buf.extend_from_slice(text));
 }
-

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frame::{self, Outgoing, PREFACE};
 use crate::client::CallOptions;
-use crate::metadata::Metadata;
-use crate::status::{Code, Status};
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::status::{Code, Status};
 
 /// What a call receives.
 #[derive(Debug)]

@@ -28,8 +28,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::metadata::{self, Metadata};
-use crate::status::{Code, Status, DETAILS_KEY};
+use protoplane_grpc::metadata::{self, Metadata};
+use protoplane_grpc::status::{Code, Status, DETAILS_KEY};
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 16;

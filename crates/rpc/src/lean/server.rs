@@ -26,11 +26,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::frame::{self, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
-use crate::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
-use crate::landing::{Filling, Landing};
-use crate::metadata::Metadata;
 use crate::server::Router;
-use crate::status::{Code, Status};
+use protoplane_grpc::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
+use protoplane_grpc::landing::{Filling, Landing};
+use protoplane_grpc::metadata::Metadata;
+use protoplane_grpc::status::{Code, Status};
 
 /// Section overhead allowed beyond the message limit (metadata, status).
 const FRAME_SLACK: usize = 64 << 10;
@@ -160,7 +160,7 @@ where
 const LANDING_MIN: usize = 64 << 10;
 
 /// Where the reader receives: its own memory, or a landing a service lent
-/// (see [`crate::landing`]: a split engine's region, so each request's
+/// (see [`protoplane_grpc::landing`]: a split engine's region, so each request's
 /// wire bytes arrive where the application reads them, with no copy).
 enum Inbuf {
     Private(BytesMut),
@@ -497,13 +497,13 @@ async fn send_status(wtx: &super::FrameTx, call: u32, st: &Status) {
 /// Encodes one response item to its message bytes.
 fn encode_out(
     item: Out,
-    schema: &crate::schema::Schema,
+    schema: &protoplane_grpc::schema::Schema,
     output: u32,
     limit: usize,
 ) -> Result<Vec<u8>, Status> {
     let bytes = match item {
         Out::Block(block, _) => {
-            crate::codec::with_encoded(schema.tables(), output, &block, <[u8]>::to_vec)?
+            protoplane_grpc::codec::with_encoded(schema.tables(), output, &block, <[u8]>::to_vec)?
         }
         Out::Encoded(b, _) => b.to_vec(),
         Out::Headers(_) | Out::Staged(_) => Vec::new(),
@@ -520,20 +520,20 @@ fn encode_out(
 async fn drive(
     handler: BoxFuture<'static, Result<Metadata, Status>>,
     orx: Option<mpsc::Receiver<Out>>,
-    single: Option<tokio::sync::oneshot::Receiver<crate::call::UnaryOut>>,
+    single: Option<tokio::sync::oneshot::Receiver<protoplane_grpc::call::UnaryOut>>,
     wtx: super::FrameTx,
     call: u32,
-    schema: Arc<crate::schema::Schema>,
+    schema: Arc<protoplane_grpc::schema::Schema>,
     output: u32,
     deadline: Option<Instant>,
     limit: usize,
 ) {
-    let timed = crate::call::until_deadline(deadline, handler);
+    let timed = crate::deadline::until_deadline(deadline, handler);
     let Some(mut orx) = orx else {
         // One response: run the handler to its end, then one frame
         // (headers it sends explicitly leave at once, in a frame of their
         // own).
-        let mut slot = single.map(crate::call::UnarySlot::new);
+        let mut slot = single.map(protoplane_grpc::call::UnarySlot::new);
         tokio::pin!(timed);
         let outcome = loop {
             tokio::select! {
@@ -547,7 +547,7 @@ async fn drive(
             }
         };
         let (early, one) =
-            slot.as_mut().map_or((None, crate::call::UnaryOut::none()), |s| s.finish());
+            slot.as_mut().map_or((None, protoplane_grpc::call::UnaryOut::none()), |s| s.finish());
         if let Some(md) = early {
             if send_headers(&wtx, call, &md).await.is_err() {
                 return;
@@ -559,19 +559,20 @@ async fn drive(
         // The common case: encode straight into the response frame.
         if let (Ok(trailers), Some(Out::Block(block, _))) = (&outcome, &item) {
             let st = ok(trailers.clone());
-            let framed = crate::codec::with_encoded(schema.tables(), output, block, |bytes| {
-                if bytes.len() > limit {
-                    return None;
-                }
-                let mut out = Vec::with_capacity(64 + bytes.len());
-                let f = Outgoing {
-                    headers: headers.as_ref(),
-                    message: Some(bytes),
-                    status: Some(&st),
-                    ..Outgoing::default()
-                };
-                frame::write(&mut out, call, 0, &f).map(|()| out)
-            });
+            let framed =
+                protoplane_grpc::codec::with_encoded(schema.tables(), output, block, |bytes| {
+                    if bytes.len() > limit {
+                        return None;
+                    }
+                    let mut out = Vec::with_capacity(64 + bytes.len());
+                    let f = Outgoing {
+                        headers: headers.as_ref(),
+                        message: Some(bytes),
+                        status: Some(&st),
+                        ..Outgoing::default()
+                    };
+                    frame::write(&mut out, call, 0, &f).map(|()| out)
+                });
             let st = match framed {
                 Ok(Some(out)) => {
                     let _ = wtx.send(Bytes::from(out)).await;
@@ -667,7 +668,7 @@ async fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::landing::Keeper;
+    use protoplane_grpc::landing::Keeper;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Landings of leaked memory (a test's worth), sized up to a page

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use protoplane_app::{DeviceRef, TaskDescriptor, Units};
-use protoplane_rpc::{
+use protoplane_grpc::{
     BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
 };
 use protoplane_wire::{Block, Builder, Value};
@@ -169,7 +169,7 @@ impl Attached {
         true
     }
 
-    async fn compress(&self, msg: &protoplane_rpc::Message) -> Result<Block, Status> {
+    async fn compress(&self, msg: &protoplane_grpc::Message) -> Result<Block, Status> {
         if !self.ready.load(Relaxed) {
             self.program().await?;
         }

@@ -5,7 +5,7 @@ use protoplane_example_socialnetwork::socialnetwork::social_network_client::Soci
 use protoplane_example_socialnetwork::socialnetwork::{
     LoginReplyView, LoginRequest, LoginRequestBuilder,
 };
-use protoplane_rpc::Request;
+use protoplane_grpc::Request;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -74,7 +74,7 @@ impl Message {
     /// Decodes a request: bytes that do not decode are the caller's fault
     /// (INVALID_ARGUMENT), on every transport. `raw`: the service decodes
     /// it itself, it stays as received.
-    pub(crate) fn decode_request(
+    pub fn decode_request(
         tables: &TableSet,
         type_index: u32,
         wire: Bytes,
@@ -414,7 +414,7 @@ impl Responder {
     }
 
     /// A responder for a streaming response.
-    pub(crate) fn stream(tx: mpsc::Sender<Out>, output: u32) -> Responder {
+    pub fn stream(tx: mpsc::Sender<Out>, output: u32) -> Responder {
         Responder {
             sink: Sink::Stream(tx),
             headers: Some(Metadata::new()),
@@ -424,7 +424,7 @@ impl Responder {
     }
 
     /// A responder for a method with one response.
-    pub(crate) fn unary(tx: oneshot::Sender<UnaryOut>, output: u32) -> Responder {
+    pub fn unary(tx: oneshot::Sender<UnaryOut>, output: u32) -> Responder {
         Responder {
             sink: Sink::Unary { slot: Some(tx), headers: None },
             headers: Some(Metadata::new()),
@@ -551,20 +551,6 @@ impl Drop for Responder {
                 }
             }
         }
-    }
-}
-
-/// Runs a handler to its end, or until `deadline` passes
-/// (DEADLINE_EXCEEDED): how every driver of a call bounds its handler.
-pub async fn until_deadline(
-    deadline: Option<Instant>,
-    handler: impl Future<Output = Result<Metadata, Status>>,
-) -> Result<Metadata, Status> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d.into(), handler)
-            .await
-            .unwrap_or_else(|_| Err(Status::new(Code::DeadlineExceeded, "deadline exceeded"))),
-        None => handler.await,
     }
 }
 

@@ -66,7 +66,7 @@ impl Landing {
 /// A landing being filled: `filled` bytes received at its front, not yet
 /// cut off; what was cut off before is gone from `mem` (it lives on in the
 /// bytes handed out).
-pub(crate) struct Filling {
+pub struct Filling {
     mem: &'static mut [u8],
     filled: usize,
     keep: Arc<dyn Keeper>,
@@ -84,44 +84,53 @@ impl AsRef<[u8]> for Piece {
     }
 }
 
+impl std::fmt::Debug for Filling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filling")
+            .field("len", &self.mem.len())
+            .field("filled", &self.filled)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Filling {
-    pub(crate) fn new(l: Landing) -> Filling {
+    pub fn new(l: Landing) -> Filling {
         Filling { mem: l.mem, filled: 0, keep: l.keep }
     }
 
     /// Received bytes not cut off yet.
-    pub(crate) fn filled(&self) -> &[u8] {
+    pub fn filled(&self) -> &[u8] {
         &self.mem[..self.filled]
     }
 
     /// Room left to receive into.
-    pub(crate) fn room(&self) -> usize {
+    pub fn room(&self) -> usize {
         self.mem.len() - self.filled
     }
 
     /// Whether the landing's owner still wants requests received into it.
-    pub(crate) fn alive(&self) -> bool {
+    pub fn alive(&self) -> bool {
         self.keep.alive()
     }
 
     /// Bytes from the front of the uncut part to the landing's end.
-    pub(crate) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.mem.len()
     }
 
     /// Where the next bytes go.
-    pub(crate) fn spare(&mut self) -> &mut [u8] {
+    pub fn spare(&mut self) -> &mut [u8] {
         &mut self.mem[self.filled..]
     }
 
     /// `n` bytes were received into [`Filling::spare`].
-    pub(crate) fn advance(&mut self, n: usize) {
+    pub fn advance(&mut self, n: usize) {
         self.filled = (self.filled + n).min(self.mem.len());
     }
 
     /// Cuts the first `n` received bytes off as bytes of their own, and
     /// returns those from `skip` on.
-    pub(crate) fn cut(&mut self, n: usize, skip: usize) -> Bytes {
+    pub fn cut(&mut self, n: usize, skip: usize) -> Bytes {
         let n = n.min(self.filled);
         let (front, rest) = std::mem::take(&mut self.mem).split_at_mut(n);
         self.mem = rest;
@@ -133,7 +142,7 @@ impl Filling {
     /// Moves the received bytes to the front of `next` and continues
     /// there; `counted` of them (the payload, not a frame header) are
     /// reported moved out of this landing.
-    pub(crate) fn move_to(self, next: Landing, counted: usize) -> Result<Filling, Filling> {
+    pub fn move_to(self, next: Landing, counted: usize) -> Result<Filling, Filling> {
         if next.len() < self.filled {
             return Err(self);
         }
@@ -146,7 +155,7 @@ impl Filling {
 
     /// Tells the landing `counted` of its received bytes were copied
     /// elsewhere.
-    pub(crate) fn moved_out(&self, counted: usize) {
+    pub fn moved_out(&self, counted: usize) {
         if counted > 0 {
             self.keep.moved(counted.min(self.filled));
         }
@@ -195,7 +204,7 @@ mod tests {
         assert_eq!(f.capacity(), 26);
         assert_eq!(f.room(), 22);
         let (next, keep2) = landing(8, &alive);
-        let f = f.move_to(next, 3).ok().expect("fits");
+        let f = f.move_to(next, 3).expect("fits");
         assert_eq!(f.filled(), b"6789");
         assert_eq!(keep.moved.load(Ordering::Relaxed), 3);
         assert_eq!(keep2.moved.load(Ordering::Relaxed), 0);

@@ -170,31 +170,17 @@ impl Metadata {
         self.entries.is_empty()
     }
 
-    /// Adds every entry as an HTTP/2 header.
-    pub fn write_headers(&self, headers: &mut http::HeaderMap) {
-        for (k, v) in &self.entries {
-            let (Ok(name), Ok(value)) = (
-                http::HeaderName::from_bytes(k.as_bytes()),
-                encode_value(k, v)
-                    .map_err(|_| ())
-                    .and_then(|s| http::HeaderValue::from_str(&s).map_err(|_| ())),
-            ) else {
-                continue; // unreachable: entries are checked on insert
-            };
-            headers.append(name, value);
-        }
+    /// Every entry as it goes on the wire: the key and its header value
+    /// (`-bin` values in base64).
+    pub fn encoded(&self) -> impl Iterator<Item = (&str, String)> + '_ {
+        self.entries.iter().filter_map(|(k, v)| Some((k.as_str(), encode_value(k, v).ok()?)))
     }
 
-    /// The custom metadata among received headers: every header except the
-    /// protocol's own (`grpc-*`, `content-type`, `te`, and connection
-    /// headers). A `-bin` value that is not base64 fails the call, as it
-    /// does in grpc-go.
-    pub fn from_headers(headers: &http::HeaderMap) -> Result<Metadata, MetadataError> {
-        Metadata::from_fields(headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))
-    }
-
-    /// [`Metadata::from_headers`] over decoded header fields (names
-    /// lowercase, as HTTP/2 requires; pseudo-header fields left out).
+    /// The custom metadata among received header fields (names lowercase,
+    /// as HTTP/2 requires; pseudo-header fields left out): every field
+    /// except the protocol's own (`grpc-*`, `content-type`, `te`, and
+    /// connection headers). A `-bin` value that is not base64 fails the
+    /// call, as it does in grpc-go.
     pub fn from_fields<'a>(
         fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<Metadata, MetadataError> {

@@ -20,8 +20,8 @@
 //!   server, `status.error_details().bad_request` on the client.
 //!
 //! ```
-//! use protoplane_rpc::rich::{BadRequest, ErrorDetails};
-//! use protoplane_rpc::{Code, Status};
+//! use protoplane_grpc::rich::{BadRequest, ErrorDetails};
+//! use protoplane_grpc::{Code, Status};
 //!
 //! let st = Status::with_error_details(
 //!     Code::InvalidArgument,

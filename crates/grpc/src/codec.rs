@@ -17,7 +17,7 @@ thread_local! {
 
 /// Encodes an owned block of type `ty` with this thread's encoder and hands
 /// the bytes to `f` (valid only inside it).
-pub(crate) fn with_encoded<R>(
+pub fn with_encoded<R>(
     tables: &protoplane_schema::TableSet,
     ty: u32,
     block: &[u8],
@@ -227,8 +227,11 @@ mod tests {
         assert_eq!(&f[..], b"\0\0\0\0\x03abc");
         let g = frame_message(b"abc", true, 10).unwrap_or_default();
         assert_eq!(g[0], 1);
-        let payload =
-            frame_payload(Frame { compressed: true, data: Bytes::copy_from_slice(&g[5..]) }, Encoding::Gzip, 10);
+        let payload = frame_payload(
+            Frame { compressed: true, data: Bytes::copy_from_slice(&g[5..]) },
+            Encoding::Gzip,
+            10,
+        );
         assert_eq!(payload.ok().as_deref(), Some(&b"abc"[..]));
         assert_eq!(
             frame_message(b"abc", false, 2).map_err(|s| s.code),

@@ -241,8 +241,10 @@ mod tests {
         let msgs: [(bool, &[u8]); 4] =
             [(false, b"hello"), (true, b""), (false, &[7; 300]), (true, b"x")];
         let wire = framed(&msgs);
-        let want: Vec<Frame> =
-            msgs.iter().map(|(c, m)| Frame { compressed: *c, data: Bytes::copy_from_slice(m) }).collect();
+        let want: Vec<Frame> = msgs
+            .iter()
+            .map(|(c, m)| Frame { compressed: *c, data: Bytes::copy_from_slice(m) })
+            .collect();
         for chunk in [1, 2, 3, 5, 6, 7, 64, wire.len()] {
             let mut dec = FrameDecoder::new(1024);
             let mut got = Vec::new();

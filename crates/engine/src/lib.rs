@@ -156,7 +156,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
     }
     let (router, health) = router.with_standard_services().map_err(|e| e.to_string())?;
     for name in &proxied {
-        health.set(name, protoplane_rpc::health::ServingStatus::NotServing);
+        health.set(name, protoplane_grpc_services::health::ServingStatus::NotServing);
     }
     registry.set_health(health);
     let router = Arc::new(router);

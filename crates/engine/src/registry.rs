@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use protoplane_rpc::health::{Health, ServingStatus};
+use protoplane_grpc_services::health::{Health, ServingStatus};
 
 use crate::attachment::Attachment;
 

@@ -17,15 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use h2::client::{ResponseFuture, SendRequest};
-use h2::{RecvStream, SendStream};
-use http::{HeaderMap, HeaderValue, Request as HttpRequest};
 use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, Source};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::http2::client::{self as native, Fields};
-use crate::server::{h2_status, write_data, GrpcTransport};
+use crate::server::GrpcTransport;
 use protoplane_grpc::call::{Message, Request};
 use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
 use protoplane_grpc::frame::FrameDecoder;
@@ -112,7 +109,8 @@ pub struct Channel {
 #[derive(Clone, Debug)]
 enum Link {
     Native(Arc<NativeHandle>),
-    H2(SendRequest<Bytes>),
+    #[cfg(feature = "h2")]
+    H2(h2::client::SendRequest<Bytes>),
 }
 
 /// The last clone of a channel going away lets its connection close once
@@ -137,7 +135,7 @@ pub struct CallOptions {
     pub compress: bool,
 }
 
-fn unavailable(what: impl std::fmt::Display) -> Status {
+pub(crate) fn unavailable(what: impl std::fmt::Display) -> Status {
     Status::new(Code::Unavailable, what.to_string())
 }
 
@@ -146,7 +144,7 @@ fn deadline_exceeded() -> Status {
 }
 
 /// Runs `f` until `deadline`, then fails with DEADLINE_EXCEEDED.
-async fn timed<T>(
+pub(crate) async fn timed<T>(
     deadline: Option<Instant>,
     f: impl Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
@@ -158,7 +156,7 @@ async fn timed<T>(
     }
 }
 
-const USER_AGENT: &str = "protoplane-rpc/0.1";
+pub(crate) const USER_AGENT: &str = "protoplane-rpc/0.1";
 
 impl Channel {
     /// Connects to `target` (`host:port`, optionally with an `http://` or
@@ -219,21 +217,8 @@ impl Channel {
                 let link = native::Link::start(io, opts.stream_window, opts.connection_window);
                 Link::Native(Arc::new(NativeHandle(link)))
             }
-            GrpcTransport::H2 => {
-                let (send, conn) = h2::client::Builder::new()
-                    .initial_window_size(opts.stream_window)
-                    .initial_connection_window_size(opts.connection_window)
-                    .max_send_buffer_size(1 << 20)
-                    .handshake::<IO, Bytes>(io)
-                    .await
-                    .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
-                // The connection task reads and writes frames until the
-                // connection closes; calls on it then fail with UNAVAILABLE.
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                Link::H2(send)
-            }
+            #[cfg(feature = "h2")]
+            GrpcTransport::H2 => Link::H2(crate::h2::client::handshake(io, &opts).await?),
         };
         Ok(Channel { link, authority, scheme, opts: Arc::new(opts) })
     }
@@ -269,32 +254,11 @@ impl Channel {
                 );
                 Io::Native(timed(deadline, open).await?)
             }
+            #[cfg(feature = "h2")]
             Link::H2(send) => {
-                let mut req = HttpRequest::builder()
-                    .method("POST")
-                    .uri(format!("{}://{}{}", self.scheme, self.authority, path))
-                    .body(())
-                    .map_err(|e| {
-                        Status::new(Code::InvalidArgument, format!("bad path {path:?}: {e}"))
-                    })?;
-                let h = req.headers_mut();
-                h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-                h.insert(http::header::TE, HeaderValue::from_static("trailers"));
-                h.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
-                h.insert("grpc-accept-encoding", HeaderValue::from_static(ACCEPT_ENCODING));
-                if call.compress {
-                    h.insert("grpc-encoding", HeaderValue::from_static("gzip"));
-                }
-                if let Some(v) = grpc_timeout.and_then(|t| HeaderValue::from_str(&t).ok()) {
-                    h.insert("grpc-timeout", v);
-                }
-                crate::server::write_headers(&call.metadata, h);
-                let ready = async {
-                    let mut send = send.clone().ready().await.map_err(|e| h2_status(&e))?;
-                    send.send_request(req, false).map_err(|e| h2_status(&e))
-                };
-                let (response, stream) = timed(deadline, ready).await?;
-                Io::H2 { send: Some(stream), response: Some(response), body: None }
+                let target = (self.scheme, &self.authority[..], path);
+                let open = crate::h2::client::open(send, target, &call, grpc_timeout);
+                Io::H2(timed(deadline, open).await?)
             }
         };
         Ok(ClientCall {
@@ -318,24 +282,18 @@ impl Channel {
 /// A call's stream, on either transport.
 enum Io {
     Native(native::Stream),
-    H2 {
-        send: Option<SendStream<Bytes>>,
-        response: Option<ResponseFuture>,
-        body: Option<RecvStream>,
-    },
+    #[cfg(feature = "h2")]
+    H2(crate::h2::client::Stream),
 }
 
 impl std::fmt::Debug for Io {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Io::Native(_) => "Native",
-            Io::H2 { .. } => "H2",
+            #[cfg(feature = "h2")]
+            Io::H2(_) => "H2",
         })
     }
-}
-
-fn h2_fields(http: u16, ends: bool, headers: &HeaderMap) -> Fields {
-    Fields::parse(http, ends, || headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())))
 }
 
 impl Io {
@@ -343,19 +301,8 @@ impl Io {
     async fn head(&mut self) -> Result<(Fields, bool), Status> {
         match self {
             Io::Native(s) => poll_fn(|cx| s.poll_head(cx)).await,
-            Io::H2 { response, body, .. } => {
-                let Some(fut) = response.take() else {
-                    return Err(Status::new(Code::Internal, "response headers taken"));
-                };
-                let resp = fut.await.map_err(|e| h2_status(&e))?;
-                let (parts, b) = resp.into_parts();
-                let ends = b.is_end_stream();
-                let f = h2_fields(parts.status.as_u16(), ends, &parts.headers);
-                if !ends {
-                    *body = Some(b);
-                }
-                Ok((f, ends))
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.head().await,
         }
     }
 
@@ -363,16 +310,8 @@ impl Io {
     async fn data(&mut self) -> Option<Result<Bytes, Status>> {
         match self {
             Io::Native(s) => poll_fn(|cx| s.poll_data(cx)).await,
-            Io::H2 { body, .. } => {
-                let b = body.as_mut()?;
-                match b.data().await? {
-                    Ok(chunk) => {
-                        let _ = b.flow_control().release_capacity(chunk.len());
-                        Some(Ok(chunk))
-                    }
-                    Err(e) => Some(Err(h2_status(&e))),
-                }
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.data().await,
         }
     }
 
@@ -380,18 +319,16 @@ impl Io {
     async fn trailers(&mut self) -> Result<Option<Fields>, Status> {
         match self {
             Io::Native(s) => poll_fn(|cx| s.poll_trailers(cx)).await,
-            Io::H2 { body, .. } => {
-                let Some(b) = body.as_mut() else { return Ok(None) };
-                let t = poll_fn(|cx| b.poll_trailers(cx)).await.map_err(|e| h2_status(&e))?;
-                Ok(t.map(|h| h2_fields(0, true, &h)))
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.trailers().await,
         }
     }
 
     fn can_send(&self) -> bool {
         match self {
             Io::Native(s) => s.can_send(),
-            Io::H2 { send, .. } => send.is_some(),
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.can_send(),
         }
     }
 
@@ -405,19 +342,8 @@ impl Io {
                     s.send_message(message, false, end).await
                 }
             }
-            Io::H2 { send, .. } => {
-                let frame = codec::frame_message(message, gzip, usize::MAX)?;
-                let Some(stream) = send.as_mut() else {
-                    return Err(Status::new(Code::Internal, "request stream closed"));
-                };
-                write_data(stream, frame).await?;
-                if end {
-                    if let Some(mut s) = send.take() {
-                        let _ = s.send_data(Bytes::new(), true);
-                    }
-                }
-                Ok(())
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.send(message, gzip, end).await,
         }
     }
 
@@ -425,11 +351,8 @@ impl Io {
     fn close_send(&mut self) {
         match self {
             Io::Native(s) => s.close_send(),
-            Io::H2 { send, .. } => {
-                if let Some(mut s) = send.take() {
-                    let _ = s.send_data(Bytes::new(), true);
-                }
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.close_send(),
         }
     }
 
@@ -437,7 +360,8 @@ impl Io {
     fn drop_send(&mut self) {
         match self {
             Io::Native(_) => {}
-            Io::H2 { send, .. } => *send = None,
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.drop_send(),
         }
     }
 
@@ -445,14 +369,8 @@ impl Io {
     fn reset(&mut self) {
         match self {
             Io::Native(s) => s.reset(),
-            Io::H2 { send, response, body } => {
-                if let Some(s) = send.as_mut() {
-                    s.send_reset(h2::Reason::CANCEL);
-                }
-                *send = None;
-                *response = None;
-                *body = None;
-            }
+            #[cfg(feature = "h2")]
+            Io::H2(s) => s.reset(),
         }
     }
 }

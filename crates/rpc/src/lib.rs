@@ -1,30 +1,37 @@
-//! protoplane's RPC runtime.
+//! protoplane's RPC runtime: what wires transports to services.
 //!
-//! This crate starts with the parts of gRPC that do not depend on a
-//! transport: everything here is plain functions and state machines over
-//! bytes and header values, so the HTTP/2 server and client, the lean
-//! transport and (later) the split engine share one implementation of the
-//! protocol rules, each tested and fuzzed once.
+//! The protocol rules live elsewhere, each in a crate with no I/O: gRPC's
+//! in `protoplane-grpc` (framing, status, metadata, timeouts, the call
+//! types), HTTP/2's in `protoplane-http2` (frames, HPACK, the connection
+//! state machine). This crate runs them over sockets:
 //!
-//! * [`frame`]: the length-prefixed message framing of a gRPC stream
-//!   (incremental, bounded by the message size limit);
-//! * [`status`]: status codes, `grpc-message` percent-encoding, and the
-//!   mapping of plain HTTP statuses to codes;
-//! * [`timeout`]: the `grpc-timeout` header;
-//! * [`metadata`]: custom metadata keys and values, `-bin` values in base64.
+//! * [`server`]: the [`Router`] (services by method path) and its accept
+//!   loops, plaintext and TLS; [`client`]: [`Channel`] (one HTTP/2
+//!   connection), [`Client`] and the call handles;
+//! * [`http2`]: the server's and the client's socket loops around
+//!   `protoplane-http2`'s connection (one task per connection); with the
+//!   `h2` cargo feature, a second HTTP/2 transport on the `h2` crate
+//!   (`GrpcTransport::H2`) for comparison;
+//! * [`lean`]: the lean transport, protoplane to protoplane over TCP or
+//!   Unix sockets with a minimal binary frame instead of HTTP/2;
+//! * [`tls`]: rustls configurations (ALPN `h2`, mutual TLS);
+//! * [`accept`]: accept loops that outlive accept errors; [`busy`]:
+//!   busy-polling a worker while calls keep coming; [`deadline`]: a
+//!   handler bounded by its call's deadline.
 //!
-//! The rules are those of gRPC's "gRPC over HTTP2" protocol description
-//! (`PROTOCOL-HTTP2.md` in the grpc repository); each module names the
-//! production it implements.
+//! The split engine (`protoplane-engine`) serves its applications' calls
+//! through the same [`Router`] and transports; the standard health and
+//! reflection services are `protoplane-grpc-services`, added by
+//! [`Router::with_standard_services`].
 
 pub mod accept;
 pub mod busy;
 pub mod client;
 pub mod deadline;
-pub mod health;
+#[cfg(feature = "h2")]
+mod h2;
 pub mod http2;
 pub mod lean;
-pub mod reflection;
 pub mod server;
 pub mod tls;
 

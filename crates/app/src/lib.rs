@@ -38,7 +38,7 @@ use protoplane_grpc::{
     BoxFuture, Code, Message, Metadata, Peer, Request, Responder, Service, Status, Streaming,
 };
 use protoplane_rpc::deadline::until_deadline;
-use protoplane_rpc::lean::frame;
+use protoplane_seam::{OpenRepr, ReplyRepr};
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout, APP_PARKED, ENGINE_PARKED};
@@ -596,10 +596,17 @@ impl Session {
             Some((m, side)) => (Some(m).filter(|_| d.has(desc::MESSAGE)), side),
             None => (None, Bytes::new()),
         };
-        let (metadata, peer) = match parse_open(&side) {
-            Ok(open) => open,
-            Err(why) => {
-                self.fail(d.call, Status::new(Code::Internal, why));
+        // The client's address stays with the engine: the application is
+        // told only what identifies the client (its verified certificates).
+        let (metadata, peer) = match OpenRepr::parse(&side) {
+            Ok(open) => {
+                let certificates = open.peer_certificates;
+                let peer =
+                    (!certificates.is_empty()).then(|| Arc::new(Peer { addr: None, certificates }));
+                (open.metadata, peer)
+            }
+            Err(e) => {
+                self.fail(d.call, e.into());
                 return;
             }
         };
@@ -1051,30 +1058,9 @@ fn split_out(d: &mut Descriptor, item: Option<Out>) -> (Bytes, Bytes) {
     }
 }
 
+/// The side sections of a reply carrying `headers` and `status`.
 fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
     let mut out = Vec::new();
-    // The common end of a call, a bare status code, needs no side
-    // sections: the descriptor's code field carries it (and the engine
-    // parses nothing).
-    let bare =
-        |st: &Status| st.message.is_empty() && st.metadata.is_empty() && st.details.is_empty();
-    if headers.is_none() && status.is_none_or(bare) {
-        return out;
-    }
-    let f = frame::Outgoing { headers, status, ..frame::Outgoing::default() };
-    let _ = frame::write(&mut out, 0, 0, &f);
+    ReplyRepr::emit_parts(headers, status, &mut out);
     out
-}
-
-/// The metadata of an OPEN and the peer the engine verified, if any (the
-/// client's address stays with the engine: the application is told only
-/// what identifies the client).
-fn parse_open(side: &Bytes) -> Result<(Metadata, Option<Arc<Peer>>), String> {
-    if side.is_empty() {
-        return Ok((Metadata::new(), None));
-    }
-    let (_, s) = frame::parse_whole(side).map_err(|e| e.to_string())?;
-    let peer = (!s.peer_certificates.is_empty())
-        .then(|| Arc::new(Peer { addr: None, certificates: s.peer_certificates }));
-    Ok((s.open.map(|(_, md)| md).unwrap_or_default(), peer))
 }

@@ -15,13 +15,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use protoplane_grpc::landing::{Keeper, Landing};
 use protoplane_grpc::{Code, Metadata, Status};
-use protoplane_rpc::lean::frame;
 use protoplane_schema::TableSet;
+use protoplane_seam::ReplyRepr;
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout};
 use protoplane_shm::lease::{self, Holder, Pool};
@@ -922,8 +922,8 @@ impl Attachment {
         let max = self.budgets.max_queued;
         let flood =
             || format!("more than {max} responses queued for call {} (budgets.max_queued)", d.call);
-        let (headers, status) =
-            if d.side.len > 0 { parse_side(&side, d.has(desc::STATUS))? } else { (None, None) };
+        let ReplyRepr { headers, status } =
+            ReplyRepr::parse(&side, d.has(desc::STATUS)).map_err(|e| e.to_string())?;
         if let Some(md) = headers.filter(|_| d.has(desc::HEADERS)) {
             // Headers that come only with the status were staged by the
             // handler, never sent: the call may still end trailers-only.
@@ -1180,40 +1180,6 @@ impl Attachment {
 
 pub(crate) fn unavailable(why: &str) -> Status {
     Status::new(Code::Unavailable, format!("application detached: {why}"))
-}
-
-/// Side sections: a lean frame holding HEADERS and/or STATUS.
-fn parse_side(
-    side: &Bytes,
-    with_status: bool,
-) -> Result<(Option<Metadata>, Option<Status>), String> {
-    let (_, s) = frame::parse_whole(side).map_err(|e| format!("side sections: {e}"))?;
-    if s.status.is_some() && !with_status {
-        return Err("side sections: a status without the STATUS flag".into());
-    }
-    Ok((s.headers, s.status))
-}
-
-/// Side sections of an OPEN: timeout, metadata and the client's verified
-/// certificates (mutual TLS), as a lean frame.
-pub(crate) fn open_side(
-    timeout: Option<Duration>,
-    md: &Metadata,
-    peer_certificates: &[bytes::Bytes],
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    // The descriptor carries the timeout itself; the sections are for the
-    // metadata and certificates, and a call without any needs none.
-    if md.is_empty() && peer_certificates.is_empty() {
-        return out;
-    }
-    let f = frame::Outgoing {
-        open: Some((timeout, md)),
-        peer_certificates,
-        ..frame::Outgoing::default()
-    };
-    let _ = frame::write(&mut out, 0, 0, &f);
-    out
 }
 
 /// The time left until `deadline`, as a descriptor carries it.

@@ -119,7 +119,9 @@ impl Engine {
     /// The side sections of an OPEN (timeout and metadata), as the proxy
     /// writes them.
     pub fn open_side(timeout: Option<Duration>, md: &Metadata) -> Vec<u8> {
-        attachment::open_side(timeout, md, &[])
+        let mut out = Vec::new();
+        protoplane_seam::OpenRepr::emit_parts(timeout, md, &[], &mut out);
+        out
     }
 
     /// Copies a message into a chunk of the engine's half and posts it on

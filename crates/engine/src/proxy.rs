@@ -24,10 +24,11 @@ use protoplane_grpc::{
 };
 use protoplane_shm::desc::{self, Descriptor};
 
-use crate::attachment::{open_side, timeout_ns, Attachment, Inbound, PostError};
+use crate::attachment::{timeout_ns, Attachment, Inbound, PostError};
 use crate::device::Placed;
 use crate::functional::{self, MethodStats, Offloaded};
 use crate::registry::Registry;
+use protoplane_seam::OpenRepr;
 
 /// Bounds on what waits for an application.
 #[derive(Clone, Debug)]
@@ -207,10 +208,12 @@ impl SplitService {
         let (call, mut rx) = att.open_call()?;
         let mut guard = Guard { att: att.clone(), call, method, service, done: false };
 
-        let side = open_side(
+        let mut side = Vec::new();
+        OpenRepr::emit_parts(
             deadline.map(|d| d.saturating_duration_since(Instant::now())),
             &metadata,
             peer.as_ref().map_or(&[][..], |p| &p.certificates[..]),
+            &mut side,
         );
         let open = Descriptor {
             call,

@@ -333,8 +333,8 @@ pub struct Outgoing<'a> {
     pub cancel: bool,
 }
 
-/// Appends one frame to `out`. `None` if the payload would exceed 4 GiB.
-pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Option<()> {
+/// The flags and payload length of the frame `f` describes.
+fn shape(f: &Outgoing<'_>) -> (u16, usize, usize) {
     let mut flags = 0u16;
     let mut len = 0usize;
     let peer_len: usize =
@@ -361,6 +361,17 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
     if f.cancel {
         flags |= CANCEL;
     }
+    (flags, len, peer_len)
+}
+
+/// Bytes [`write`] appends for `f`, header included.
+pub fn encoded_len(f: &Outgoing<'_>) -> usize {
+    HEADER_LEN + shape(f).1
+}
+
+/// Appends one frame to `out`. `None` if the payload would exceed 4 GiB.
+pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Option<()> {
+    let (flags, len, peer_len) = shape(f);
     let len32 = u32::try_from(len).ok()?;
     out.reserve(HEADER_LEN + len);
     out.extend_from_slice(&len32.to_le_bytes());

@@ -134,18 +134,18 @@ impl App {
     /// Serves `svc` (and any added before) on a runtime of its own, until
     /// the process is stopped. Returns only on errors that retrying cannot
     /// fix (the engine refused the attachment).
-    pub fn serve(self, svc: Arc<dyn Service>) -> Result<(), String> {
+    pub fn serve(self, svc: Arc<dyn Service>) -> Result<(), Error> {
         let app = self.service(svc);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
+            .map_err(Error::Runtime)?;
         rt.block_on(app.run())
     }
 
     /// Serves on the current runtime; attaches again after the engine goes
     /// away, forever. Returns the engine's refusal, if it refuses.
-    pub async fn run(self) -> Result<(), String> {
+    pub async fn run(self) -> Result<(), Error> {
         let mut announced = false;
         loop {
             match self.once().await {
@@ -153,22 +153,22 @@ impl App {
                     eprintln!("app: the engine went away; attaching again");
                     announced = false;
                 }
-                Err(Failure::Refused(why)) => return Err(format!("the engine refused: {why}")),
-                Err(Failure::Unreachable(why)) => {
+                Err(Error::Unreachable(why)) => {
                     if !announced {
                         eprintln!("app: waiting for an engine at {}: {why}", self.path.display());
                         announced = true;
                     }
                     tokio::time::sleep(self.retry).await;
                 }
+                Err(e) => return Err(e),
             }
         }
     }
 
     /// One attachment, until the engine goes away.
-    pub async fn once(&self) -> Result<Ended, Failure> {
+    pub async fn once(&self) -> Result<Ended, Error> {
         if self.services.is_empty() {
-            return Err(Failure::Refused("no service to serve".into()));
+            return Err(Error::Refused("no service to serve".into()));
         }
         let hello = Hello {
             version: VERSION,
@@ -181,8 +181,7 @@ impl App {
         };
         let path = self.path.clone();
         let joined = tokio::task::spawn_blocking(move || connect(&path, &hello)).await;
-        let (sock, layout, map, bell) =
-            joined.map_err(|e| Failure::Unreachable(e.to_string()))??;
+        let (sock, layout, map, bell) = joined.map_err(|e| Error::Unreachable(e.to_string()))??;
         let session = Session::new(
             self.services.clone(),
             layout,
@@ -191,16 +190,16 @@ impl App {
             self.stats.clone(),
             self.units.inner.clone(),
         )
-        .map_err(Failure::Unreachable)?;
+        .map_err(Error::Unreachable)?;
         self.units.inner.attach(&session);
         eprintln!(
             "app: attached to {} ({})",
             self.path.display(),
             self.services.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
         );
-        sock.set_nonblocking(true).map_err(|e| Failure::Unreachable(e.to_string()))?;
+        sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
         let sock = tokio::net::UnixStream::from_std(sock)
-            .map_err(|e| Failure::Unreachable(e.to_string()))?;
+            .map_err(|e| Error::Unreachable(e.to_string()))?;
         let gone = async move {
             let mut b = [0u8; 1];
             loop {
@@ -221,37 +220,61 @@ impl App {
     }
 }
 
-/// Why attaching failed.
+/// Why an application could not attach, or stopped serving.
 #[derive(Debug)]
-pub enum Failure {
-    /// The engine answered no (wrong schema, unknown service, version).
+#[non_exhaustive]
+pub enum Error {
+    /// The engine answered no (wrong schema, unknown service, version):
+    /// retrying cannot help.
     Refused(String),
-    /// No engine there, or the connection broke (worth retrying).
+    /// No engine there, or the connection broke (worth retrying: `run`
+    /// does, forever).
     Unreachable(String),
+    /// The runtime [`App::serve`] runs on could not be built.
+    Runtime(std::io::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Refused(why) => write!(f, "the engine refused: {why}"),
+            Error::Unreachable(why) => write!(f, "no engine to attach to: {why}"),
+            Error::Runtime(e) => write!(f, "tokio runtime: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Runtime(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 type Connected = (UnixStream, Layout, Arc<Mapping>, Bell);
 
-fn connect(path: &Path, hello: &Hello) -> Result<Connected, Failure> {
-    let un = |e: std::io::Error| Failure::Unreachable(e.to_string());
+fn connect(path: &Path, hello: &Hello) -> Result<Connected, Error> {
+    let un = |e: std::io::Error| Error::Unreachable(e.to_string());
     let sock = UnixStream::connect(path).map_err(un)?;
     sock.set_read_timeout(Some(Duration::from_secs(10))).map_err(un)?;
     attach::send(&sock, &hello.encode(), &[]).map_err(un)?;
     let (msg, fds) = attach::recv(&sock).map_err(un)?;
-    let answer = Answer::decode(&msg).map_err(|e| Failure::Refused(e.to_string()))?;
+    let answer = Answer::decode(&msg).map_err(|e| Error::Refused(e.to_string()))?;
     let layout = match answer {
-        Answer::Refuse(why) => return Err(Failure::Refused(why)),
+        Answer::Refuse(why) => return Err(Error::Refused(why)),
         Answer::Accept { version, layout, .. } if version == VERSION => layout,
         Answer::Accept { version, .. } => {
-            return Err(Failure::Refused(format!("engine speaks version {version}")))
+            return Err(Error::Refused(format!("engine speaks version {version}")))
         }
     };
     let mut fds = fds.into_iter();
     let (Some(shared), Some(requests), Some(bell)) = (fds.next(), fds.next(), fds.next()) else {
-        return Err(Failure::Unreachable("the engine's answer lacks its descriptors".into()));
+        return Err(Error::Unreachable("the engine's answer lacks its descriptors".into()));
     };
     let lens = (sys::file_len(&shared).map_err(un)?, sys::file_len(&requests).map_err(un)?);
-    layout.validate(Some(lens)).map_err(|e| Failure::Refused(e.to_string()))?;
+    layout.validate(Some(lens)).map_err(|e| Error::Refused(e.to_string()))?;
     // The engine's half read-only: the engine sealed it, and this process
     // has no business writing it.
     let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).map_err(un)?;

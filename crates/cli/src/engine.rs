@@ -75,7 +75,7 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().map(PathBuf::from).unwrap_or_default();
-        c.apply_toml(&text, &base)?;
+        c.apply_toml(&text, &base).map_err(|e| e.to_string())?;
     }
     let addr = |port: u16| -> Result<SocketAddr, String> {
         format!("{}:{port}", args.host).parse().map_err(|e| format!("--host: {e}"))
@@ -129,7 +129,7 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     }
     c.schemas.push(crate::sn::schema()?);
     c.schemas.push(crate::interop::schema()?);
-    c.load_protos()?;
+    c.load_protos().map_err(|e| e.to_string())?;
     Ok(c)
 }
 
@@ -153,7 +153,7 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     }
     let rt = b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async move {
-        let running = protoplane_engine::start(c).await?;
+        let running = protoplane_engine::start(c).await.map_err(|e| e.to_string())?;
         if let Some(a) = running.grpc {
             println!("grpc listening on {a}");
         }

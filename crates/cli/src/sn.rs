@@ -134,7 +134,7 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.attach {
         let svc = Arc::new(SocialNetwork::new(schema()?)?);
         let spin = std::time::Duration::from_micros(args.spin_us.unwrap_or(20));
-        return protoplane_app::attach(path).spin(spin).serve(svc);
+        return protoplane_app::attach(path).spin(spin).serve(svc).map_err(|e| e.to_string());
     }
     let router =
         router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;

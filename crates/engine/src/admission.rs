@@ -30,6 +30,8 @@ use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
+use crate::error::{Error, Refusal};
+
 /// A peer the kernel vouches for: the attach socket's `SO_PEERCRED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Credentials {
@@ -52,13 +54,14 @@ pub enum Principal {
 
 impl Principal {
     /// Parses `uid:N` or `gid:N`.
-    pub fn parse(s: &str) -> Result<Principal, String> {
-        let (kind, n) = s.split_once(':').ok_or_else(|| format!("{s:?}: uid:N or gid:N"))?;
-        let n: u32 = n.parse().map_err(|_| format!("{s:?}: uid:N or gid:N"))?;
+    pub fn parse(s: &str) -> Result<Principal, Error> {
+        let bad = || Error::Config(format!("{s:?}: uid:N or gid:N"));
+        let (kind, n) = s.split_once(':').ok_or_else(bad)?;
+        let n: u32 = n.parse().map_err(|_| bad())?;
         match kind {
             "uid" => Ok(Principal::Uid(n)),
             "gid" => Ok(Principal::Gid(n)),
-            _ => Err(format!("{s:?}: uid:N or gid:N")),
+            _ => Err(bad()),
         }
     }
 
@@ -99,27 +102,24 @@ impl Default for Admission {
 
 impl Admission {
     /// Why `peer` may not serve `service`, if it may not.
-    pub fn refuses(&self, service: &str, peer: &Credentials) -> Option<String> {
+    pub fn refuses(&self, service: &str, peer: &Credentials) -> Option<Refusal> {
         let rule = self.allow.get(service).or_else(|| self.allow.get("*"))?;
         if rule.iter().any(|p| p.admits(peer)) {
             return None;
         }
-        Some(format!("uid {} gid {} may not serve {service} (attach.allow)", peer.uid, peer.gid))
+        Some(Refusal::NotAllowed { uid: peer.uid, gid: peer.gid, service: service.to_string() })
     }
 
     /// Checks a HELLO against the rules that need no engine state: version,
     /// each service once, permissions.
-    pub fn check(&self, hello: &Hello, peer: &Credentials) -> Result<(), String> {
+    pub fn check(&self, hello: &Hello, peer: &Credentials) -> Result<(), Refusal> {
         if hello.version != VERSION {
-            return Err(format!(
-                "protocol version {} (the engine speaks {VERSION})",
-                hello.version
-            ));
+            return Err(Refusal::Version { theirs: hello.version, ours: VERSION });
         }
         let mut names: Vec<&str> = hello.services.iter().map(|(n, _)| n.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("service {} listed twice", w[0]));
+            return Err(Refusal::ListedTwice(w[0].to_string()));
         }
         for (name, _) in &hello.services {
             if let Some(why) = self.refuses(name, peer) {
@@ -273,23 +273,27 @@ impl Drop for Seat<'_> {
 /// and stealing it would leave that engine unreachable. A socket file
 /// nobody answers on (left by an engine that died) is removed first; any
 /// other kind of file is left alone and refused.
-pub fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
+pub fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, Error> {
     use std::os::unix::fs::FileTypeExt;
-    let shown = path.display();
+    let listen = |source| Error::Listen { at: path.display().to_string(), source };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!("{shown} exists and is not a socket; not replacing it"));
+            let reason = "exists and is not a socket; not replacing it";
+            return Err(Error::SocketPath { path: path.to_path_buf(), reason });
         }
         match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => return Err(format!("{shown}: another process is listening there")),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                // Stale: its listener is gone.
-                std::fs::remove_file(path).map_err(|e| format!("removing stale {shown}: {e}"))?;
+            Ok(_) => {
+                let reason = "another process is listening there";
+                return Err(Error::SocketPath { path: path.to_path_buf(), reason });
             }
-            Err(e) => return Err(format!("{shown}: {e}")),
+            // Stale: its listener is gone.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                std::fs::remove_file(path).map_err(listen)?
+            }
+            Err(e) => return Err(listen(e)),
         }
     }
-    tokio::net::UnixListener::bind(path).map_err(|e| format!("listen on {shown}: {e}"))
+    tokio::net::UnixListener::bind(path).map_err(listen)
 }
 
 #[cfg(test)]
@@ -311,25 +315,29 @@ mod tests {
         let mut a = Admission::default();
         assert_eq!(a.check(&hello(&["a.S", "b.T"]), &ME), Ok(()));
         let e = a.check(&hello(&["a.S", "b.T", "a.S"]), &ME).expect_err("twice");
-        assert!(e.contains("a.S listed twice"), "{e}");
+        assert_eq!(e, Refusal::ListedTwice("a.S".into()));
         let old = Hello { version: VERSION - 1, ..hello(&["a.S"]) };
-        assert!(a.check(&old, &ME).is_err());
+        assert_eq!(
+            a.check(&old, &ME),
+            Err(Refusal::Version { theirs: VERSION - 1, ours: VERSION })
+        );
 
         a.allow.insert("a.S".into(), vec![Principal::Uid(0), Principal::Gid(100)]);
         a.allow.insert("*".into(), vec![Principal::Uid(0)]);
         assert_eq!(a.check(&hello(&["a.S"]), &ME), Ok(()), "by group");
         let e = a.check(&hello(&["a.S", "b.T"]), &ME).expect_err("b.T: root only");
-        assert_eq!(e, "uid 1000 gid 100 may not serve b.T (attach.allow)");
+        assert_eq!(e.to_string(), "uid 1000 gid 100 may not serve b.T (attach.allow)");
+        assert!(matches!(e, Refusal::NotAllowed { uid: 1000, .. }));
         let root = Credentials { uid: 0, gid: 0, pid: None };
         assert_eq!(a.check(&hello(&["a.S", "b.T"]), &root), Ok(()));
     }
 
     #[test]
     fn principals_parse() {
-        assert_eq!(Principal::parse("uid:0"), Ok(Principal::Uid(0)));
-        assert_eq!(Principal::parse("gid:65534"), Ok(Principal::Gid(65534)));
+        assert!(matches!(Principal::parse("uid:0"), Ok(Principal::Uid(0))));
+        assert!(matches!(Principal::parse("gid:65534"), Ok(Principal::Gid(65534))));
         for bad in ["uid", "uid:", "uid:-1", "user:1", "gid:x"] {
-            assert!(Principal::parse(bad).is_err(), "{bad}");
+            assert!(matches!(Principal::parse(bad), Err(Error::Config(_))), "{bad}");
         }
     }
 

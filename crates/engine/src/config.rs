@@ -190,7 +190,11 @@ fn method_path(p: String, key: &str) -> Result<String, String> {
 
 impl Config {
     /// Applies a TOML configuration (paths relative to `base`).
-    pub fn apply_toml(&mut self, text: &str, base: &Path) -> Result<(), String> {
+    pub fn apply_toml(&mut self, text: &str, base: &Path) -> Result<(), crate::Error> {
+        self.apply_toml_text(text, base).map_err(crate::Error::Config)
+    }
+
+    fn apply_toml_text(&mut self, text: &str, base: &Path) -> Result<(), String> {
         let doc: toml::Table = text.parse().map_err(|e| format!("config: {e}"))?;
         let path = |s: String| -> PathBuf {
             let p = PathBuf::from(s);
@@ -339,12 +343,12 @@ impl Config {
     }
 
     /// Loads `protos` into `schemas` (one schema for all of them).
-    pub fn load_protos(&mut self) -> Result<(), String> {
+    pub fn load_protos(&mut self) -> Result<(), crate::Error> {
         if self.protos.is_empty() {
             return Ok(());
         }
         let s = Schema::from_proto_files(&self.protos, &self.includes)
-            .map_err(|e| format!("schemas: {e}"))?;
+            .map_err(|e| crate::Error::Schema(format!("schemas: {e}")))?;
         self.schemas.push(Arc::new(s));
         self.protos.clear();
         Ok(())
@@ -380,8 +384,10 @@ mod tests {
         assert_eq!(c.server.max_recv_message, 1000);
         assert_eq!(c.stall_timeout, Duration::from_millis(250));
 
-        let bad =
-            |t: &str| Config::default().apply_toml(t, Path::new("/")).err().unwrap_or_default();
+        let bad = |t: &str| match Config::default().apply_toml(t, Path::new("/")) {
+            Err(crate::Error::Config(why)) => why,
+            other => panic!("{other:?}"),
+        };
         assert!(bad("[listen]\ngrcp = \"x\"").contains("unknown key listen.grcp"));
         assert!(bad("[region]\nring_slots = 100").contains("power of two"));
         assert!(bad("[listen]\ngrpc = \"nope\"").contains("listen.grpc"));

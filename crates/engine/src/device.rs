@@ -215,10 +215,11 @@ impl Device {
     pub fn new(
         opts: &DeviceOptions,
         placements: Vec<Arc<PlacementTable>>,
-    ) -> Result<Device, String> {
-        let units = ComputeUnits::new(opts.cu_config()).map_err(|e| e.to_string())?;
+    ) -> Result<Device, crate::Error> {
+        let refused = |e: protoplane_offload::cu::CuError| crate::Error::Offload(e.to_string());
+        let units = ComputeUnits::new(opts.cu_config()).map_err(refused)?;
         for k in &opts.kernels {
-            units.register(k.clone()).map_err(|e| e.to_string())?;
+            units.register(k.clone()).map_err(refused)?;
         }
         Ok(Device {
             units: Arc::new(units),
@@ -583,7 +584,7 @@ fn reaches_device(ts: &TableSet) -> Vec<bool> {
 impl Placements {
     /// The schemas' tables with `specs` applied: every spec must name a
     /// field of one of them.
-    pub fn new(schemas: &[&TableSet], specs: &[String]) -> Result<Placements, String> {
+    pub fn new(schemas: &[&TableSet], specs: &[String]) -> Result<Placements, crate::Error> {
         let tables: Vec<_> =
             schemas.iter().map(|ts| Arc::new(PlacementTable::new((*ts).clone()))).collect();
         for spec in specs {
@@ -596,7 +597,8 @@ impl Placements {
                 }
             });
             if fits.count() == 0 {
-                return Err(format!("offload.placements: {spec}: {}", why.join("; ")));
+                let why = why.join("; ");
+                return Err(crate::Error::Offload(format!("offload.placements: {spec}: {why}")));
             }
         }
         Ok(Placements { tables })

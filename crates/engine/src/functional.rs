@@ -215,6 +215,13 @@ impl FunctionalOffload {
     pub fn resolve(
         &self,
         schemas: &[Arc<Schema>],
+    ) -> Result<HashMap<String, Arc<dyn Offloaded>>, crate::Error> {
+        self.resolve_paths(schemas).map_err(crate::Error::Offload)
+    }
+
+    fn resolve_paths(
+        &self,
+        schemas: &[Arc<Schema>],
     ) -> Result<HashMap<String, Arc<dyn Offloaded>>, String> {
         let known = |path: &String| -> Result<(), String> {
             match schemas.iter().any(|s| s.method_id(path).is_some()) {

@@ -86,8 +86,8 @@ impl Engine {
     /// handshake (attachment id 1, one service `fuzz.S`), and the
     /// application's own mapping of it (the engine's half read-only, as
     /// the seal leaves it to any application).
-    pub fn new(layout: Layout) -> Result<(Engine, Mapping), String> {
-        layout.validate(None).map_err(|e| e.to_string())?;
+    pub fn new(layout: Layout) -> Result<(Engine, Mapping), crate::Error> {
+        layout.validate(None).map_err(|e| crate::Error::Region(e.to_string()))?;
         // A small device, so hostile compute-unit control messages reach
         // it too.
         let opts = crate::DeviceOptions { units: 1, region_mb: 1, ..Default::default() };
@@ -99,9 +99,10 @@ impl Engine {
             layout.clone(),
             device,
             crate::Budgets::default(),
-        )?;
+        )
+        .map_err(crate::Error::Region)?;
         let map = Mapping::map_parts(&layout.app_parts(&region.shared, &region.engine_half))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::Error::Region(e.to_string()))?;
         Ok((Engine { att, responses: rx.responses }, map))
     }
 

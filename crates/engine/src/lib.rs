@@ -36,6 +36,7 @@ pub mod attachment;
 pub mod budget;
 pub mod config;
 pub mod device;
+pub mod error;
 pub mod functional;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -58,6 +59,7 @@ pub use attachment::Attachment;
 pub use budget::Budgets;
 pub use config::Config;
 pub use device::{Device, DeviceOptions};
+pub use error::{Error, Refusal};
 pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
 pub use proxy::{Limits, SplitService};
 pub use registry::{Detached, Registry};
@@ -105,7 +107,7 @@ struct Ctx {
 
 /// Starts the engine on the current tokio runtime: binds every listener,
 /// then serves in spawned tasks until the runtime stops.
-pub async fn start(config: Config) -> Result<Running, String> {
+pub async fn start(config: Config) -> Result<Running, Error> {
     let registry = Arc::new(Registry::new());
     let limits = Arc::new(config.limits.clone());
     let waiting = Arc::new(AtomicUsize::new(0));
@@ -120,7 +122,9 @@ pub async fn start(config: Config) -> Result<Running, String> {
     for (si, schema) in config.schemas.iter().enumerate() {
         for name in schema.services() {
             if proxied.contains(name) {
-                return Err(format!("service {name} is in two of the engine's schemas"));
+                return Err(Error::Schema(format!(
+                    "service {name} is in two of the engine's schemas"
+                )));
             }
             proxied.push(name.clone());
             let mut svc = SplitService::new(
@@ -140,10 +144,10 @@ pub async fn start(config: Config) -> Result<Running, String> {
                 }
                 if let Some(h) = offloaded.get(&m.path) {
                     if !svc.offload(id as u32, h.clone()) {
-                        return Err(format!(
+                        return Err(Error::Offload(format!(
                             "offload: {} cannot be answered in the engine",
                             m.path
-                        ));
+                        )));
                     }
                     eprintln!("engine: {} is answered in the engine (functional offload)", m.path);
                 }
@@ -154,7 +158,8 @@ pub async fn start(config: Config) -> Result<Running, String> {
             router = router.add_service(Arc::new(svc));
         }
     }
-    let (router, health) = router.with_standard_services().map_err(|e| e.to_string())?;
+    let (router, health) =
+        router.with_standard_services().map_err(|e| Error::Schema(e.to_string()))?;
     for name in &proxied {
         health.set(name, protoplane_grpc_services::health::ServingStatus::NotServing);
     }
@@ -170,22 +175,22 @@ pub async fn start(config: Config) -> Result<Running, String> {
         admission: Arc::new(AdmissionStats::default()),
     };
     if let Some(addr) = config.grpc {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("listen on {addr}: {e}"))?;
-        running.grpc = Some(l.local_addr().map_err(|e| e.to_string())?);
+        let listen = |source| Error::Listen { at: addr.to_string(), source };
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+        running.grpc = Some(l.local_addr().map_err(listen)?);
         let r = router.clone();
         match &config.tls {
             Some((cert, key)) => {
-                let read =
-                    |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+                let read = |p: &PathBuf| {
+                    std::fs::read(p).map_err(|source| Error::Read { path: p.clone(), source })
+                };
                 let ca = config.tls_client_ca.as_ref().map(read).transpose()?;
                 let tls = protoplane_rpc::tls::server_config_with(
                     &read(cert)?,
                     &read(key)?,
                     ca.as_deref(),
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Error::Tls(e.to_string()))?;
                 tokio::spawn(async move { r.serve_tls(l, tls).await });
             }
             None => {
@@ -194,10 +199,9 @@ pub async fn start(config: Config) -> Result<Running, String> {
         }
     }
     if let Some(addr) = config.lean_tcp {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("listen on {addr}: {e}"))?;
-        running.lean = Some(l.local_addr().map_err(|e| e.to_string())?);
+        let listen = |source| Error::Listen { at: addr.to_string(), source };
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+        running.lean = Some(l.local_addr().map_err(listen)?);
         tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), l));
     }
     if let Some(path) = &config.lean_unix {
@@ -206,8 +210,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
     }
 
     // Never taken from a live engine; a stale socket file is replaced.
-    let listener =
-        admission::bind_unix(&config.attach).map_err(|e| format!("attach socket: {e}"))?;
+    let listener = admission::bind_unix(&config.attach)?;
     // The largest chunk holds a largest message's wire bytes plus its
     // block (a view-mode block is far smaller than its wire bytes; an
     // owned-mode response block is about as large as its encoding).
@@ -217,7 +220,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         config.half_mb << 20,
         (2 * max_message + (64 << 10)).min(1 << 30) as u32,
     );
-    layout.validate(None).map_err(|e| format!("region: {e}"))?;
+    layout.validate(None).map_err(|e| Error::Region(e.to_string()))?;
     let ctx = Arc::new(Ctx {
         schemas: config.schemas.clone(),
         registry,
@@ -314,7 +317,7 @@ async fn handshake(
     let peer = admission::credentials(sock).map_err(|e| format!("peer credentials: {e}"))?;
     let (msg, _) = admission::recv(sock).await.map_err(|e| format!("reading the request: {e}"))?;
     let hello = Hello::decode(&msg).map_err(|e| e.to_string())?;
-    ctx.admission.check(&hello, &peer)?;
+    ctx.admission.check(&hello, &peer).map_err(|r| r.to_string())?;
     for (name, digest) in &hello.services {
         let schema = ctx
             .schemas
@@ -354,7 +357,9 @@ async fn attach_region(
     // Rings are initialized (inside `Attachment::new`) before the answer
     // leaves, so the application never sees an uninitialized slot.
     let device = match &ctx.device {
-        Some(opts) => Some(Arc::new(Device::new(opts, ctx.placement_tables.clone())?)),
+        Some(opts) => Some(Arc::new(
+            Device::new(opts, ctx.placement_tables.clone()).map_err(|e| e.to_string())?,
+        )),
         None => None,
     };
     // The kernel's pid, not the one the application wrote.

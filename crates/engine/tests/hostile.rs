@@ -793,7 +793,10 @@ fn an_engine_refuses_a_live_attach_path_and_replaces_a_stale_one() {
         .client
         .block_on(protoplane_engine::start(config(f.running.attach.clone())))
         .expect_err("refused");
-    assert!(err.contains("another process is listening"), "{err}");
+    assert!(
+        matches!(&err, protoplane_engine::Error::SocketPath { reason, .. } if reason.contains("another process is listening")),
+        "{err}"
+    );
     // The first engine still takes applications.
     let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
     let task = f.client.spawn(app.run());
@@ -810,7 +813,10 @@ fn an_engine_refuses_a_live_attach_path_and_replaces_a_stale_one() {
     let file = f.dir.join("plain-file");
     std::fs::write(&file, b"keep me").expect("write");
     let err = f.client.block_on(protoplane_engine::start(config(file.clone()))).expect_err("file");
-    assert!(err.contains("not a socket"), "{err}");
+    assert!(
+        matches!(&err, protoplane_engine::Error::SocketPath { reason, .. } if reason.contains("not a socket")),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
 }
 

@@ -145,7 +145,7 @@ async fn split_engine(
     let running: BoxFuture<'static, Result<(), String>> = Box::pin(async move {
         // The engine lives as long as the application it serves.
         let _engine = engine;
-        app.run().await
+        app.run().await.map_err(|e| e.to_string())
     });
     let until = Instant::now() + Duration::from_secs(10);
     let app = tokio::spawn(running);

@@ -162,7 +162,7 @@ pub(crate) fn run(args: &EchoArgs) -> Result<(), String> {
         for s in services {
             app = app.service(s);
         }
-        return app.serve(last);
+        return app.serve(last).map_err(|e| e.to_string());
     }
     let opts = ServerOptions {
         max_recv_message: args.max_message,

@@ -272,7 +272,7 @@ pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
     let schema = super::schema()?;
     let svc = Arc::new(TestService::new(schema)?);
     if let Some(path) = &args.attach {
-        return protoplane_app::attach(path).serve(svc);
+        return protoplane_app::attach(path).serve(svc).map_err(|e| e.to_string());
     }
     let opts =
         ServerOptions { max_recv_message: args.max_recv_message, ..ServerOptions::default() };

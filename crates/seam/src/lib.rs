@@ -2,7 +2,7 @@
 //! engine (`protoplane-engine`) and the application (`protoplane-app`).
 //!
 //! A call crosses the seam as call descriptors in the shared-memory rings
-//! ([`desc`], fixed in DESIGN.md: seven words, flags, spans into the
+//! ([`desc`]: seven words, flags, spans into the
 //! region) plus, where a descriptor says so, side sections: the bytes of a
 //! call that are neither a message nor its wire form (the request's
 //! metadata, timeout and verified client certificates on OPEN; initial

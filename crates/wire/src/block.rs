@@ -1,6 +1,6 @@
 //! The linearized message: one contiguous, position-independent block.
 //!
-//! Heads up: read DESIGN.md "Key formats" and the object layout in the
+//! Heads up: read ARCHITECTURE.md ("schema / wire contracts") and the object layout in the
 //! `schema` crate's `table.rs` before changing anything here; the engine,
 //! the app process and a device all read these bytes.
 //!

@@ -1,5 +1,5 @@
 //! Builder: writes a block directly, field by field, with no intermediate
-//! message objects. This is the response path of DESIGN.md: the application
+//! message objects. This is the response path of ARCHITECTURE.md: the application
 //! lays its data out in a block (RPCAcc's pre-serialization) and the engine
 //! encodes it later with [`crate::Encoder`].
 //!

@@ -1,6 +1,6 @@
 //! Encode: linearized block -> wire bytes.
 //!
-//! This is the second of the two phases DESIGN.md keeps apart: the block
+//! This is the second of the two phases ARCHITECTURE.md keeps apart: the block
 //! was laid out by the decoder or a builder (in the split engine: by the
 //! application), and this walks it and emits tags, varints and lengths.
 //!

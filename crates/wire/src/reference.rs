@@ -2,9 +2,10 @@
 //! encoding rules, written on top of the public [`Builder`] API and sharing
 //! nothing with the fast path in `decode.rs` but the varint reader.
 //!
-//! It exists to be obviously right, not fast: tests and fuzzers decode every
-//! input with both and require the same outcome (both fail, or both succeed
-//! and encode to the same bytes). `protoplane roundtrip --reference` uses it.
+//! It exists to be obviously right, not fast: the dataset tests
+//! (`tests/datasets.rs`) decode every recorded message with both and
+//! require the same outcome (both fail, or both succeed and encode to the
+//! same bytes). `protoplane roundtrip --reference` uses it.
 
 use protoplane_schema::{Field, FieldFlags, Kind, TableSet};
 

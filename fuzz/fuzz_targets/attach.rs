@@ -50,7 +50,15 @@ fuzz_target!(|data: &[u8]| {
             Ok(()) => assert!(!twice && allowed && version_ok),
             Err(why) => {
                 assert!(twice || !allowed || !version_ok, "refused for nothing: {why}");
-                assert!(!why.is_empty());
+                // The refusal names the rule the HELLO broke.
+                use protoplane_engine::Refusal;
+                match &why {
+                    Refusal::Version { .. } => assert!(!version_ok),
+                    Refusal::ListedTwice(_) => assert!(twice),
+                    Refusal::NotAllowed { .. } => assert!(!allowed),
+                    _ => {}
+                }
+                assert!(!why.to_string().is_empty());
             }
         }
     }

@@ -126,7 +126,7 @@ fn round_trip<T: PartialEq + Debug>(
     what: &str,
     x: T,
     to_json: impl Fn(&T) -> Value,
-    from_json: impl Fn(&Value) -> Result<T, String>,
+    from_json: impl Fn(&Value) -> Result<T, protoplane_inc::Error>,
 ) {
     let v = to_json(&x);
     let back = from_json(&v);

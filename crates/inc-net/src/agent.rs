@@ -25,7 +25,7 @@ use protoplane_inc::switch::ControlReply;
 use serde_json::Value;
 
 use crate::lines::{call, write_value, LineReader};
-use crate::{node_addr, now_us, DelayQueue};
+use crate::{node_addr, now_us, DelayQueue, Error};
 
 /// Where the controller and the switches' control planes are.
 #[derive(Clone, Debug)]
@@ -45,8 +45,8 @@ pub struct Options {
 
 enum Input {
     Udp(Vec<u8>),
-    Control(usize, Result<ControlReply, String>),
-    Controller(Result<Reply, String>),
+    Control(usize, Result<ControlReply, protoplane_inc::Error>),
+    Controller(Result<Reply, protoplane_inc::Error>),
     Closed(&'static str),
     /// Something other than the network wants the state machine's thread
     /// (a call for a spawned client, see [`ClientRuntime::spawn`]).
@@ -306,10 +306,10 @@ impl ServerRuntime {
     }
 
     /// Opens a vote instance (see `ServerAgent::propose`).
-    pub fn propose(&mut self, instance: u32, value: i64) -> Result<(), String> {
+    pub fn propose(&mut self, instance: u32, value: i64) -> Result<(), Error> {
         // Not flushed here: proposals made one after another open their
         // slots with one control request (the next `step` sends it).
-        self.agent.propose(now_us(), instance, value)
+        Ok(self.agent.propose(now_us(), instance, value)?)
     }
 
     /// The next event.
@@ -353,7 +353,7 @@ impl ServerRuntime {
                 Input::Control(i, reply) => {
                     let token = self.links.get_mut(i).and_then(|l| l.1.pop_front());
                     if let Some(t) = token {
-                        let reply = reply.unwrap_or_else(ControlReply::Refused);
+                        let reply = reply.unwrap_or_else(|e| ControlReply::Refused(e.to_string()));
                         self.agent.handle_control(now, t, reply);
                     }
                 }
@@ -478,7 +478,7 @@ impl ClientRuntime {
         }
     }
 
-    fn wait(&mut self, call: CallId) -> Result<Outcome, String> {
+    fn wait(&mut self, call: CallId) -> Result<Outcome, Error> {
         let end = Instant::now() + self.call_timeout;
         loop {
             if let Some(i) = self
@@ -491,44 +491,44 @@ impl ClientRuntime {
                 }
             }
             if Instant::now() >= end {
-                return Err(format!("call did not finish within {:?}", self.call_timeout));
+                return Err(Error::TimedOut { call: None, after: Some(self.call_timeout) });
             }
             self.step(Duration::from_millis(5));
         }
     }
 
     /// `Map.addTo`.
-    pub fn add(&mut self, items: &[(Vec<u8>, i64)]) -> Result<(), String> {
+    pub fn add(&mut self, items: &[(Vec<u8>, i64)]) -> Result<(), Error> {
         let call = self.agent.add(items)?;
         self.wait(call).map(|_| ())
     }
 
     /// `Map.get`.
-    pub fn get(&mut self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, i64)>, String> {
+    pub fn get(&mut self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, i64)>, Error> {
         let call = self.agent.get(keys)?;
         match self.wait(call)? {
             Outcome::Values(v) => Ok(v),
-            other => Err(format!("unexpected outcome {other:?}")),
+            other => Err(Error::UnexpectedOutcome(other)),
         }
     }
 
     /// `Map.clear`.
-    pub fn clear(&mut self) -> Result<(), String> {
+    pub fn clear(&mut self) -> Result<(), Error> {
         let call = self.agent.clear();
         self.wait(call).map(|_| ())
     }
 
     /// Synchronous aggregation.
-    pub fn aggregate(&mut self, values: &[i32]) -> Result<Vec<i64>, String> {
+    pub fn aggregate(&mut self, values: &[i32]) -> Result<Vec<i64>, Error> {
         let call = self.agent.aggregate(values);
         match self.wait(call)? {
             Outcome::Aggregated(v) => Ok(v),
-            other => Err(format!("unexpected outcome {other:?}")),
+            other => Err(Error::UnexpectedOutcome(other)),
         }
     }
 
     /// A `CntFwd` vote.
-    pub fn vote(&mut self, instance: u32, value: i32, addr: Addr) -> Result<(), String> {
+    pub fn vote(&mut self, instance: u32, value: i32, addr: Addr) -> Result<(), Error> {
         let call = self.agent.vote(instance, value, addr);
         self.wait(call).map(|_| ())
     }
@@ -590,7 +590,7 @@ enum Cmd {
     Clear,
 }
 
-type Reply1 = tokio::sync::oneshot::Sender<Result<Outcome, String>>;
+type Reply1 = tokio::sync::oneshot::Sender<Result<Outcome, Error>>;
 
 /// A client agent running on its own thread, for async code: calls are
 /// futures, any number can be in flight, and proposals and commits arrive
@@ -606,16 +606,22 @@ pub struct ClientHandle {
     node: u16,
 }
 
-impl std::fmt::Debug for Cmd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = match self {
+impl Cmd {
+    /// The call's name.
+    fn name(&self) -> &'static str {
+        match self {
             Cmd::Add(_) => "add",
             Cmd::Get(_) => "get",
             Cmd::Aggregate(_) => "aggregate",
             Cmd::Vote(..) | Cmd::VoteFor(_) => "vote",
             Cmd::Clear => "clear",
-        };
-        f.write_str(name)
+        }
+    }
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -658,13 +664,13 @@ impl ClientRuntime {
                     }
                 };
                 let started = match cmd {
-                    Cmd::Add(items) => self.agent.add(&items),
-                    Cmd::Get(keys) => self.agent.get(&keys),
+                    Cmd::Add(items) => self.agent.add(&items).map_err(Error::from),
+                    Cmd::Get(keys) => self.agent.get(&keys).map_err(Error::from),
                     Cmd::Aggregate(values) => Ok(self.agent.aggregate(&values)),
                     Cmd::Vote(instance, value, addr) => Ok(self.agent.vote(instance, value, addr)),
                     Cmd::VoteFor(instance) => match proposals.get(&instance) {
                         Some((value, addr)) => Ok(self.agent.vote(instance, *value as i32, *addr)),
-                        None => Err(format!("no proposal for instance {instance} was seen")),
+                        None => Err(Error::NoProposal { instance }),
                     },
                     Cmd::Clear => Ok(self.agent.clear()),
                 };
@@ -720,19 +726,19 @@ impl ClientRuntime {
 impl ClientHandle {
     /// Submits `cmd` now (so calls started one after another are in flight
     /// together) and returns the future of its outcome.
-    fn call(&self, cmd: Cmd) -> impl std::future::Future<Output = Result<Outcome, String>> {
+    fn call(&self, cmd: Cmd) -> impl std::future::Future<Output = Result<Outcome, Error>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let what = format!("{cmd:?}");
+        let what = cmd.name();
         let sent = self.calls.send((cmd, tx)).is_ok();
         let _ = self.wake.send(Input::Wake);
         async move {
             if !sent {
-                return Err("the client agent's thread is gone".to_string());
+                return Err(Error::AgentGone);
             }
             match rx.await {
                 Ok(r) => r,
                 // The thread dropped the call: its deadline passed.
-                Err(_) => Err(format!("the {what} call did not finish in time")),
+                Err(_) => Err(Error::TimedOut { call: Some(what), after: None }),
             }
         }
     }
@@ -748,33 +754,33 @@ impl ClientHandle {
     }
 
     /// `Map.addTo`.
-    pub async fn add(&self, items: Vec<(Vec<u8>, i64)>) -> Result<(), String> {
+    pub async fn add(&self, items: Vec<(Vec<u8>, i64)>) -> Result<(), Error> {
         self.call(Cmd::Add(items)).await.map(|_| ())
     }
 
     /// `Map.get`: the value of each key, in order.
-    pub async fn get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<(Vec<u8>, i64)>, String> {
+    pub async fn get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<(Vec<u8>, i64)>, Error> {
         match self.call(Cmd::Get(keys)).await? {
             Outcome::Values(v) => Ok(v),
-            other => Err(format!("unexpected outcome {other:?}")),
+            other => Err(Error::UnexpectedOutcome(other)),
         }
     }
 
     /// `Map.clear`.
-    pub async fn clear(&self) -> Result<(), String> {
+    pub async fn clear(&self) -> Result<(), Error> {
         self.call(Cmd::Clear).await.map(|_| ())
     }
 
     /// Synchronous aggregation: the element-wise sum over all members.
-    pub async fn aggregate(&self, values: Vec<i32>) -> Result<Vec<i64>, String> {
+    pub async fn aggregate(&self, values: Vec<i32>) -> Result<Vec<i64>, Error> {
         match self.call(Cmd::Aggregate(values)).await? {
             Outcome::Aggregated(v) => Ok(v),
-            other => Err(format!("unexpected outcome {other:?}")),
+            other => Err(Error::UnexpectedOutcome(other)),
         }
     }
 
     /// A `CntFwd` vote for `value` in the slot `addr`.
-    pub async fn vote(&self, instance: u32, value: i32, addr: Addr) -> Result<(), String> {
+    pub async fn vote(&self, instance: u32, value: i32, addr: Addr) -> Result<(), Error> {
         self.call(Cmd::Vote(instance, value, addr)).await.map(|_| ())
     }
 
@@ -785,7 +791,7 @@ impl ClientHandle {
     pub fn vote_for(
         &self,
         instance: u32,
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send + 'static {
         let reply = self.call(Cmd::VoteFor(instance));
         async move { reply.await.map(|_| ()) }
     }

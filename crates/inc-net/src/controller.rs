@@ -116,7 +116,7 @@ impl Runner {
                 Ok(Incoming::Line(conn, v)) => {
                     let now = now_us();
                     let reply = match Request::from_json(&v) {
-                        Err(why) => Reply::Error(why),
+                        Err(why) => Reply::Error(why.to_string()),
                         Ok(r) => handle(&mut controller, now, r, conn, &mut owners, &mut log),
                     };
                     // Install before answering: drain the switch requests now.
@@ -171,12 +171,12 @@ fn handle(
                     ));
                     Reply::Plan(plan, Vec::new())
                 }
-                Err(e) => Reply::Error(e),
+                Err(e) => Reply::Error(e.to_string()),
             }
         }
         Request::Join { name, member, node } => match c.join(now, &name, member, node) {
             Ok(plan) => Reply::Plan(plan, Vec::new()),
-            Err(e) => Reply::Error(e),
+            Err(e) => Reply::Error(e.to_string()),
         },
         Request::Lookup { name } => match c.lookup(&name) {
             Some((plan, members)) => Reply::Plan(plan, members),
@@ -192,7 +192,7 @@ fn handle(
                 log(&format!("deregistered application {app}"));
                 Reply::Ok
             }
-            Err(e) => Reply::Error(e),
+            Err(e) => Reply::Error(e.to_string()),
         },
     }
 }

@@ -25,9 +25,12 @@
 
 pub mod agent;
 pub mod controller;
+mod error;
 pub mod lines;
 pub mod rpc;
 pub mod switch;
+
+pub use error::Error;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{SystemTime, UNIX_EPOCH};

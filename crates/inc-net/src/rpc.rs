@@ -52,6 +52,7 @@ use protoplane_schema::TableSet;
 use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, MessageView, Source, Value};
 
 use crate::agent::ClientHandle;
+use crate::Error;
 
 /// What the stub does with one IEDT field of a method.
 #[derive(Clone, Debug, PartialEq)]
@@ -382,7 +383,7 @@ impl IncChannel {
 
     /// Runs one operation on the agent; appends the response fields it fills.
     async fn run(&self, w: Work, out: &mut Vec<u8>) -> Result<(), Status> {
-        let agent_err = |e: String| status(Code::Unavailable, format!("in-network call: {e}"));
+        let agent_err = |e: Error| status(Code::Unavailable, format!("in-network call: {e}"));
         match w {
             Work::Add(items) => {
                 if !items.is_empty() {
@@ -661,8 +662,13 @@ fn skip_value(
 /// `wire` (an encoded message: the server's response, so untrusted bytes)
 /// without its top-level fields numbered in `drop`, the others byte for
 /// byte in their order. Errors on bytes that are not a well-formed
-/// sequence of fields (groups are matched and nest at most 64 deep).
-pub fn strip_fields(wire: &[u8], drop: &[u32]) -> Result<Vec<u8>, &'static str> {
+/// sequence of fields ([`Error::MalformedMessage`]; groups are matched and
+/// nest at most 64 deep).
+pub fn strip_fields(wire: &[u8], drop: &[u32]) -> Result<Vec<u8>, Error> {
+    strip(wire, drop).map_err(|reason| Error::MalformedMessage { reason })
+}
+
+fn strip(wire: &[u8], drop: &[u32]) -> Result<Vec<u8>, &'static str> {
     if drop.is_empty() {
         return Ok(wire.to_vec());
     }

@@ -103,7 +103,7 @@ impl Runner {
                     Ok(Incoming::Line(id, v)) => {
                         let reply = match Control::from_json(&v) {
                             Ok(c) => self.switch.control(c),
-                            Err(why) => ControlReply::Refused(why),
+                            Err(why) => ControlReply::Refused(why.to_string()),
                         };
                         writers.send(id, &reply.to_json());
                     }

@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp, MAX_KEY};
 use crate::plan::{AppPlan, ClearPolicy};
+use crate::Error;
 
 /// Pairs of a packet being packed, and the (switch, group)s they use.
 type OpenPacket = (Vec<(Vec<u8>, Pair)>, HashSet<(u8, u8)>);
@@ -75,7 +76,7 @@ pub struct Transmit {
 }
 
 /// What a finished call produced.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Every `Map.addTo` item is applied.
     Added,
@@ -323,9 +324,9 @@ impl ClientAgent {
 
     /// `Map.addTo`: adds each value to its key. Keys are at most
     /// [`MAX_KEY`] bytes (longer ones are an error of the caller).
-    pub fn add(&mut self, items: &[(Vec<u8>, i64)]) -> Result<CallId, String> {
+    pub fn add(&mut self, items: &[(Vec<u8>, i64)]) -> Result<CallId, Error> {
         if let Some((k, _)) = items.iter().find(|(k, _)| k.len() > MAX_KEY) {
-            return Err(format!("key of {} bytes (at most {MAX_KEY})", k.len()));
+            return Err(Error::KeyTooLong { len: k.len() });
         }
         let call = self.new_call(CallKind::Add);
         let per_packet = self.plan.pairs_per_packet();
@@ -375,9 +376,9 @@ impl ClientAgent {
 
     /// `Map.get`: reads the current value of each key (everything added and
     /// acknowledged before this call is included).
-    pub fn get(&mut self, keys: &[Vec<u8>]) -> Result<CallId, String> {
+    pub fn get(&mut self, keys: &[Vec<u8>]) -> Result<CallId, Error> {
         if let Some(k) = keys.iter().find(|k| k.len() > MAX_KEY) {
-            return Err(format!("key of {} bytes (at most {MAX_KEY})", k.len()));
+            return Err(Error::KeyTooLong { len: k.len() });
         }
         let call = self.new_call(CallKind::Get { keys: keys.to_vec(), values: HashMap::new() });
         for batch in keys.chunks(WIDE_ITEMS) {

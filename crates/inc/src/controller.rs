@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
+use crate::Error;
 
 /// The data plane a controller manages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,32 +170,32 @@ impl Controller {
     }
 
     /// Registers an application instance; FCFS memory.
-    pub fn register(&mut self, now: u64, r: Registration) -> Result<AppPlan, String> {
+    pub fn register(&mut self, now: u64, r: Registration) -> Result<AppPlan, Error> {
         if self.names.contains_key(&r.name) {
-            return Err(format!("an application named {:?} is registered", r.name));
+            return Err(Error::NameTaken { name: r.name });
         }
         if r.members == 0 || r.flows_per_member == 0 {
-            return Err("an application needs at least one member and one flow per member".into());
+            return Err(Error::EmptyApplication);
         }
         if r.members > 32 {
-            return Err(format!("{} members: contributor and voter bitmaps hold 32", r.members));
+            return Err(Error::TooManyMembers { members: r.members });
         }
-        let flows = r
-            .members
-            .checked_mul(r.flows_per_member)
-            .ok_or_else(|| format!("{} members × {} flows", r.members, r.flows_per_member))?;
+        let flows = r.members.checked_mul(r.flows_per_member).ok_or(Error::TooManyFlows {
+            members: r.members,
+            flows_per_member: r.flows_per_member,
+        })?;
         let app = self.next_app;
         let (flow_base, memory) = match &self.plane {
             Some(_) => {
-                let flow_base = take_range(&mut self.free_flows, flows)
-                    .ok_or_else(|| format!("no {flows} free flows"))?;
+                let flow_base =
+                    take_range(&mut self.free_flows, flows).ok_or(Error::NoFreeFlows { flows })?;
                 let memory =
                     if r.memory == 0 { None } else { take_range(&mut self.free_memory, r.memory) };
                 (flow_base, memory.map(|b| (b, r.memory)))
             }
             None => (0, None),
         };
-        self.next_app = self.next_app.checked_add(1).ok_or("application ids exhausted")?;
+        self.next_app = self.next_app.checked_add(1).ok_or(Error::AppIdsExhausted)?;
         let plane = self.plane.as_ref();
         let plan = AppPlan {
             app,
@@ -253,19 +254,16 @@ impl Controller {
     }
 
     /// A member joins application `name`.
-    pub fn join(
-        &mut self,
-        now: u64,
-        name: &str,
-        member: u16,
-        node: u16,
-    ) -> Result<AppPlan, String> {
-        let app = *self.names.get(name).ok_or_else(|| format!("no application named {name:?}"))?;
+    pub fn join(&mut self, now: u64, name: &str, member: u16, node: u16) -> Result<AppPlan, Error> {
+        let app =
+            *self.names.get(name).ok_or_else(|| Error::NoSuchName { name: name.to_string() })?;
         let chain = self.plane.as_ref().map_or(0, |p| p.switches.len());
-        let r = self.apps.get_mut(&app).ok_or("application vanished")?;
-        let slot = r.members.get_mut(usize::from(member)).ok_or_else(|| {
-            format!("member {member} of an application with {} members", r.plan.members)
-        })?;
+        let r = self.apps.get_mut(&app).ok_or(Error::AppVanished { app })?;
+        let members = r.plan.members;
+        let slot = r
+            .members
+            .get_mut(usize::from(member))
+            .ok_or(Error::NoSuchMember { member, members })?;
         *slot = Some(node);
         r.alive_at = now;
         let plan = r.plan.clone();
@@ -293,8 +291,8 @@ impl Controller {
     }
 
     /// Releases an application's resources (a clean exit).
-    pub fn deregister(&mut self, app: u16) -> Result<(), String> {
-        let r = self.apps.remove(&app).ok_or_else(|| format!("no application {app}"))?;
+    pub fn deregister(&mut self, app: u16) -> Result<(), Error> {
+        let r = self.apps.remove(&app).ok_or(Error::NoSuchApp { app })?;
         self.names.remove(&r.name);
         if let Some(e) = &r.entry {
             let chain = self.plane.as_ref().map_or(0, |p| p.switches.len());

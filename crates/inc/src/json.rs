@@ -4,30 +4,41 @@
 use serde_json::{json, Map, Value};
 
 use crate::switch::ModifyOp;
+use crate::Error;
 
-/// Why a message was refused.
-pub(crate) type Error = String;
-
-pub(crate) fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, Error> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
+pub(crate) fn field<'a>(o: &'a Map<String, Value>, k: &'static str) -> Result<&'a Value, Error> {
+    o.get(k).ok_or(Error::MissingField { field: k })
 }
 
-pub(crate) fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &str) -> Result<T, Error> {
-    let v = field(o, k)?.as_u64().ok_or_else(|| format!("\"{k}\" is not an unsigned integer"))?;
-    T::try_from(v).map_err(|_| format!("\"{k}\" = {v} is out of range"))
+pub(crate) fn uint<T: TryFrom<u64>>(o: &Map<String, Value>, k: &'static str) -> Result<T, Error> {
+    let v = field(o, k)?
+        .as_u64()
+        .ok_or(Error::WrongType { field: k, expected: "an unsigned integer" })?;
+    T::try_from(v).map_err(|_| Error::OutOfRange {
+        field: k,
+        value: i128::from(v),
+        rule: "is out of range",
+    })
 }
 
-pub(crate) fn int32(o: &Map<String, Value>, k: &str) -> Result<i32, Error> {
-    let v = field(o, k)?.as_i64().ok_or_else(|| format!("\"{k}\" is not an integer"))?;
-    i32::try_from(v).map_err(|_| format!("\"{k}\" = {v} does not fit 32 bits"))
+pub(crate) fn int32(o: &Map<String, Value>, k: &'static str) -> Result<i32, Error> {
+    let v = field(o, k)?.as_i64().ok_or(Error::WrongType { field: k, expected: "an integer" })?;
+    i32::try_from(v).map_err(|_| Error::OutOfRange {
+        field: k,
+        value: i128::from(v),
+        rule: "does not fit 32 bits",
+    })
 }
 
-pub(crate) fn text<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a str, Error> {
-    field(o, k)?.as_str().ok_or_else(|| format!("\"{k}\" is not a string"))
+pub(crate) fn text<'a>(o: &'a Map<String, Value>, k: &'static str) -> Result<&'a str, Error> {
+    field(o, k)?.as_str().ok_or(Error::WrongType { field: k, expected: "a string" })
 }
 
-pub(crate) fn array<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Vec<Value>, Error> {
-    field(o, k)?.as_array().ok_or_else(|| format!("\"{k}\" is not an array"))
+pub(crate) fn array<'a>(
+    o: &'a Map<String, Value>,
+    k: &'static str,
+) -> Result<&'a Vec<Value>, Error> {
+    field(o, k)?.as_array().ok_or(Error::WrongType { field: k, expected: "an array" })
 }
 
 /// At most this many items in one message's list (control messages are
@@ -36,14 +47,16 @@ const MAX_LIST: usize = 1 << 16;
 
 pub(crate) fn list<T>(
     o: &Map<String, Value>,
-    k: &str,
+    k: &'static str,
     each: impl Fn(&Value) -> Option<T>,
 ) -> Result<Vec<T>, Error> {
     let a = array(o, k)?;
     if a.len() > MAX_LIST {
-        return Err(format!("\"{k}\" has {} items (at most {MAX_LIST})", a.len()));
+        return Err(Error::TooManyItems { field: k, items: a.len(), max: MAX_LIST });
     }
-    a.iter().map(|v| each(v).ok_or_else(|| format!("bad item in \"{k}\": {v}"))).collect()
+    a.iter()
+        .map(|v| each(v).ok_or_else(|| Error::BadItem { field: k, item: v.to_string() }))
+        .collect()
 }
 
 pub(crate) fn u16_of(v: &Value) -> Option<u16> {
@@ -55,17 +68,22 @@ pub(crate) fn u32_of(v: &Value) -> Option<u32> {
 }
 
 pub(crate) fn object(v: &Value) -> Result<&Map<String, Value>, Error> {
-    v.as_object().ok_or_else(|| "not a JSON object".to_string())
+    v.as_object().ok_or(Error::NotAnObject)
 }
 
 /// A string field parsed by `parse`.
 pub(crate) fn enumerated<T>(
     o: &Map<String, Value>,
-    k: &str,
+    k: &'static str,
     parse: impl Fn(&str) -> Option<T>,
 ) -> Result<T, Error> {
     let s = text(o, k)?;
-    parse(s).ok_or_else(|| format!("unknown \"{k}\" {s:?}"))
+    parse(s).ok_or_else(|| Error::UnknownValue { field: k, value: s.to_string() })
+}
+
+/// `bad "field"`, or `bad "field" part`.
+pub(crate) fn bad(field: &'static str, part: Option<&'static str>) -> Error {
+    Error::BadField { field, part, value: None }
 }
 
 /// The JSON form of a `Stream.modify`: `[op, parameter]` or null.
@@ -78,13 +96,14 @@ pub(crate) fn modify(o: &Map<String, Value>) -> Result<Option<(ModifyOp, i32)>, 
     match o.get("modify") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) if a.len() == 2 => {
-            let op = a[0].as_str().and_then(ModifyOp::parse).ok_or("bad \"modify\" operation")?;
+            let op =
+                a[0].as_str().and_then(ModifyOp::parse).ok_or(bad("modify", Some("operation")))?;
             let p = a[1]
                 .as_i64()
                 .and_then(|p| i32::try_from(p).ok())
-                .ok_or("bad \"modify\" parameter")?;
+                .ok_or(bad("modify", Some("parameter")))?;
             Ok(Some((op, p)))
         }
-        Some(v) => Err(format!("bad \"modify\": {v}")),
+        Some(v) => Err(Error::BadField { field: "modify", part: None, value: Some(v.to_string()) }),
     }
 }

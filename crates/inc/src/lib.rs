@@ -22,6 +22,7 @@
 
 pub mod client;
 pub mod controller;
+mod error;
 pub mod faults;
 mod json;
 pub mod keys;
@@ -33,3 +34,5 @@ pub mod rng;
 pub mod server;
 pub mod sim;
 pub mod switch;
+
+pub use error::Error;

@@ -14,9 +14,12 @@
 use serde_json::{json, Map, Value};
 
 use crate::controller::Registration;
-use crate::json::{enumerated, field as get, modify, modify_to_json, object as obj, text, uint};
+use crate::json::{
+    bad, enumerated, field as get, modify, modify_to_json, object as obj, text, uint,
+};
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{CountMode, Destinations};
+use crate::Error;
 
 /// A message to the controller.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,19 +90,19 @@ pub fn plan_to_json(p: &AppPlan) -> Map<String, Value> {
 }
 
 /// Parses the fields of a plan.
-pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, String> {
+pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, Error> {
     let switch = match get(o, "switch")? {
         Value::Null => None,
-        v => Some(v.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or("bad \"switch\"")?),
+        v => Some(v.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or(bad("switch", None))?),
     };
     let memory = match get(o, "memory")? {
         Value::Null => None,
         Value::Array(a) if a.len() == 2 => {
-            let b = a[0].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("bad \"memory\"")?;
-            let l = a[1].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("bad \"memory\"")?;
+            let b = a[0].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(bad("memory", None))?;
+            let l = a[1].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(bad("memory", None))?;
             Some((b, l))
         }
-        _ => return Err("bad \"memory\"".into()),
+        _ => return Err(bad("memory", None)),
     };
     let plan = AppPlan {
         app: uint(o, "app")?,
@@ -122,12 +125,14 @@ pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, String> {
         || plan.groups == 0
         || !plan.window.is_power_of_two()
     {
-        return Err("a plan needs members, flows, groups and a power-of-two window".into());
+        return Err(Error::InvalidPlan {
+            why: "a plan needs members, flows, groups and a power-of-two window",
+        });
     }
     if u32::from(plan.flow_base) + u32::from(plan.members) * u32::from(plan.flows_per_member)
         > 65_536
     {
-        return Err("flows beyond 65536".into());
+        return Err(Error::InvalidPlan { why: "flows beyond 65536" });
     }
     Ok(plan)
 }
@@ -161,7 +166,7 @@ impl Request {
     }
 
     /// Parses the JSON form.
-    pub fn from_json(v: &Value) -> Result<Request, String> {
+    pub fn from_json(v: &Value) -> Result<Request, Error> {
         let o = obj(v)?;
         let op = text(o, "op")?;
         Ok(match op {
@@ -169,7 +174,11 @@ impl Request {
                 let modify = modify(o)?;
                 let key_bits: u32 = uint(o, "key_bits")?;
                 if !(1..=32).contains(&key_bits) {
-                    return Err(format!("\"key_bits\" = {key_bits} (1 to 32)"));
+                    return Err(Error::OutOfRange {
+                        field: "key_bits",
+                        value: i128::from(key_bits),
+                        rule: "(1 to 32)",
+                    });
                 }
                 Request::Register(Registration {
                     name: text(o, "name")?.to_string(),
@@ -194,7 +203,7 @@ impl Request {
             "lookup" => Request::Lookup { name: text(o, "name")?.to_string() },
             "heartbeat" => Request::Heartbeat { app: uint(o, "app")? },
             "deregister" => Request::Deregister { app: uint(o, "app")? },
-            other => return Err(format!("unknown request {other:?}")),
+            other => return Err(Error::Unknown { what: "request", name: other.to_string() }),
         })
     }
 }
@@ -216,14 +225,14 @@ impl Reply {
     }
 
     /// Parses the JSON form.
-    pub fn from_json(v: &Value) -> Result<Reply, String> {
+    pub fn from_json(v: &Value) -> Result<Reply, Error> {
         let o = obj(v)?;
         if let Some(p) = o.get("probe") {
             return p
                 .as_u64()
                 .and_then(|a| u16::try_from(a).ok())
                 .map(Reply::Probe)
-                .ok_or("bad \"probe\"".into());
+                .ok_or(bad("probe", None));
         }
         Ok(match text(o, "reply")? {
             "plan" => {
@@ -237,7 +246,7 @@ impl Reply {
             }
             "ok" => Reply::Ok,
             "error" => Reply::Error(text(o, "why")?.to_string()),
-            other => return Err(format!("unknown reply {other:?}")),
+            other => return Err(Error::Unknown { what: "reply", name: other.to_string() }),
         })
     }
 }

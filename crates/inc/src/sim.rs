@@ -18,6 +18,7 @@ use crate::faults::{Faults, Injector};
 use crate::plan::AppPlan;
 use crate::server::{ServerAgent, ServerEvent, ServerTuning};
 use crate::switch::{Control, ControlReply, Emit, Switch, SwitchConfig};
+use crate::Error;
 
 /// The shape of a simulated deployment.
 #[derive(Clone, Debug)]
@@ -104,13 +105,13 @@ pub struct Sim {
 
 impl Sim {
     /// A deployment with its switches and controller, no applications yet.
-    pub fn new(cfg: SimConfig) -> Result<Sim, String> {
+    pub fn new(cfg: SimConfig) -> Result<Sim, Error> {
         let mut switches = Vec::new();
         for i in 0..cfg.switches {
             let node = SWITCH_NODE_BASE + u16::from(i);
             let next_hop = (i + 1 < cfg.switches).then_some(node + 1);
             let c = SwitchConfig { node, chain_index: i, next_hop, ..cfg.switch.clone() };
-            switches.push((node, Switch::new(c).map_err(|e| e.to_string())?));
+            switches.push((node, Switch::new(c)?));
         }
         let plane = (!switches.is_empty()).then(|| DataPlane {
             switches: switches.iter().map(|s| s.0).collect(),
@@ -196,7 +197,7 @@ impl Sim {
         members: &[u16],
         client: ClientTuning,
         tuning: ServerTuning,
-    ) -> Result<AppPlan, String> {
+    ) -> Result<AppPlan, Error> {
         let name = reg.name.clone();
         let modify = reg.modify;
         let plan = self

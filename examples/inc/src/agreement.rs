@@ -37,7 +37,7 @@ pub fn leader(
     limit: Duration,
 ) -> Result<BTreeMap<u32, i32>, String> {
     for (instance, value) in proposals {
-        rt.propose(*instance, *value)?;
+        rt.propose(*instance, *value).map_err(|e| e.to_string())?;
     }
     let mut committed = BTreeMap::new();
     let end = Instant::now() + limit;

@@ -2,6 +2,7 @@
 //! votes the data plane did not count, commits exactly once.
 
 use super::*;
+use crate::Error;
 
 impl ServerAgent {
     /// A vote the data plane did not count.
@@ -60,12 +61,12 @@ impl ServerAgent {
 
     /// Opens vote `instance` (at least 1) for `value`: gives it a
     /// data-plane slot if there is one, then asks every member to vote.
-    pub fn propose(&mut self, now: u64, instance: u32, value: i64) -> Result<(), String> {
+    pub fn propose(&mut self, now: u64, instance: u32, value: i64) -> Result<(), Error> {
         if instance == 0 {
-            return Err("instance 0 is reserved (an empty slot has tag 0)".into());
+            return Err(Error::ReservedInstance);
         }
         if self.instances.contains_key(&instance) {
-            return Err(format!("instance {instance} was already proposed"));
+            return Err(Error::AlreadyProposed { instance });
         }
         let slot = if self.plan.switch.is_some() { self.free_vote_slots.pop() } else { None };
         let addr = slot.map_or(Addr::NONE, |i| Addr::new(0, 0, i as u16));

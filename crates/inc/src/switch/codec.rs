@@ -13,10 +13,9 @@
 use serde_json::{json, Map, Value};
 
 use super::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
-use crate::json::{
-    int32, list, modify, modify_to_json, object, text, u16_of, u32_of, uint, Error as CodecError,
-};
+use crate::json::{int32, list, modify, modify_to_json, object, text, u16_of, u32_of, uint};
 use crate::packet::Addr;
+use crate::Error;
 
 impl Destinations {
     /// The control-plane spelling.
@@ -105,7 +104,7 @@ impl AppEntry {
         })
     }
 
-    fn from_json(o: &Map<String, Value>) -> Result<AppEntry, CodecError> {
+    fn from_json(o: &Map<String, Value>) -> Result<AppEntry, Error> {
         let forward = text(o, "forward")?;
         let count = text(o, "count")?;
         let modify = modify(o)?;
@@ -114,14 +113,14 @@ impl AppEntry {
             server: uint(o, "server")?,
             members: list(o, "members", u16_of)?,
             forward: Destinations::parse(forward)
-                .ok_or_else(|| format!("unknown destinations {forward:?}"))?,
+                .ok_or_else(|| Error::Unknown { what: "destinations", name: forward.into() })?,
             flow_base: uint(o, "flow_base")?,
             flows: uint(o, "flows")?,
             mem_base: uint(o, "mem_base")?,
             mem_len: uint(o, "mem_len")?,
             threshold: uint(o, "threshold")?,
             count: CountMode::parse(count)
-                .ok_or_else(|| format!("unknown count mode {count:?}"))?,
+                .ok_or_else(|| Error::Unknown { what: "count mode", name: count.into() })?,
             modify,
         })
     }
@@ -162,7 +161,7 @@ impl Control {
     }
 
     /// Parses the JSON form.
-    pub fn from_json(v: &Value) -> Result<Control, CodecError> {
+    pub fn from_json(v: &Value) -> Result<Control, Error> {
         let o = object(v)?;
         let op = text(o, "op")?;
         Ok(match op {
@@ -205,7 +204,7 @@ impl Control {
             "read_slot" => Control::ReadSlot { app: uint(o, "app")?, index: uint(o, "index")? },
             "last_seen" => Control::LastSeen,
             "describe" => Control::Describe,
-            other => return Err(format!("unknown control operation {other:?}")),
+            other => return Err(Error::Unknown { what: "control operation", name: other.into() }),
         })
     }
 }
@@ -236,7 +235,7 @@ impl ControlReply {
     }
 
     /// Parses the JSON form.
-    pub fn from_json(v: &Value) -> Result<ControlReply, CodecError> {
+    pub fn from_json(v: &Value) -> Result<ControlReply, Error> {
         let o = object(v)?;
         let kind = text(o, "reply")?;
         Ok(match kind {
@@ -274,7 +273,7 @@ impl ControlReply {
                 window: uint(o, "window")?,
             },
             "refused" => ControlReply::Refused(text(o, "why")?.to_string()),
-            other => return Err(format!("unknown control reply {other:?}")),
+            other => return Err(Error::Unknown { what: "control reply", name: other.into() }),
         })
     }
 }
@@ -367,7 +366,11 @@ mod tests {
         ];
         for (text, why) in cases {
             let v: Value = serde_json::from_str(text).expect("json");
-            assert_eq!(Control::from_json(&v), Err(why.to_string()), "{text}");
+            assert_eq!(
+                Control::from_json(&v).map_err(|e| e.to_string()),
+                Err(why.to_string()),
+                "{text}"
+            );
         }
     }
 }

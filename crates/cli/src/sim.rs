@@ -74,10 +74,11 @@ struct DecodeSum {
 
 pub(crate) fn run(a: &SimArgs) -> Result<String, String> {
     let workload: Workload = match (&a.dataset, default_dataset()) {
-        (Some(d), _) => load(d)?,
-        (None, Some(d)) => load(&d)?,
-        (None, None) => builtin()?,
-    };
+        (Some(d), _) => load(d),
+        (None, Some(d)) => load(&d),
+        (None, None) => builtin(),
+    }
+    .map_err(|e| e.to_string())?;
     let names: Vec<String> = if a.interconnect.is_empty() {
         vec!["pcie".into(), "cxl".into(), "onchip".into()]
     } else {
@@ -89,9 +90,9 @@ pub(crate) fn run(a: &SimArgs) -> Result<String, String> {
         .collect::<Result<_, _>>()?;
     let mut effort = if a.quick { Effort::quick() } else { Effort::full() };
     effort.temp = a.temp.max(64);
-    let dec = decode_rows(&workload, effort)?;
-    let enc = encode_rows(&workload, effort)?;
-    let nest = nested(&[0, 1, 3, 7, 15], effort)?;
+    let dec = decode_rows(&workload, effort).map_err(|e| e.to_string())?;
+    let enc = encode_rows(&workload, effort).map_err(|e| e.to_string())?;
+    let nest = nested(&[0, 1, 3, 7, 15], effort).map_err(|e| e.to_string())?;
 
     let mut csv = Csv(String::from("experiment,group,message,interconnect,scheme,metric,value\n"));
     let mut s = String::new();

@@ -11,10 +11,14 @@
 //!   poll`).
 //! - [`perfield`]: per-field decode throughput on engine workers against
 //!   one application core (PsPIN).
+//! - [`Error`]: what went wrong in the per-field study.
 //!
 //! The *device region* is memory the application never maps: device-placed
 //! fields are decoded into it, and compute units read and write it.
 
 pub mod commit;
 pub mod cu;
+mod error;
 pub mod perfield;
+
+pub use error::{Error, Mismatch, Result};

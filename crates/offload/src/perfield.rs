@@ -63,6 +63,8 @@ use std::time::{Duration, Instant};
 use protoplane_schema::{compile_proto_sources, ProtoSource, TableSet};
 use protoplane_wire::{Block, DecodeOptions, Decoder, MessageView, Source, Value};
 
+use crate::error::{Error, Mismatch, Result};
+
 /// Fields in every generated message (numbers 1..=15: one-byte tags).
 pub const FIELDS_PER_MESSAGE: usize = 15;
 
@@ -177,14 +179,10 @@ impl Case {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<()> {
         match *self {
-            Case::Varint(n) if !(1..=10).contains(&n) => {
-                Err(format!("{}: a varint takes 1..=10 bytes", self.name()))
-            }
-            Case::String(0) => {
-                Err("string-0: an empty proto3 string is not present once decoded".to_owned())
-            }
+            Case::Varint(n) if !(1..=10).contains(&n) => Err(Error::InvalidCase(*self)),
+            Case::String(0) => Err(Error::InvalidCase(*self)),
             _ => Ok(()),
         }
     }
@@ -197,11 +195,13 @@ impl std::fmt::Display for Case {
 }
 
 impl std::str::FromStr for Case {
-    type Err = String;
+    type Err = Error;
 
-    /// Parses a [`Case::name`]: `varint-N`, `float`, `double`, `string-N`.
-    fn from_str(s: &str) -> Result<Case, String> {
-        let bad = || format!("unknown case {s:?} (varint-2..10, float, double, string-N)");
+    /// Parses a [`Case::name`]: `varint-N`, `float`, `double`, `string-N`
+    /// ([`Error::UnknownCase`] otherwise, [`Error::InvalidCase`] for a
+    /// varint of other than 1..=10 bytes or `string-0`).
+    fn from_str(s: &str) -> Result<Case> {
+        let bad = || Error::UnknownCase(s.to_owned());
         let case = match s {
             "float" => Case::Float,
             "double" => Case::Double,
@@ -240,10 +240,15 @@ pub struct PerFieldRow {
 /// Measures every case of `opts` under `app-core` and under
 /// `engine-workers` with each worker count, in that order per case.
 ///
-/// Fails on invalid options (a worker count of 0, fewer messages than
-/// workers, no repetitions, a case out of range) and when any decode fails
-/// or any decoded message differs from what was generated.
-pub fn run(opts: &PerFieldOptions) -> Result<Vec<PerFieldRow>, String> {
+/// # Errors
+///
+/// Fails on invalid options — a worker count of 0
+/// ([`Error::ZeroWorkers`]), fewer messages than workers
+/// ([`Error::TooFewMessages`]), no repetitions ([`Error::NoRepetitions`]),
+/// a case out of range ([`Error::InvalidCase`], [`Error::SetTooLarge`]) —
+/// and when any decode fails ([`Error::Decode`]) or any decoded message
+/// differs from what was generated ([`Error::Verify`]).
+pub fn run(opts: &PerFieldOptions) -> Result<Vec<PerFieldRow>> {
     check_options(opts)?;
     let tables = schema()?;
     let mut rows = Vec::new();
@@ -256,7 +261,7 @@ pub fn run(opts: &PerFieldOptions) -> Result<Vec<PerFieldRow>, String> {
                 set.message(i),
                 &DecodeOptions::default(),
             )
-            .map_err(|e| format!("{case}: message {i} does not decode: {e}"))?;
+            .map_err(|source| Error::Decode { case, message: i, source })?;
             set.verify(&tables, i, &block)?;
         }
         let mut points = vec![(APP_CORE, 1)];
@@ -272,7 +277,7 @@ pub fn run(opts: &PerFieldOptions) -> Result<Vec<PerFieldRow>, String> {
             }
         }
         for ((scheme, n), s) in points.into_iter().zip(samples) {
-            let m = median(s).ok_or("no repetitions")?;
+            let m = median(s).ok_or(Error::NoRepetitions)?;
             rows.push(PerFieldRow {
                 case: case.name(),
                 scheme: scheme.to_owned(),
@@ -349,28 +354,27 @@ pub fn route(len: usize, threshold: usize) -> Route {
     }
 }
 
-fn check_options(opts: &PerFieldOptions) -> Result<(), String> {
+fn check_options(opts: &PerFieldOptions) -> Result<()> {
     if opts.workers.contains(&0) {
-        return Err("a worker count must be at least 1".to_owned());
+        return Err(Error::ZeroWorkers);
     }
     if opts.repetitions == 0 {
-        return Err("at least one repetition is needed".to_owned());
+        return Err(Error::NoRepetitions);
     }
     let most = opts.workers.iter().copied().max().unwrap_or(1);
     if opts.messages < most {
-        return Err(format!(
-            "{} message(s) cannot give each of {most} workers a share",
-            opts.messages
-        ));
+        return Err(Error::TooFewMessages { messages: opts.messages, workers: most });
     }
     for case in &opts.cases {
         case.check()?;
         let bytes = case.message_wire_len().saturating_mul(opts.messages);
         if bytes > MAX_SET_BYTES {
-            return Err(format!(
-                "{case}: {} messages take {bytes} bytes, over {MAX_SET_BYTES}",
-                opts.messages
-            ));
+            return Err(Error::SetTooLarge {
+                case: *case,
+                messages: opts.messages,
+                bytes,
+                limit: MAX_SET_BYTES,
+            });
         }
     }
     Ok(())
@@ -394,12 +398,15 @@ pub fn proto_text() -> String {
 }
 
 /// [`proto_text`] compiled (with `compile_proto_sources`) into tables.
-pub fn schema() -> Result<TableSet, String> {
+///
+/// # Errors
+///
+/// [`Error::Schema`] if it does not compile or load (a bug).
+pub fn schema() -> Result<TableSet> {
     let text = proto_text();
     let name = "perfield.proto";
-    let set = compile_proto_sources(&[ProtoSource { name, text: &text }], &[name])
-        .map_err(|e| format!("perfield schema: {e}"))?;
-    TableSet::from_file_descriptor_set(&set).map_err(|e| format!("perfield schema: {e}"))
+    let set = compile_proto_sources(&[ProtoSource { name, text: &text }], &[name])?;
+    Ok(TableSet::from_file_descriptor_set(&set)?)
 }
 
 /// A value as generated, to check a decoded one against.
@@ -428,10 +435,14 @@ pub struct MessageSet {
 impl MessageSet {
     /// Generates `messages` messages of `case` (deterministic: the values
     /// depend only on the case and the count) for the tables of [`schema`].
-    pub fn generate(tables: &TableSet, case: Case, messages: usize) -> Result<MessageSet, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingMessageType`] when `tables` are not [`schema`]'s;
+    /// [`Error::Generation`] if the generator goes wrong (a bug).
+    pub fn generate(tables: &TableSet, case: Case, messages: usize) -> Result<MessageSet> {
         let full = format!("{PACKAGE}.{}", case.message_name());
-        let type_index =
-            tables.message_by_name(&full).ok_or_else(|| format!("no message {full}"))?;
+        let type_index = tables.message_by_name(&full).ok_or(Error::MissingMessageType(full))?;
         let mut rng = XorShift::new(seed(&case.name()));
         let mut wire = Vec::with_capacity(messages * case.message_wire_len());
         let mut starts = Vec::with_capacity(messages + 1);
@@ -449,7 +460,7 @@ impl MessageSet {
                         let at = wire.len();
                         put_varint(&mut wire, v);
                         if wire.len() - at != len as usize {
-                            return Err(format!("{case}: generated a varint of the wrong length"));
+                            return Err(Error::Generation { case, what: "a varint" });
                         }
                         expect.push(Expect::U64(v));
                     }
@@ -475,7 +486,7 @@ impl MessageSet {
                 }
             }
             if wire.len() - starts.last().copied().unwrap_or(0) != case.message_wire_len() {
-                return Err(format!("{case}: generated a message of the wrong length"));
+                return Err(Error::Generation { case, what: "a message" });
             }
         }
         starts.push(wire.len());
@@ -514,18 +525,22 @@ impl MessageSet {
     /// Checks that `block` holds message `i` exactly: all
     /// [`FIELDS_PER_MESSAGE`] fields present with their generated values,
     /// no unknown fields.
-    pub fn verify(&self, tables: &TableSet, i: usize, block: &Block) -> Result<(), String> {
-        let case = self.case;
-        let err = |what: String| format!("{case}: message {i}: {what}");
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verify`] with what differs.
+    pub fn verify(&self, tables: &TableSet, i: usize, block: &Block) -> Result<()> {
+        let err = |mismatch: Mismatch| Error::Verify { case: self.case, message: i, mismatch };
         let view = MessageView::new(tables, Source::owned(block.as_bytes()), self.type_index)
-            .map_err(|e| err(format!("no view: {e:?}")))?;
+            .map_err(|e| err(Mismatch::View(e)))?;
         let expect = self
             .expect
             .get(i * FIELDS_PER_MESSAGE..(i + 1) * FIELDS_PER_MESSAGE)
-            .ok_or_else(|| err("no such message".to_owned()))?;
+            .ok_or_else(|| err(Mismatch::NoSuchMessage))?;
         let mut decoded = 0;
         for f in view.fields() {
-            let Some(value) = view.get(f).map_err(|e| err(format!("field {}: {e:?}", f.number)))?
+            let Some(value) =
+                view.get(f).map_err(|error| err(Mismatch::Field { number: f.number, error }))?
             else {
                 continue;
             };
@@ -540,16 +555,20 @@ impl MessageSet {
                 _ => false,
             };
             if !ok {
-                return Err(err(format!("field {} decoded as {value:?}", f.number)));
+                return Err(err(Mismatch::Value {
+                    number: f.number,
+                    decoded: format!("{value:?}"),
+                }));
             }
             decoded += 1;
         }
         if decoded != FIELDS_PER_MESSAGE {
-            return Err(err(format!("{decoded} field(s) decoded, {FIELDS_PER_MESSAGE} sent")));
+            return Err(err(Mismatch::FieldCount { decoded, sent: FIELDS_PER_MESSAGE }));
         }
-        let unknown = view.unknown_fields().map_err(|e| err(format!("{e:?}")))?;
+        let unknown =
+            view.unknown_fields().map_err(|e| err(Mismatch::UnknownFieldsUnreadable(e)))?;
         if !unknown.is_empty() {
-            return Err(err(format!("{} byte(s) of unknown fields", unknown.len())));
+            return Err(err(Mismatch::UnknownFields { bytes: unknown.len() }));
         }
         Ok(())
     }
@@ -578,12 +597,7 @@ struct Lane {
 
 impl Lane {
     /// One untimed pass over `share`: sizes the block, warms the caches.
-    fn warm_up(
-        &mut self,
-        tables: &TableSet,
-        set: &MessageSet,
-        share: &Range<usize>,
-    ) -> Result<(), String> {
+    fn warm_up(&mut self, tables: &TableSet, set: &MessageSet, share: &Range<usize>) -> Result<()> {
         self.rounds(tables, set, share, 1)
     }
 
@@ -593,13 +607,13 @@ impl Lane {
         set: &MessageSet,
         share: &Range<usize>,
         rounds: usize,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let opts = DecodeOptions::default();
         for _ in 0..rounds {
             for i in share.clone() {
                 self.decoder
                     .decode_into(tables, set.type_index, set.message(i), &opts, &mut self.block)
-                    .map_err(|e| format!("{}: message {i}: {e}", set.case))?;
+                    .map_err(|source| Error::Decode { case: set.case, message: i, source })?;
                 std::hint::black_box(&self.block);
             }
         }
@@ -616,7 +630,7 @@ impl Lane {
         share: &Range<usize>,
         min_time: Duration,
         start: Instant,
-    ) -> Result<(u64, Instant), String> {
+    ) -> Result<(u64, Instant)> {
         let len = share.len();
         let batch = (MESSAGES_PER_CLOCK_CHECK / len.max(1)).max(1);
         let mut rounds = 0u64;
@@ -634,7 +648,7 @@ impl Lane {
 }
 
 /// The caller's thread decodes every message.
-fn app_core(tables: &TableSet, set: &MessageSet, min_time: Duration) -> Result<Sample, String> {
+fn app_core(tables: &TableSet, set: &MessageSet, min_time: Duration) -> Result<Sample> {
     let share = 0..set.len();
     let mut lane = Lane::default();
     lane.warm_up(tables, set, &share)?;
@@ -655,10 +669,10 @@ fn engine_workers(
     set: &MessageSet,
     n: usize,
     min_time: Duration,
-) -> Result<Sample, String> {
+) -> Result<Sample> {
     let total = set.len();
     let barrier = Barrier::new(n);
-    let results: Vec<Result<(u64, u64, Instant, Instant), String>> = std::thread::scope(|s| {
+    let results: Vec<Result<(u64, u64, Instant, Instant)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|w| {
                 let share = w * total / n..(w + 1) * total / n;
@@ -677,10 +691,7 @@ fn engine_workers(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a decode worker panicked".to_owned())))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or(Err(Error::WorkerPanicked))).collect()
     });
     let mut sample = Sample { messages: 0, bytes: 0, secs: 0.0 };
     let mut span: Option<(Instant, Instant)> = None;
@@ -693,7 +704,7 @@ fn engine_workers(
             Some((s, e)) => (s.min(start), e.max(end)),
         });
     }
-    let (start, end) = span.ok_or("no workers")?;
+    let (start, end) = span.ok_or(Error::ZeroWorkers)?;
     sample.secs = end.duration_since(start).as_secs_f64();
     Ok(sample)
 }

@@ -9,6 +9,7 @@ use protoplane_offload::perfield::{
     self, route, scaling, Case, MessageSet, PerFieldOptions, PerFieldRow, Route, APP_CORE,
     ENGINE_WORKERS, FIELDS_PER_MESSAGE,
 };
+use protoplane_offload::{Error, Mismatch};
 use protoplane_wire::{Block, DecodeOptions, Decoder, MessageView, Source, Value};
 
 fn varint_len(v: u64) -> usize {
@@ -45,7 +46,7 @@ fn case_names_round_trip_and_all_is_pspins_set() {
         ]
     );
     for c in &all {
-        assert_eq!(c.name().parse::<Case>().as_ref(), Ok(c));
+        assert_eq!(c.name().parse::<Case>().ok().as_ref(), Some(c));
     }
     assert!("varint-11".parse::<Case>().is_err());
     assert!("varint-0".parse::<Case>().is_err());
@@ -137,7 +138,18 @@ fn verify_rejects_wrong_blocks() {
 
         let short = &good[..good.len() - case.field_wire_len()];
         let err = set.verify(&tables, 1, &decode(short)).expect_err("missing field");
-        assert!(err.contains("14 field(s) decoded"), "{case}: {err}");
+        assert!(
+            matches!(
+                err,
+                Error::Verify {
+                    message: 1,
+                    mismatch: Mismatch::FieldCount { decoded: 14, sent: 15 },
+                    ..
+                }
+            ),
+            "{case}: {err:?}"
+        );
+        assert!(err.to_string().contains("14 field(s) decoded"), "{case}: {err}");
 
         assert!(set.verify(&tables, 0, &decode(&good)).is_err(), "{case}: another message");
     }
@@ -222,20 +234,34 @@ fn run_rejects_bad_options() {
         cases: vec![Case::Float],
     };
     assert!(perfield::run(&ok).is_ok());
-    let bad = [
-        PerFieldOptions { workers: vec![0], ..ok.clone() },
-        PerFieldOptions { messages: 1, ..ok.clone() },
-        PerFieldOptions { repetitions: 0, ..ok.clone() },
-        PerFieldOptions { cases: vec![Case::Varint(11)], ..ok.clone() },
-        PerFieldOptions { cases: vec![Case::Varint(0)], ..ok.clone() },
-        PerFieldOptions { cases: vec![Case::String(0)], ..ok.clone() },
-        PerFieldOptions { cases: vec![Case::String(1 << 30)], ..ok.clone() },
+    type Expected = fn(&Error) -> bool;
+    let bad: [(PerFieldOptions, Expected); 7] = [
+        (PerFieldOptions { workers: vec![0], ..ok.clone() }, |e| matches!(e, Error::ZeroWorkers)),
+        (PerFieldOptions { messages: 1, ..ok.clone() }, |e| {
+            matches!(e, Error::TooFewMessages { messages: 1, workers: 2 })
+        }),
+        (PerFieldOptions { repetitions: 0, ..ok.clone() }, |e| matches!(e, Error::NoRepetitions)),
+        (PerFieldOptions { cases: vec![Case::Varint(11)], ..ok.clone() }, |e| {
+            matches!(e, Error::InvalidCase(Case::Varint(11)))
+        }),
+        (PerFieldOptions { cases: vec![Case::Varint(0)], ..ok.clone() }, |e| {
+            matches!(e, Error::InvalidCase(Case::Varint(0)))
+        }),
+        (PerFieldOptions { cases: vec![Case::String(0)], ..ok.clone() }, |e| {
+            matches!(e, Error::InvalidCase(Case::String(0)))
+        }),
+        (PerFieldOptions { cases: vec![Case::String(1 << 30)], ..ok.clone() }, |e| {
+            matches!(e, Error::SetTooLarge { messages: 4, .. })
+        }),
     ];
-    for opts in bad {
-        assert!(perfield::run(&opts).is_err(), "{opts:?}");
+    for (opts, expected) in bad {
+        match perfield::run(&opts) {
+            Err(e) => assert!(expected(&e), "{opts:?}: {e:?}"),
+            Ok(rows) => panic!("{opts:?}: accepted, {rows:?}"),
+        }
     }
     let none = PerFieldOptions { cases: vec![], ..ok };
-    assert_eq!(perfield::run(&none), Ok(vec![]));
+    assert_eq!(perfield::run(&none).expect("no cases"), vec![]);
 }
 
 #[test]

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use protoplane_schema::{ProtoSource, TableSet};
 
+use crate::error::{Error, FramingError, Result};
+
 /// One message to replay.
 #[derive(Clone, Debug)]
 pub struct Sample {
@@ -42,34 +44,45 @@ pub fn default_dataset() -> Option<PathBuf> {
     p.join("manifest.tsv").is_file().then(|| p.to_path_buf())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })
 }
 
 /// Loads a dataset directory: HyperProtoBench (`manifest.tsv` with
 /// `bench`, `type` and `path` columns, a `benchmark.descriptor_set.pb` per
 /// bench) or a set of length-delimited recordings (`type` and `path`
 /// columns, `*.ldelim` files, one `*.descriptor_set.pb` in the directory).
-pub fn load(dir: &Path) -> Result<Workload, String> {
-    let manifest = String::from_utf8(read(&dir.join("manifest.tsv"))?)
-        .map_err(|_| "manifest.tsv is not UTF-8".to_string())?;
+///
+/// # Errors
+///
+/// [`Error::ManifestRead`], [`Error::ManifestNotUtf8`] and
+/// [`Error::ManifestColumns`] when the manifest is missing or malformed;
+/// [`Error::Read`], [`Error::NoDescriptorSet`], [`Error::Schema`],
+/// [`Error::UnknownType`] and [`Error::Recording`] when a file it names
+/// does not load.
+pub fn load(dir: &Path) -> Result<Workload> {
+    let manifest_path = dir.join("manifest.tsv");
+    let manifest = fs::read(&manifest_path)
+        .map_err(|source| Error::ManifestRead { path: manifest_path.clone(), source })?;
+    let manifest = String::from_utf8(manifest)
+        .map_err(|_| Error::ManifestNotUtf8 { path: manifest_path.clone() })?;
     let mut lines = manifest.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split('\t').collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
     let (Some(ty), Some(path)) = (col("type"), col("path")) else {
-        return Err(format!("{}: manifest.tsv needs type and path columns", dir.display()));
+        return Err(Error::ManifestColumns { dir: dir.to_path_buf() });
     };
     let bench = col("bench");
     let name_col = col("message");
     let mut groups: Vec<(String, TableSet, Vec<Sample>)> = Vec::new();
     let mut shared_tables = if bench.is_none() {
         let desc = fs::read_dir(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .map_err(|source| Error::Read { path: dir.to_path_buf(), source })?
             .flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().ends_with(".descriptor_set.pb"))
-            .ok_or_else(|| format!("{}: no *.descriptor_set.pb", dir.display()))?;
-        Some(TableSet::from_descriptor_set(&read(&desc)?).map_err(|e| e.to_string())?)
+            .ok_or_else(|| Error::NoDescriptorSet { dir: dir.to_path_buf() })?;
+        Some(TableSet::from_descriptor_set(&read(&desc)?)?)
     } else {
         None
     };
@@ -85,19 +98,23 @@ pub fn load(dir: &Path) -> Result<Workload, String> {
                 Some(t) => t,
                 None => {
                     let d = read(&dir.join(&group).join("benchmark.descriptor_set.pb"))?;
-                    TableSet::from_descriptor_set(&d).map_err(|e| e.to_string())?
+                    TableSet::from_descriptor_set(&d)?
                 }
             };
             groups.push((group.clone(), ts, Vec::new()));
         }
         let Some(g) = groups.iter_mut().find(|g| g.0 == group) else { continue };
-        let type_index =
-            g.1.message_by_name(get(ty))
-                .ok_or_else(|| format!("{}: no message type {}", dir.display(), get(ty)))?;
-        let bytes = read(&dir.join(get(path)))?;
+        let type_index = g.1.message_by_name(get(ty)).ok_or_else(|| Error::UnknownType {
+            schema: dir.display().to_string(),
+            name: get(ty).to_string(),
+        })?;
+        let file = dir.join(get(path));
+        let bytes = read(&file)?;
         let short = get(ty).rsplit('.').next().unwrap_or("").to_string();
         if get(path).ends_with(".ldelim") {
-            for (i, m) in split_ldelim(&bytes)?.into_iter().enumerate() {
+            let messages = split_ldelim(&bytes)
+                .map_err(|source| Error::Recording { path: file.clone(), source })?;
+            for (i, m) in messages.into_iter().enumerate() {
                 g.2.push(Sample {
                     group: group.clone(),
                     name: format!("{short}#{i}"),
@@ -116,13 +133,13 @@ pub fn load(dir: &Path) -> Result<Workload, String> {
     })
 }
 
-fn split_ldelim(mut b: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn split_ldelim(mut b: &[u8]) -> std::result::Result<Vec<Vec<u8>>, FramingError> {
     let mut out = Vec::new();
     while !b.is_empty() {
         let mut len = 0usize;
         let mut shift = 0;
         loop {
-            let (&byte, rest) = b.split_first().ok_or("truncated length prefix")?;
+            let (&byte, rest) = b.split_first().ok_or(FramingError::TruncatedPrefix)?;
             b = rest;
             len |= usize::from(byte & 0x7f) << shift;
             shift += 7;
@@ -130,11 +147,11 @@ fn split_ldelim(mut b: &[u8]) -> Result<Vec<Vec<u8>>, String> {
                 break;
             }
             if shift > 35 {
-                return Err("length prefix too long".into());
+                return Err(FramingError::PrefixTooLong);
             }
         }
         if len > b.len() {
-            return Err("truncated message".into());
+            return Err(FramingError::TruncatedMessage);
         }
         out.push(b[..len].to_vec());
         b = &b[len..];
@@ -145,7 +162,12 @@ fn split_ldelim(mut b: &[u8]) -> Result<Vec<Vec<u8>>, String> {
 /// The built-in workload: requests of a small service with flat, nested
 /// and bulk messages, generated deterministically (used when no dataset
 /// is given and HyperProtoBench is not beside the checkout).
-pub fn builtin() -> Result<Workload, String> {
+///
+/// # Errors
+///
+/// [`Error::Schema`] or [`Error::UnknownType`] if its schema does not load
+/// (a bug).
+pub fn builtin() -> Result<Workload> {
     const PROTO: &str = r#"
 syntax = "proto3";
 package protoplane.sim;
@@ -160,10 +182,15 @@ message Upload { string name = 1; bytes data = 2; uint32 crc = 3; }
     let ts = TableSet::from_proto_sources(
         &[ProtoSource { name: "sim.proto", text: PROTO }],
         &["sim.proto"],
-    )
-    .map_err(|e| e.to_string())?;
-    let post = ts.message_by_name("protoplane.sim.Post").ok_or("Post")?;
-    let upload = ts.message_by_name("protoplane.sim.Upload").ok_or("Upload")?;
+    )?;
+    let find = |name: &str| {
+        ts.message_by_name(name).ok_or_else(|| Error::UnknownType {
+            schema: "built-in workload".to_owned(),
+            name: name.to_owned(),
+        })
+    };
+    let post = find("protoplane.sim.Post")?;
+    let upload = find("protoplane.sim.Upload")?;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         rng ^= rng << 13;

@@ -11,11 +11,15 @@
 //!   nested-message experiment.
 //! - [`model`]: the interconnects (PCIe, CXL/UPI from the literature;
 //!   on-chip measured here) and the cost of a set of transactions.
+//! - [`Error`]: what went wrong loading a dataset or replaying a message.
 //!
 //! Which figures are measured and which modelled: transaction counts and
 //! CPU times are measured (the real decoder's stores, the real copies);
 //! the time those transactions take on PCIe or CXL is modelled.
 
 pub mod dataset;
+mod error;
 pub mod model;
 pub mod replay;
+
+pub use error::{Error, FramingError, Result};

@@ -13,6 +13,7 @@ use protoplane_wire::{
 };
 
 use crate::dataset::{push_varint, put_len_field, Sample, Workload};
+use crate::error::{Error, Result};
 
 /// Median nanoseconds per call of `f`: `rounds` rounds of enough calls to
 /// last about `round_ns` each.
@@ -80,7 +81,14 @@ pub struct DecodeRow {
 
 /// Decodes every sample both ways; checks that both give the plain
 /// decode's block.
-pub fn decode_rows(w: &Workload, e: Effort) -> Result<Vec<DecodeRow>, String> {
+///
+/// # Errors
+///
+/// [`Error::Sample`] around what went wrong with a sample: it does not
+/// decode ([`Error::Decode`]), does not encode back ([`Error::Block`]), or
+/// a commit mode gives another message ([`Error::FieldByFieldMismatch`],
+/// [`Error::OneShotMismatch`]).
+pub fn decode_rows(w: &Workload, e: Effort) -> Result<Vec<DecodeRow>> {
     let mut rows = Vec::new();
     let opts = DecodeOptions::default();
     for (ts, s) in w.samples() {
@@ -89,21 +97,23 @@ pub fn decode_rows(w: &Workload, e: Effort) -> Result<Vec<DecodeRow>, String> {
     Ok(rows)
 }
 
-fn decode_row(
+fn decode_row(ts: &TableSet, s: &Sample, opts: &DecodeOptions, e: Effort) -> Result<DecodeRow> {
+    decode_row_checked(ts, s, opts, e).map_err(|x| x.in_sample(&s.group, &s.name))
+}
+
+fn decode_row_checked(
     ts: &TableSet,
     s: &Sample,
     opts: &DecodeOptions,
     e: Effort,
-) -> Result<DecodeRow, String> {
-    let what = |x: &dyn std::fmt::Display| format!("{}/{}: {x}", s.group, s.name);
+) -> Result<DecodeRow> {
     let mut plain = Block::new();
     let mut d = Decoder::new();
-    d.decode_into(ts, s.type_index, &s.wire, opts, &mut plain).map_err(|x| what(&x))?;
+    d.decode_into(ts, s.type_index, &s.wire, opts, &mut plain)?;
     let mut cd = CommitDecoder::new();
     let mut host = Vec::new();
-    let fbf = cd
-        .decode(ts, s.type_index, &s.wire, opts, CommitMode::FieldByField, &mut host, None)
-        .map_err(|x| what(&x))?;
+    let fbf =
+        cd.decode(ts, s.type_index, &s.wire, opts, CommitMode::FieldByField, &mut host, None)?;
     // The same message (large copies are placed by address, so padding
     // may differ between two blocks of one message: compare encodings).
     let encoded = |b: &[u8]| {
@@ -111,17 +121,16 @@ fn decode_row(
         Encoder::new()
             .encode_into(ts, s.type_index, Source::owned(b), &EncodeOptions::default(), &mut out)
             .map(|()| out)
-            .map_err(|x| what(&x))
+            .map_err(Error::Block)
     };
     let reference = encoded(plain.as_bytes())?;
     if encoded(&host)? != reference {
-        return Err(what(&"field-by-field gave another message"));
+        return Err(Error::FieldByFieldMismatch);
     }
     let mode = CommitMode::OneShot { temp: e.temp };
-    let one =
-        cd.decode(ts, s.type_index, &s.wire, opts, mode, &mut host, None).map_err(|x| what(&x))?;
+    let one = cd.decode(ts, s.type_index, &s.wire, opts, mode, &mut host, None)?;
     if encoded(&host)? != reference {
-        return Err(what(&"one-shot gave another message"));
+        return Err(Error::OneShotMismatch);
     }
     let decode_ns = time_ns(e.rounds, e.round_ns, || {
         let _ = d.decode_into(ts, s.type_index, &s.wire, opts, &mut plain);
@@ -188,37 +197,41 @@ fn bits(v: &Value<'_>) -> u64 {
 
 impl<'a> Script<'a> {
     /// Records the builder calls that lay out the message `view` holds.
-    pub fn record(view: MessageView<'a>) -> Result<Script<'a>, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Block`] when the block behind `view` is malformed;
+    /// [`Error::FieldWithoutOp`] when its tables are inconsistent.
+    pub fn record(view: MessageView<'a>) -> Result<Script<'a>> {
         let mut steps = Vec::new();
         let depth = Self::walk(view, &mut steps)?;
         Ok(Script { type_index: view.type_index(), steps, depth })
     }
 
     /// Records `view`'s calls; returns the deepest nesting below it.
-    fn walk(view: MessageView<'a>, steps: &mut Vec<Step<'a>>) -> Result<usize, String> {
-        let e = |x: &dyn std::fmt::Display| x.to_string();
+    fn walk(view: MessageView<'a>, steps: &mut Vec<Step<'a>>) -> Result<usize> {
         let ts = view.tables();
         let ops = ts.ops(ts.message(view.type_index()));
         let mut depth = 0;
         for (i, f) in view.fields().iter().enumerate() {
-            let op = ops.get(i).ok_or("a field without an op")?;
+            let op = ops.get(i).ok_or(Error::FieldWithoutOp)?;
             let mut open = |m: MessageView<'a>, steps: &mut Vec<Step<'a>>| {
                 steps.push(Step::Open(op, f.sub));
                 let d = Self::walk(m, steps)?;
                 steps.push(Step::Close);
                 depth = depth.max(d + 1);
-                Ok::<(), String>(())
+                Ok::<(), Error>(())
             };
             if f.is_repeated() {
-                for v in view.repeated(f).map_err(|x| e(&x))?.iter() {
-                    match v.map_err(|x| e(&x))? {
+                for v in view.repeated(f)?.iter() {
+                    match v? {
                         Value::Message(m) => open(m, steps)?,
                         Value::String(x) | Value::Bytes(x) => steps.push(Step::PushBytes(op, x)),
                         v => steps.push(Step::PushBits(op, bits(&v))),
                     }
                 }
             } else if view.has(f) {
-                match view.get(f).map_err(|x| e(&x))? {
+                match view.get(f)? {
                     Some(Value::Message(m)) => open(m, steps)?,
                     Some(Value::String(x) | Value::Bytes(x)) => steps.push(Step::Bytes(op, x)),
                     Some(v) => steps.push(Step::Bits(op, bits(&v))),
@@ -231,41 +244,45 @@ impl<'a> Script<'a> {
 
     /// Lays the response out; `string` / `bytes` values of at least
     /// `leave` bytes are left out (the engine copies them: memcpy offload).
-    pub fn lay_out(&self, ts: &TableSet, leave: usize) -> Result<Block, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Build`] when a builder refuses a call (`ts` is not the
+    /// script's schema); [`Error::UnbalancedScript`].
+    pub fn lay_out(&self, ts: &TableSet, leave: usize) -> Result<Block> {
         self.lay_out_into(ts, leave, Block::new(), &mut Vec::new())
     }
 
     /// [`Self::lay_out`] into `block`'s memory (what an attached
     /// application does: its builders write into chunks the engine lends
     /// it, no allocation per response), with `stack` as scratch.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::lay_out`].
     pub fn lay_out_into(
         &self,
         ts: &TableSet,
         leave: usize,
         block: Block,
         stack: &mut Vec<MessageBuilder>,
-    ) -> Result<Block, String> {
-        let e = |x: &dyn std::fmt::Display| x.to_string();
-        let mut b = Builder::reuse(ts, self.type_index, block).map_err(|x| e(&x))?;
+    ) -> Result<Block> {
+        let mut b = Builder::reuse(ts, self.type_index, block)?;
         stack.clear();
         stack.reserve(self.depth + 1);
         let mut at = b.root();
         for step in &self.steps {
             match *step {
                 Step::Bits(op, v) => b.set_bits(at, op, v),
-                Step::PushBits(op, v) => b.push_bits(at, op, v).map_err(|x| e(&x))?,
-                Step::Bytes(op, d) if d.len() < leave => {
-                    b.set_bytes(at, op, d).map_err(|x| e(&x))?
-                }
-                Step::PushBytes(op, d) if d.len() < leave => {
-                    b.push_bytes(at, op, d).map_err(|x| e(&x))?
-                }
+                Step::PushBits(op, v) => b.push_bits(at, op, v)?,
+                Step::Bytes(op, d) if d.len() < leave => b.set_bytes(at, op, d)?,
+                Step::PushBytes(op, d) if d.len() < leave => b.push_bytes(at, op, d)?,
                 Step::Bytes(..) | Step::PushBytes(..) => {}
                 Step::Open(op, sub) => {
                     stack.push(at);
-                    at = b.open(at, op, sub).map_err(|x| e(&x))?;
+                    at = b.open(at, op, sub)?;
                 }
-                Step::Close => at = stack.pop().ok_or("unbalanced script")?,
+                Step::Close => at = stack.pop().ok_or(Error::UnbalancedScript)?,
             }
         }
         Ok(b.finish())
@@ -302,93 +319,96 @@ pub const LARGE: usize = 256;
 /// Lays out and encodes every sample; checks that the encoding of the
 /// laid-out block is the sample's wire bytes (HyperProtoBench's are
 /// canonical; other inputs are checked to decode to the same block).
-pub fn encode_rows(w: &Workload, e: Effort) -> Result<Vec<EncodeRow>, String> {
-    let mut rows = Vec::new();
+///
+/// # Errors
+///
+/// [`Error::Sample`] around what went wrong with a sample: it does not
+/// decode ([`Error::Decode`]), its block does not read or encode
+/// ([`Error::Block`]), a builder refuses it ([`Error::Build`]), or the
+/// laid-out block is another message ([`Error::LayOutMismatch`]).
+pub fn encode_rows(w: &Workload, e: Effort) -> Result<Vec<EncodeRow>> {
     let opts = DecodeOptions::default();
-    for (ts, s) in w.samples() {
-        let what = |x: &dyn std::fmt::Display| format!("{}/{}: {x}", s.group, s.name);
-        let block =
-            protoplane_wire::decode(ts, s.type_index, &s.wire, &opts).map_err(|x| what(&x))?;
-        let view = MessageView::new(ts, Source::owned(block.as_bytes()), s.type_index)
-            .map_err(|x| what(&x))?;
-        let script = Script::record(view).map_err(|x| what(&x))?;
-        let laid = script.lay_out(ts, usize::MAX).map_err(|x| what(&x))?;
-        let mut enc = Encoder::new();
-        let mut encoded = |b: &[u8]| -> Result<Vec<u8>, String> {
-            let mut out = Vec::new();
-            enc.encode_into(
-                ts,
-                s.type_index,
-                Source::owned(b),
-                &EncodeOptions::default(),
-                &mut out,
-            )
-            .map_err(|x| what(&x))?;
-            Ok(out)
-        };
-        if encoded(laid.as_bytes())? != encoded(block.as_bytes())? {
-            return Err(what(&"the laid-out block is another message"));
-        }
+    w.samples()
+        .map(|(ts, s)| encode_row(ts, s, &opts, e).map_err(|x| x.in_sample(&s.group, &s.name)))
+        .collect()
+}
+
+fn encode_row(ts: &TableSet, s: &Sample, opts: &DecodeOptions, e: Effort) -> Result<EncodeRow> {
+    let block = protoplane_wire::decode(ts, s.type_index, &s.wire, opts)?;
+    let view = MessageView::new(ts, Source::owned(block.as_bytes()), s.type_index)?;
+    let script = Script::record(view)?;
+    let laid = script.lay_out(ts, usize::MAX)?;
+    let mut enc = Encoder::new();
+    let mut encoded = |b: &[u8]| -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        // Into reused memory, as generated builders in an attached
-        // application write into lent chunks: the layout, not malloc.
-        let (mut reused, mut stack) = (Some(Block::new()), Vec::new());
-        let mut lay = |leave: usize| {
-            let block = reused.take().unwrap_or_default();
-            let laid = script.lay_out_into(ts, leave, block, &mut stack);
-            reused = laid.ok().map(std::hint::black_box);
-        };
-        let lay_out_ns = time_ns(e.rounds, e.round_ns, || lay(usize::MAX));
-        let lay_out_small_ns = time_ns(e.rounds, e.round_ns, || lay(LARGE));
-        let big: Vec<&[u8]> = large_values(view);
-        let mut sink = Vec::with_capacity(big.iter().map(|b| b.len()).sum());
-        let large_copy_ns = time_ns(e.rounds, e.round_ns, || {
-            sink.clear();
-            for b in &big {
-                sink.extend_from_slice(b);
-            }
-            std::hint::black_box(&sink);
-        });
-        let encode_ns = time_ns(e.rounds, e.round_ns, || {
-            out.clear();
-            let _ = enc.encode_into(
-                ts,
-                s.type_index,
-                Source::owned(laid.as_bytes()),
-                &EncodeOptions::default(),
-                &mut out,
-            );
-            std::hint::black_box(&out);
-        });
-        let mut host = Vec::new();
-        let device_reads = CommitDecoder::new()
-            .decode(ts, s.type_index, &s.wire, &opts, CommitMode::FieldByField, &mut host, None)
-            .map_err(|x| what(&x))?;
-        // The engine pulls the laid-out block as a one-shot commit pushes
-        // one: temp-buffer copies, long values on their own.
-        let block_pull = CommitDecoder::new()
-            .decode(
-                ts,
-                s.type_index,
-                &s.wire,
-                &opts,
-                CommitMode::OneShot { temp: e.temp },
-                &mut host,
-                None,
-            )
-            .map_err(|x| what(&x))?;
-        rows.push(EncodeRow {
-            group: s.group.clone(),
-            name: s.name.clone(),
-            lay_out_ns,
-            lay_out_small_ns,
-            large_copy_ns,
-            encode_ns,
-            device_reads,
-            block_pull,
-        });
+        enc.encode_into(ts, s.type_index, Source::owned(b), &EncodeOptions::default(), &mut out)?;
+        Ok(out)
+    };
+    if encoded(laid.as_bytes())? != encoded(block.as_bytes())? {
+        return Err(Error::LayOutMismatch);
     }
-    Ok(rows)
+    let mut out = Vec::new();
+    // Into reused memory, as generated builders in an attached
+    // application write into lent chunks: the layout, not malloc.
+    let (mut reused, mut stack) = (Some(Block::new()), Vec::new());
+    let mut lay = |leave: usize| {
+        let block = reused.take().unwrap_or_default();
+        let laid = script.lay_out_into(ts, leave, block, &mut stack);
+        reused = laid.ok().map(std::hint::black_box);
+    };
+    let lay_out_ns = time_ns(e.rounds, e.round_ns, || lay(usize::MAX));
+    let lay_out_small_ns = time_ns(e.rounds, e.round_ns, || lay(LARGE));
+    let big: Vec<&[u8]> = large_values(view);
+    let mut sink = Vec::with_capacity(big.iter().map(|b| b.len()).sum());
+    let large_copy_ns = time_ns(e.rounds, e.round_ns, || {
+        sink.clear();
+        for b in &big {
+            sink.extend_from_slice(b);
+        }
+        std::hint::black_box(&sink);
+    });
+    let encode_ns = time_ns(e.rounds, e.round_ns, || {
+        out.clear();
+        let _ = enc.encode_into(
+            ts,
+            s.type_index,
+            Source::owned(laid.as_bytes()),
+            &EncodeOptions::default(),
+            &mut out,
+        );
+        std::hint::black_box(&out);
+    });
+    let mut host = Vec::new();
+    let device_reads = CommitDecoder::new().decode(
+        ts,
+        s.type_index,
+        &s.wire,
+        opts,
+        CommitMode::FieldByField,
+        &mut host,
+        None,
+    )?;
+    // The engine pulls the laid-out block as a one-shot commit pushes
+    // one: temp-buffer copies, long values on their own.
+    let block_pull = CommitDecoder::new().decode(
+        ts,
+        s.type_index,
+        &s.wire,
+        opts,
+        CommitMode::OneShot { temp: e.temp },
+        &mut host,
+        None,
+    )?;
+    Ok(EncodeRow {
+        group: s.group.clone(),
+        name: s.name.clone(),
+        lay_out_ns,
+        lay_out_small_ns,
+        large_copy_ns,
+        encode_ns,
+        device_reads,
+        block_pull,
+    })
 }
 
 fn large_values<'a>(view: MessageView<'a>) -> Vec<&'a [u8]> {
@@ -433,7 +453,12 @@ pub struct NestedRow {
 /// 64-byte string — in one flat message, or spread evenly over a chain of
 /// `depth + 1` nested messages, for each depth in `depths` (depths that
 /// do not divide the units evenly are skipped).
-pub fn nested(depths: &[u32], e: Effort) -> Result<Vec<NestedRow>, String> {
+///
+/// # Errors
+///
+/// [`Error::Schema`] or [`Error::UnknownType`] if the experiment's schema
+/// does not load (a bug); [`Error::Sample`] as [`decode_rows`].
+pub fn nested(depths: &[u32], e: Effort) -> Result<Vec<NestedRow>> {
     const PROTO: &str = r#"
 syntax = "proto3";
 package protoplane.nested;
@@ -446,9 +471,11 @@ message L {
     let ts = TableSet::from_proto_sources(
         &[ProtoSource { name: "nested.proto", text: PROTO }],
         &["nested.proto"],
-    )
-    .map_err(|x| x.to_string())?;
-    let root = ts.message_by_name("protoplane.nested.L").ok_or("L")?;
+    )?;
+    let root = ts.message_by_name("protoplane.nested.L").ok_or_else(|| Error::UnknownType {
+        schema: "nested-message experiment".to_owned(),
+        name: "protoplane.nested.L".to_owned(),
+    })?;
     let mut rows = Vec::new();
     for &depth in depths {
         let levels = depth + 1;

@@ -104,10 +104,11 @@ pub(crate) fn run(a: &OffloadArgs) -> Result<String, String> {
     }
     if want("one-shot") || want("co-serialize") {
         let w = match (&a.dataset, default_dataset()) {
-            (Some(d), _) => load(d)?,
-            (None, Some(d)) => load(&d)?,
-            (None, None) => builtin()?,
-        };
+            (Some(d), _) => load(d),
+            (None, Some(d)) => load(&d),
+            (None, None) => builtin(),
+        }
+        .map_err(|e| e.to_string())?;
         let effort = if a.quick { Effort::quick() } else { Effort::full() };
         let _ = writeln!(s, "workload: {} ({} messages)\n", w.source, w.samples().count());
         if want("one-shot") {
@@ -144,7 +145,7 @@ fn one_shot(
     rows: &mut Rows,
     s: &mut String,
 ) -> Result<(), String> {
-    let dec = decode_rows(w, effort)?;
+    let dec = decode_rows(w, effort).map_err(|e| e.to_string())?;
     let pcie = Interconnect::pcie();
     let _ = writeln!(s, "## One-shot commit vs field by field (decode)\n");
     let _ = writeln!(s, "| bench | host transactions fbf → one-shot | CPU µs/msg fbf / one-shot (measured) | PCIe decode speed-up (modelled) |");
@@ -219,7 +220,7 @@ fn co_serialize(
     rows: &mut Rows,
     s: &mut String,
 ) -> Result<(), String> {
-    let enc = encode_rows(w, effort)?;
+    let enc = encode_rows(w, effort).map_err(|e| e.to_string())?;
     let _ = writeln!(s, "## Co-serialization: application CPU per response (RPCAcc Fig. 6)\n");
     let _ = writeln!(s, "| bench | encode on the app core (µs) | pre-serialize only | with memcpy offload | ratio | ratio with memcpy offload |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
@@ -309,7 +310,7 @@ fn per_field(quick: bool, rows: &mut Rows, s: &mut String) -> Result<(), String>
         repetitions: if quick { 3 } else { 5 },
         cases: Case::all(),
     };
-    let res = perfield::run(&opts)?;
+    let res = perfield::run(&opts).map_err(|e| e.to_string())?;
     let _ = writeln!(s, "## Per-field decode throughput on engine workers (PsPIN)\n");
     let mut head = String::from("| field type | app core (M fields/s) |");
     let mut rule = String::from("|---|---:|");

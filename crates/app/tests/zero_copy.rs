@@ -109,19 +109,7 @@ impl Service for Echo {
 
 /// A `Blob` as protobuf: `data` then `copies`.
 fn blob(data: &[u8], copies: u32) -> Vec<u8> {
-    fn varint(out: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            out.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
-    let mut out = vec![0x0a];
-    varint(&mut out, data.len() as u64);
-    out.extend_from_slice(data);
-    out.push(0x10);
-    varint(&mut out, copies as u64);
-    out
+    protoplane_test_support::wire::Msg::new().bytes(1, data).varint(2, copies.into()).finish()
 }
 
 fn sock_path() -> PathBuf {

@@ -149,16 +149,10 @@ fn encoder_of(ts: &TableSet, ty: u32) -> EncodeFields {
         .expect("a generated encoder")
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+use protoplane_test_support::wire::varint;
 
 fn tag(out: &mut Vec<u8>, number: u32, wt: WireType) {
-    varint(out, (number as u64) << 3 | wt as u64);
+    protoplane_test_support::wire::tag(out, number, wt as u32);
 }
 
 /// A random value of a scalar kind, in its wire form (no tag).

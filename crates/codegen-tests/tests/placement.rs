@@ -11,19 +11,7 @@ use protoplane_wire::{Block, BlockError, DecodeOptions, Decoder, MessageView, Re
 
 const FRAME: &str = "codegen.placed.Frame";
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn len_field(out: &mut Vec<u8>, number: u32, data: &[u8]) {
-    varint(out, (number as u64) << 3 | 2);
-    varint(out, data.len() as u64);
-    out.extend_from_slice(data);
-}
+use protoplane_test_support::wire::{len_field, varint};
 
 const IMAGE: &[u8] = b"\x89PNG pixels pixels pixels";
 
@@ -38,7 +26,7 @@ fn wire() -> Vec<u8> {
     varint(&mut w, 6 << 3);
     varint(&mut w, 7);
     len_field(&mut w, 7, b"host copy");
-    len_field(&mut w, 8, &[1, 2, 3]);
+    len_field(&mut w, 8, [1, 2, 3]);
     w
 }
 

@@ -203,6 +203,16 @@ impl Channel {
         }
     }
 
+    /// A channel over a byte stream already established (a Unix socket,
+    /// an in-memory pipe, a tunnel): the HTTP/2 handshake runs on `io`, and
+    /// requests name `authority`. Plaintext; `opts.tls` is not used.
+    pub async fn over<IO>(io: IO, authority: &str, opts: ChannelOptions) -> Result<Channel, Status>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        Channel::handshake(io, authority.to_string(), "http", opts).await
+    }
+
     async fn handshake<IO>(
         io: IO,
         authority: String,

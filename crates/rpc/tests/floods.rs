@@ -297,14 +297,7 @@ fn request_block(method: &str, path: &str) -> Vec<u8> {
 
 /// One gRPC length-prefixed message holding a `Req` whose body is `body`.
 fn grpc_message(body: &[u8]) -> Vec<u8> {
-    let mut req = vec![0x0a];
-    let mut n = body.len();
-    while n >= 0x80 {
-        req.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    req.push(n as u8);
-    req.extend_from_slice(body);
+    let req = protoplane_test_support::wire::Msg::new().bytes(1, body).finish();
     let mut out = Vec::new();
     protoplane_grpc::encode_frame(false, &req, &mut out).expect("message under 4 GiB");
     out

@@ -244,12 +244,8 @@ async fn start_server() -> Server {
 // ---------------------------------------------------------------------------
 // Messages by hand.
 
-fn varint(mut n: u64, out: &mut Vec<u8>) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
+fn varint(n: u64, out: &mut Vec<u8>) {
+    protoplane_test_support::wire::varint(out, n)
 }
 
 /// An encoded `Req`.

@@ -156,13 +156,7 @@ fn req(body: &[u8], count: i64, size: i64) -> Vec<u8> {
     out
 }
 
-fn push_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+use protoplane_test_support::wire::varint as push_varint;
 
 /// The body of an encoded `Resp`.
 fn body(resp: &[u8]) -> Vec<u8> {

@@ -47,14 +47,8 @@ macro_rules! wire {
 }
 
 /// Base-128 varint, shortest form.
-fn varint(mut v: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(10);
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-    out
+fn varint(v: u64) -> Vec<u8> {
+    protoplane_test_support::wire::varint_bytes(v)
 }
 
 /// A varint of exactly `n` bytes holding `v` (zero-padded; `n` may exceed

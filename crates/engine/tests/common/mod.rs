@@ -1,8 +1,9 @@
-//! What the engine's integration tests share: hand-written wire bytes, a
-//! unary gRPC call with bounded waits, the runtime they run on.
+//! What the engine's integration tests share: hand-written wire bytes
+//! (from protoplane-test-support), a unary gRPC call with bounded waits,
+//! the runtime they run on.
 
 // Each test binary uses part of it.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,22 +17,7 @@ use tokio::time::timeout;
 /// hanging it (never a timing assertion).
 pub(crate) const BOUND: Duration = Duration::from_secs(20);
 
-/// Appends `v` as a varint.
-pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Appends a length-delimited field (`string`, `bytes`, a message).
-pub(crate) fn len_field(out: &mut Vec<u8>, number: u32, b: impl AsRef<[u8]>) {
-    let b = b.as_ref();
-    varint(out, (number as u64) << 3 | 2);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
+pub(crate) use protoplane_test_support::wire::{len_field, varint};
 
 /// One unary call: its status and response.
 pub(crate) async fn unary(ch: &Channel, path: &str, req: &[u8]) -> (Status, Option<Vec<u8>>) {

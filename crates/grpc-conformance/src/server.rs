@@ -138,7 +138,7 @@ async fn split_engine(
         half_mb: 8,
         ..protoplane_engine::Config::default()
     };
-    let engine = protoplane_engine::start(config).await?;
+    let engine = protoplane_engine::start(config).await.map_err(|e| e.to_string())?;
     let port = engine.grpc.ok_or("the engine did not listen for gRPC")?.port();
     let registry = engine.registry.clone();
     let app = protoplane_app::attach(&attach).service(service);

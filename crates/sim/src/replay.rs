@@ -67,7 +67,9 @@ pub struct DecodeRow {
     pub name: String,
     /// Wire bytes.
     pub wire_bytes: usize,
-    /// Block bytes in host memory.
+    /// Block bytes in host memory, as the one-shot commit laid them out (a
+    /// plain decode's block of the same message may differ by a few bytes
+    /// of padding: large copies are aligned by address).
     pub block_bytes: usize,
     /// Field-by-field: the decoder's stores into host memory.
     pub field_by_field: WriteStats,
@@ -129,6 +131,7 @@ fn decode_row_checked(
     }
     let mode = CommitMode::OneShot { temp: e.temp };
     let one = cd.decode(ts, s.type_index, &s.wire, opts, mode, &mut host, None)?;
+    let block_bytes = host.len();
     if encoded(&host)? != reference {
         return Err(Error::OneShotMismatch);
     }
@@ -144,7 +147,7 @@ fn decode_row_checked(
         group: s.group.clone(),
         name: s.name.clone(),
         wire_bytes: s.wire.len(),
-        block_bytes: plain.len(),
+        block_bytes,
         field_by_field: fbf,
         one_shot: one,
         decode_ns,

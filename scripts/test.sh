@@ -21,9 +21,11 @@
 #      `protoplane bench split --quick`, `protoplane sim --quick`,
 #      `protoplane bench offload --quick` and `protoplane bench wire`
 #      (protoplane only)
-#   7. the wire engine's instruction counts against the committed baseline
+#   7. every benchmark peer builds (bench/peers-rs and bench/peers-rpc
+#      type-checked, the C++ and Go peers built)
+#   8. the wire engine's instruction counts against the committed baseline
 #      (scripts/icount.sh under valgrind: a regression shows in review)
-#   8. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 8)
+#   9. a short fuzzing run of every fuzz target (FUZZ_SECONDS each, default 8)
 # Only HyperProtoBench (third-party, ../shared/datasets) is not in the
 # repository: what needs it says so in one line and skips when it is absent.
 set -euo pipefail
@@ -154,6 +156,26 @@ step "benchmark smoke (protoplane worker only, no timing claims)"
 # ../shared/datasets is absent; HyperProtoBench is then left out (one line).
 if target/release/protoplane bench wire --impls protoplane --quick \
     --markdown target/bench/smoke.md >/dev/null; then ok; else bad "bench smoke"; fi
+
+step "benchmark peers build (every harness the repository ships, no timing)"
+# A change that breaks a peer fails here, not on the next benchmark run:
+# the Rust peers are type-checked (their build scripts generate the prost,
+# buffa and protoplane code they measure), the C++ and Go peers are built.
+peers_log=target/peers-build.log
+mkdir -p target/peers
+: >"$peers_log"
+peers_failed=()
+cargo check --quiet --manifest-path bench/peers-rs/Cargo.toml >>"$peers_log" 2>&1 || peers_failed+=(peers-rs)
+cargo check --quiet --manifest-path bench/peers-rpc/Cargo.toml >>"$peers_log" 2>&1 || peers_failed+=(peers-rpc)
+bench/cpp/build.sh socialnetwork target/peers/cpp-socialnetwork protos/socialnetwork/social_network.proto \
+    >>"$peers_log" 2>&1 || peers_failed+=(cpp)
+bench/peers-go/build.sh >>"$peers_log" 2>&1 || peers_failed+=(peers-go)
+bench/peers-grpc-cpp/build.sh >>"$peers_log" 2>&1 || peers_failed+=(peers-grpc-cpp)
+if [[ ${#peers_failed[@]} -eq 0 ]]; then
+    ok
+else
+    bad "benchmark peers: ${peers_failed[*]} (log: $peers_log)"; tail -30 "$peers_log"
+fi
 
 step "instruction counts of decode and encode against bench/icount-baseline.tsv"
 if ! command -v valgrind >/dev/null && command -v apt-get >/dev/null; then

@@ -6,11 +6,10 @@
 
 use bytes::Bytes;
 
-use super::output::SEGMENT_MIN;
-use super::streams::Stream;
-
 use crate::frame::{self, flag, kind, Head, Reason, HEADER_LEN};
 
+use super::output::SEGMENT_MIN;
+use super::streams::Stream;
 use super::{Conn, ConnError, Event};
 
 impl Conn {

@@ -6,11 +6,10 @@
 //! pending data are recorded and encoded when sent, since HPACK blocks
 //! must be encoded in the order they go out).
 
-use super::streams::Stream;
-
 use crate::frame::{self, flag, kind, Head, Reason, HEADER_LEN};
 use crate::hpack::{self, Index};
 
+use super::streams::Stream;
 use super::{Conn, ConnError, Event, Role};
 
 /// Receives header fields to send: an HPACK encoder writing into the

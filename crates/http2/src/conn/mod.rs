@@ -28,14 +28,14 @@
 //!
 //! One [`Conn`] type, its rules split by topic the way h2 splits its
 //! `proto/` directory:
-//! - [`streams`]: stream ids and states, opening, closing and resetting;
-//! - [`flow`]: flow control both ways, receiving and sending DATA;
-//! - [`headers`]: header blocks in (HPACK decoding, CONTINUATION, the
+//! - `streams`: stream ids and states, opening, closing and resetting;
+//! - `flow`: flow control both ways, receiving and sending DATA;
+//! - `headers`: header blocks in (HPACK decoding, CONTINUATION, the
 //!   field checks of RFC 9113 §8) and out;
-//! - [`settings`]: our SETTINGS and the peer's;
-//! - [`ping`] and [`go_away`]: liveness and shutdown;
-//! - [`budget`]: the budgets a peer spends on frames that make no progress;
-//! - [`output`]: the frames waiting to be written.
+//! - `settings`: our SETTINGS and the peer's;
+//! - `ping` and `go_away`: liveness and shutdown;
+//! - `budget`: the budgets a peer spends on frames that make no progress;
+//! - `output`: the frames waiting to be written.
 
 mod budget;
 mod flow;
@@ -53,12 +53,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::frame::{self, flag, kind, Head, Reason, HEADER_LEN, PREFACE};
 use crate::hpack;
 
-pub use headers::{FieldSink, HeaderList};
-pub use output::Output;
-
 use headers::Partial;
 use settings::PeerSettings;
 use streams::{Recent, StreamMap};
+
+pub use headers::{FieldSink, HeaderList};
+pub use output::Output;
 
 /// Which side of the connection this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

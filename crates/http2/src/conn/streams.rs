@@ -7,10 +7,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use bytes::Bytes;
 
-use super::headers::Recorded;
-
 use crate::frame::{self, Head, Reason};
 
+use super::headers::Recorded;
 use super::{Conn, ConnError, Event, Role};
 
 /// Identity hashing for stream ids (unique, peer-chosen but harmless: the

@@ -136,15 +136,8 @@ fn output_request(sizes: &[i32]) -> Block {
 async fn serve() -> (String, String) {
     let router =
         Arc::new(Router::new(ServerOptions::default()).add_service(TestServiceServer::new(Impl)));
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let lean = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addrs = (
-        grpc.local_addr().expect("addr").to_string(),
-        lean.local_addr().expect("addr").to_string(),
-    );
-    tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), lean));
-    tokio::spawn(router.serve(grpc));
-    addrs
+    let lean = protoplane_test_support::net::serve_lean(router.clone()).await;
+    (protoplane_test_support::net::serve_grpc(router).await.to_string(), lean.to_string())
 }
 
 fn body_len(m: &Message) -> usize {

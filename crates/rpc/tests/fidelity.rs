@@ -166,10 +166,7 @@ fn router(svc: &Arc<Svc>) -> Arc<Router> {
 }
 
 async fn start(svc: &Arc<Svc>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(router(svc).serve(listener));
-    addr
+    protoplane_test_support::net::serve_grpc(router(svc)).await
 }
 
 async fn channel(addr: SocketAddr) -> Channel {
@@ -196,9 +193,7 @@ async fn error_details_reach_a_grpc_client() {
 #[tokio::test]
 async fn error_details_reach_a_lean_client() {
     let svc = Arc::new(Svc::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router(&svc), listener));
+    let addr = protoplane_test_support::net::serve_lean(router(&svc)).await;
     let ch = timeout(BOUND, protoplane_rpc::lean::client::LeanChannel::connect(&addr.to_string()))
         .await
         .expect("in time")

@@ -192,7 +192,7 @@ fn idle_budget() -> u32 {
 
 /// Runs a test body under [`TEST_BOUND`].
 async fn bounded(what: &str, body: impl Future<Output = ()>) {
-    timeout(TEST_BOUND, body).await.unwrap_or_else(|_| panic!("{what}: over {TEST_BOUND:?}"));
+    protoplane_test_support::net::bounded(TEST_BOUND, what, body).await
 }
 
 // ---------------------------------------------------------------------------
@@ -225,11 +225,7 @@ async fn assert_serving(addr: SocketAddr) {
 
 /// Waits until `f` holds (polling), failing after `BOUND`.
 async fn eventually(what: &str, f: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    protoplane_test_support::net::eventually(BOUND, what, f).await
 }
 
 // ---------------------------------------------------------------------------

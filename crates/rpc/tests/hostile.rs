@@ -346,11 +346,7 @@ async fn client_returns_the_credit_of_every_response() {
 
 /// Waits until `f` holds (polling), failing after `BOUND`.
 async fn eventually(what: &str, f: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    protoplane_test_support::net::eventually(BOUND, what, f).await
 }
 
 // ---------------------------------------------------------------------------

@@ -33,6 +33,7 @@ mod tests {
             .expect("the standard services");
         let ch = channel(Arc::new(router), ChannelOptions::default()).await;
         let mut call = crate::net::bounded(
+            std::time::Duration::from_secs(20),
             "start",
             ch.start("/grpc.health.v1.Health/Check", CallOptions::default()),
         )

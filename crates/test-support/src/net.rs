@@ -3,76 +3,48 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use protoplane_rpc::Router;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-
-/// The bound on any single wait in a test.
-pub const BOUND: Duration = Duration::from_secs(20);
-
-/// A server running on a loopback port until dropped.
-#[derive(Debug)]
-pub struct Served {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Served {
-    /// `http://addr`, for `Channel::connect`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// A loopback listener on a port the kernel picks.
 pub async fn loopback() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port")
 }
 
-/// Serves `router` over gRPC on a loopback port.
-pub async fn serve_grpc(router: Arc<Router>) -> Served {
+/// Serves `router` over gRPC on a loopback port, for as long as the
+/// runtime runs; where it listens.
+pub async fn serve_grpc(router: Arc<Router>) -> SocketAddr {
     let listener = loopback().await;
     let addr = listener.local_addr().expect("local address");
-    let task = tokio::spawn(async move {
-        let _ = router.serve(listener).await;
-    });
-    Served { addr, task }
+    tokio::spawn(router.serve(listener));
+    addr
 }
 
-/// Serves `router` over the lean transport on a loopback port.
-pub async fn serve_lean(router: Arc<Router>) -> Served {
+/// Serves `router` over the lean transport on a loopback port, for as long
+/// as the runtime runs; where it listens.
+pub async fn serve_lean(router: Arc<Router>) -> SocketAddr {
     let listener = loopback().await;
     let addr = listener.local_addr().expect("local address");
-    let task = tokio::spawn(async move {
-        let _ = protoplane_rpc::lean::server::serve_tcp(router, listener).await;
-    });
-    Served { addr, task }
+    tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router, listener));
+    addr
 }
 
-/// `fut`'s output, or a panic naming `what` once [`BOUND`] passes.
-pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(BOUND, fut).await {
+/// `fut`'s output, or a panic naming `what` once `within` passes.
+pub async fn bounded<T>(within: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(within, fut).await {
         Ok(v) => v,
-        Err(_) => panic!("{what}: not done within {BOUND:?}"),
+        Err(_) => panic!("{what}: over {within:?}"),
     }
 }
 
-/// Waits until `f` holds (polled every millisecond), or panics naming
-/// `what` once [`BOUND`] passes.
-pub async fn eventually(what: &str, f: impl Fn() -> bool) {
-    bounded(what, async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await
+/// Waits until `f` holds (polled every 2 ms), failing once `within`
+/// passes.
+pub async fn eventually(within: Duration, what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < within, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

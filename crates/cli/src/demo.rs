@@ -7,7 +7,7 @@
 //!    Every request is decoded (owned and view) and re-encoded byte-exactly
 //!    first: the wire engine's check.
 //! 2. A protoplane server (`protos/socialnetwork/social_network.proto`,
-//!    embedded; the handlers of `sn.rs`) on its own thread, one
+//!    embedded; the handlers of `protoplane_load::social`) on its own thread, one
 //!    single-threaded runtime: gRPC over HTTP/2 and the lean transport.
 //! 3. `protoplane load` in-process on another thread: round-robin over the
 //!    five methods' requests, first one call in flight (latency), then many
@@ -36,17 +36,7 @@ use protoplane_wire::{
     Value,
 };
 
-use crate::load::{LoadConfig, LoadReport, Transport};
-
-mod generate;
-
-const REQUESTS: [(&str, &str); 5] = [
-    ("RegisterUserRequest", "RegisterUser"),
-    ("LoginRequest", "Login"),
-    ("ComposeMediaRequest", "ComposeMedia"),
-    ("ComposePostRequest", "ComposePost"),
-    ("StorePostRequest", "StorePost"),
-];
+use protoplane_load::{host, social, LoadConfig, LoadReport, Transport};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct DemoArgs {
@@ -85,29 +75,6 @@ fn dataset_dir(args: &DemoArgs) -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
-/// Requests of one method: its path, its request type, the encoded messages.
-pub(crate) type MethodRequests = (String, u32, Vec<Vec<u8>>);
-
-/// The social-network requests per method.
-pub(crate) fn requests(
-    ts: &TableSet,
-    dataset: Option<&std::path::Path>,
-    per_type: usize,
-) -> Result<Vec<MethodRequests>, String> {
-    let mut out = Vec::new();
-    for (ty_name, method) in REQUESTS {
-        let ty = ts
-            .message_by_name(&format!("socialnetwork.{ty_name}"))
-            .ok_or("schema lacks a request type")?;
-        let messages = match dataset {
-            Some(dir) => read_delimited(&dir.join(format!("{ty_name}.ldelim")))?,
-            None => generate::generate(ts, ty, ty_name, per_type)?,
-        };
-        out.push((format!("/{}/{method}", crate::sn::SERVICE), ty, messages));
-    }
-    Ok(out)
-}
-
 struct Served {
     grpc: String,
     lean: String,
@@ -124,8 +91,8 @@ fn start_server() -> Result<Served, String> {
         .name("pp-server".into())
         .spawn(move || {
             let started = (|| {
-                let rt = crate::host::runtime(1)?;
-                let router = Arc::new(crate::sn::router()?);
+                let rt = host::runtime(1)?;
+                let router = Arc::new(social::router()?);
                 let (grpc, lean) = rt.block_on(async {
                     let g = tokio::net::TcpListener::bind("127.0.0.1:0").await;
                     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await;
@@ -144,7 +111,7 @@ fn start_server() -> Result<Served, String> {
                     let _ = tx.send(Err(e));
                 }
                 Ok((rt, router, grpc, lean, (g, l))) => {
-                    let _ = tx.send(Ok((g, l, crate::host::thread_id())));
+                    let _ = tx.send(Ok((g, l, host::thread_id())));
                     rt.block_on(async move {
                         tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), lean));
                         tokio::spawn(router.serve(grpc));
@@ -193,7 +160,7 @@ async fn phases(
         cfg.duration = seconds;
         cfg.progress = false;
         let (e0, s0) = cpu();
-        let r = crate::load::run(&cfg).await?;
+        let r = protoplane_load::run(&cfg).await?;
         let (e1, s1) = cpu();
         let made = (r.ok + r.errors.iter().map(|e| e.1).sum::<u64>()).max(1) as f64;
         let per_call = |b: Option<f64>, a: Option<f64>| b.zip(a).map(|(b, a)| (a - b) * 1e6 / made);
@@ -212,7 +179,7 @@ async fn login(target: &str, schema: &Arc<protoplane_grpc::Schema>) -> Result<St
     let ts = schema.tables();
     let channel = Channel::connect(target).await.map_err(|e| e.to_string())?;
     let client = Client::new(channel, schema.clone());
-    let login = schema.find(crate::sn::SERVICE, "Login").ok_or("no Login")?;
+    let login = schema.find(social::SERVICE, "Login").ok_or("no Login")?;
     let mut b = Builder::new(ts, schema.method(login).map(|m| m.input).unwrap_or(0))
         .map_err(|e| e.to_string())?;
     let root = b.root();
@@ -226,10 +193,10 @@ async fn login(target: &str, schema: &Arc<protoplane_grpc::Schema>) -> Result<St
 }
 
 pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
-    let schema = crate::sn::schema()?;
+    let schema = social::schema()?;
     let ts = schema.tables();
     let dataset = dataset_dir(args);
-    let reqs = requests(ts, dataset.as_deref(), args.per_type)?;
+    let reqs = social::requests(ts, dataset.as_deref(), args.per_type)?;
     let mut report = String::new();
     let _ = writeln!(report, "protoplane demo: the social-network service, served and loaded\n");
     let source = match &dataset {
@@ -283,13 +250,13 @@ pub(crate) fn run(args: &DemoArgs) -> Result<String, String> {
         .iter()
         .map(|(p, _, m)| (p.clone(), m.iter().map(|b| Bytes::from(b.clone())).collect()))
         .collect();
-    let rt = crate::host::runtime(1)?;
+    let rt = host::runtime(1)?;
     let seconds = Duration::from_secs_f64(args.seconds.max(0.2));
     let tid = served.tid.clone();
     let (token, phases) = rt.block_on(async {
         // One call first, to show it works: Login's answer.
         let token = login(&served.grpc, &schema).await?;
-        let cpu = || (None, tid.as_deref().and_then(crate::host::thread_cpu_seconds));
+        let cpu = || (None, tid.as_deref().and_then(host::thread_cpu_seconds));
         let p = phases(&served.grpc, &served.lean, &calls, args.concurrency, seconds, &cpu).await?;
         Ok::<_, String>((token, p))
     })?;
@@ -368,12 +335,12 @@ fn split_phases(
     let mut app = std::process::Command::new(&exe);
     app.args(["serve", "--attach"]).arg(&sock);
     let run = (|| {
-        let servers = crate::bench::servers::split(engine, app)?;
+        let servers = protoplane_load::servers::split(engine, app)?;
         let lean = servers.lean.clone().ok_or("the engine serves no lean port")?;
         let (engine, app) = (servers.engine.ok_or("no engine")?, servers.app);
         rt.block_on(async {
             let token = login(&servers.grpc, schema).await?;
-            let cpu = || (crate::host::pid_cpu_seconds(engine), crate::host::pid_cpu_seconds(app));
+            let cpu = || (host::pid_cpu_seconds(engine), host::pid_cpu_seconds(app));
             let phases =
                 phases(&servers.grpc, &lean, calls, args.concurrency, seconds, &cpu).await?;
             Ok(SplitRun { engine, app, token, phases })
@@ -515,13 +482,4 @@ fn exercise(ts: &TableSet, ty: u32, messages: &[Vec<u8>]) -> Result<Stats, Strin
         Ok(())
     })?;
     Ok(Stats { wire_bytes, block_bytes, view_bytes, decode_ns, view_ns, encode_ns })
-}
-
-fn read_delimited(path: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let framing = crate::stream::Framing::new(true);
-    framing
-        .messages(&bytes)
-        .map(|m| m.map(|(_, b)| b.to_vec()).map_err(|e| format!("{}: {e}", path.display())))
-        .collect()
 }

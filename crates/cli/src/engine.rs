@@ -127,7 +127,7 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     if c.grpc.is_none() && c.lean_tcp.is_none() && c.lean_unix.is_none() {
         c.grpc = Some(addr(50051)?);
     }
-    c.schemas.push(crate::sn::schema()?);
+    c.schemas.push(protoplane_load::social::schema()?);
     c.schemas.push(crate::interop::schema()?);
     c.load_protos().map_err(|e| e.to_string())?;
     Ok(c)

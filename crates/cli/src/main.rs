@@ -4,17 +4,14 @@
 //! message index, type, field number and byte offset), 2 usage errors
 //! (bad flags, unreadable schema, unknown type).
 
-mod bench;
 mod demo;
 mod engine;
-mod host;
+mod external;
 mod inc;
 mod interop;
-mod load;
 mod schema_args;
 mod sim;
 mod sn;
-mod stream;
 
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
@@ -23,8 +20,8 @@ use clap::{Parser, Subcommand};
 use protoplane_schema::TableSet;
 use protoplane_wire::{json, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source};
 
+use protoplane_load::framing::Framing;
 use schema_args::SchemaArgs;
-use stream::Framing;
 
 #[derive(Parser, Debug)]
 #[command(name = "protoplane", version, about = "protoplane: a table-driven protobuf / RPC engine")]
@@ -37,18 +34,10 @@ struct Cli {
 enum Command {
     /// Run the wire engine on the social-network service's requests and report.
     Demo(demo::DemoArgs),
-    /// Benchmarks against the libraries a user would otherwise pick.
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
-    /// One benchmark worker process (driven by `protoplane bench`).
-    #[command(hide = true)]
-    BenchWorker(bench::worker::WorkerArgs),
-    /// The application of `protoplane bench split` (echo after a busy loop).
-    #[command(name = "bench-echo", hide = true)]
-    BenchEcho(bench::echo::EchoArgs),
-    /// The ring handoff measurement of `protoplane bench split`.
-    #[command(name = "bench-ring", hide = true)]
-    BenchRing(bench::ring::RingArgs),
+    /// Benchmarks against the libraries a user would otherwise pick
+    /// (wire, rpc, split, offload, inc; the `protoplane-bench` binary).
+    #[command(disable_help_flag = true)]
+    Bench(external::Args),
     /// Serve the social-network service over gRPC/HTTP2 (or, with
     /// --attach, as an application process of a running engine).
     Serve(sn::ServeArgs),
@@ -67,11 +56,12 @@ enum Command {
     /// The in-network computation controller: registration, name lookup,
     /// data-plane memory, reclaiming dead applications.
     Controller(inc::ControllerArgs),
-    /// In-network computation applications (`inc run`).
-    #[command(subcommand)]
-    Inc(inc::IncCommand),
+    /// In-network computation applications (`inc run`; the examples'
+    /// `protoplane-inc` binary).
+    #[command(disable_help_flag = true)]
+    Inc(external::Args),
     /// Load-test a gRPC server (closed or open loop).
-    Load(load::LoadArgs),
+    Load(protoplane_load::LoadArgs),
     /// Replay messages through the offload engine's decode and encode with
     /// transaction counting, modelled over PCIe, CXL and on-chip paths.
     Sim(sim::SimArgs),
@@ -157,60 +147,19 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Bench(bench::BenchCommand::Wire(args)) => {
-            let report = bench::wire::run(&args).map_err(Failure::Usage)?;
-            write_stdout(report.as_bytes())
-        }
-        Command::Bench(bench::BenchCommand::Rpc(args)) => {
-            let report = bench::rpc::run(&args).map_err(Failure::Usage)?;
-            write_stdout(report.as_bytes())
-        }
-        Command::Bench(bench::BenchCommand::Split(args)) => {
-            let report = bench::split::run(&args).map_err(Failure::Usage)?;
-            write_stdout(report.as_bytes())
-        }
-        Command::Bench(bench::BenchCommand::Offload(args)) => {
-            let report = bench::offload::run(&args).map_err(Failure::Usage)?;
-            write_stdout(report.as_bytes())
-        }
-        Command::Bench(bench::BenchCommand::Inc(args)) => {
-            let report = bench::inc::run(&args).map_err(Failure::Usage)?;
-            write_stdout(report.as_bytes())
-        }
-        Command::BenchEcho(args) => bench::echo::run(&args).map_err(Failure::Usage),
-        Command::BenchRing(args) => {
-            let line = bench::ring::run(&args).map_err(Failure::Usage)?;
-            write_stdout(line.as_bytes())
-        }
-        Command::BenchWorker(args) => {
-            let rows = bench::worker::run(&args).map_err(Failure::Input)?;
-            write_stdout(rows.as_bytes())
-        }
+        Command::Bench(args) => external::run(external::BENCH, &args.args).map_err(Failure::Usage),
         Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
         Command::Switch(args) => inc::run_switch(&args).map_err(Failure::Usage),
         Command::Controller(args) => inc::run_controller(&args).map_err(Failure::Usage),
-        Command::Inc(inc::IncCommand::Run(args)) => {
-            let report = inc::inc_run(&args).map_err(Failure::Usage)?;
-            write_stdout(inc::print_run(&args, &report).as_bytes())?;
-            if report.exact {
-                Ok(())
-            } else {
-                Err(Failure::Input("the results are not exact".into()))
-            }
-        }
-        Command::Inc(inc::IncCommand::Server(args)) => {
-            inc::run_role(&args, true).map_err(Failure::Usage)
-        }
-        Command::Inc(inc::IncCommand::Client(args)) => {
-            inc::run_role(&args, false).map_err(Failure::Usage)
-        }
+        Command::Inc(args) => external::run(external::INC, &args.args).map_err(Failure::Usage),
         Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
         Command::Sim(args) => {
             let report = sim::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
         }
         Command::Load(args) => {
-            let report = load::main(&args).map_err(Failure::Usage)?;
+            let report =
+                protoplane_load::command(&args).map_err(|e| Failure::Usage(e.to_string()))?;
             write_stdout(report.as_bytes())
         }
         Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),

@@ -15,7 +15,7 @@ use protoplane_sim::replay::{
     decode_rows, encode_rows, nested, DecodeRow, Effort, EncodeRow, NestedRow, LARGE,
 };
 
-use crate::bench::svg::{grid, Panel, Series};
+use protoplane_plot::{grid, Panel, Series};
 
 /// `protoplane sim` flags.
 #[derive(clap::Args, Debug)]

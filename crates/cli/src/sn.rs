@@ -1,96 +1,12 @@
-//! The social-network service (`protos/socialnetwork/social_network.proto`)
-//! served by protoplane: what `protoplane demo` drives and what the RPC
-//! benchmark compares with tonic.
-//!
-//! The handlers do the same, deliberately tiny, work as the tonic peer in
-//! `bench/peers-rpc` — read the request's `req_id`, answer the default
-//! reply, and for `Login` a token made of the id and the user name — so a
-//! comparison measures the RPC stacks, not the business logic.
+//! `protoplane serve`: the social-network service
+//! ([`protoplane_load::social`]) over gRPC/HTTP2, the lean transport, or
+//! attached to an engine.
 
 use std::sync::Arc;
 
-use protoplane_grpc::{
-    BoxFuture, Metadata, Request, Responder, Schema, Service, Status, Streaming,
-};
-use protoplane_rpc::{Router, ServerOptions};
-use protoplane_schema::ProtoSource;
-use protoplane_wire::{Builder, Value};
-
-pub(crate) const PROTO: &str = include_str!("../../../protos/socialnetwork/social_network.proto");
-pub(crate) const PROTO_NAME: &str = "socialnetwork/social_network.proto";
-pub(crate) const SERVICE: &str = "socialnetwork.SocialNetwork";
-
-/// The compiled schema.
-pub(crate) fn schema() -> Result<Arc<Schema>, String> {
-    Schema::from_proto_sources(&[ProtoSource { name: PROTO_NAME, text: PROTO }], &[PROTO_NAME])
-        .map(Arc::new)
-        .map_err(|e| format!("social-network schema: {e}"))
-}
-
-/// The service on the dynamic path.
-pub(crate) struct SocialNetwork {
-    schema: Arc<Schema>,
-    login: u32,
-}
-
-impl SocialNetwork {
-    pub(crate) fn new(schema: Arc<Schema>) -> Result<SocialNetwork, String> {
-        let login = schema.find(SERVICE, "Login").ok_or("schema lacks SocialNetwork.Login")?;
-        Ok(SocialNetwork { schema, login })
-    }
-
-    async fn handle(
-        self: Arc<Self>,
-        method: u32,
-        mut req: Request<Streaming>,
-        mut out: Responder,
-    ) -> Result<Metadata, Status> {
-        let m = req.message.single().await?;
-        let ts = self.schema.tables();
-        let v = m.view(ts)?;
-        let req_id = v.by_number(1)?.and_then(|x| x.as_i128()).unwrap_or(0);
-        let mut b = Builder::new(ts, out.output_type())?;
-        if method == self.login {
-            let user = v.by_number(2)?.and_then(|x| x.as_str()).unwrap_or("");
-            let token = format!("t{req_id}-{user}");
-            let root = b.root();
-            b.set(root, 1, Value::String(token.as_bytes()))?;
-        }
-        out.send(b.finish()).await?;
-        Ok(Metadata::new())
-    }
-}
-
-impl Service for SocialNetwork {
-    fn schema(&self) -> &Arc<Schema> {
-        &self.schema
-    }
-
-    fn name(&self) -> &str {
-        SERVICE
-    }
-
-    fn call(
-        self: Arc<Self>,
-        method: u32,
-        request: Request<Streaming>,
-        responder: Responder,
-    ) -> BoxFuture<'static, Result<Metadata, Status>> {
-        Box::pin(self.handle(method, request, responder))
-    }
-}
-
-/// A router serving the social-network service.
-pub(crate) fn router() -> Result<Router, String> {
-    router_with(ServerOptions::default())
-}
-
-/// [`router`] with explicit server settings.
-pub(crate) fn router_with(opts: ServerOptions) -> Result<Router, String> {
-    let svc = Arc::new(SocialNetwork::new(schema()?)?);
-    let router = Router::new(opts).add_service(svc);
-    Ok(router.with_standard_services().map_err(|e| e.to_string())?.0)
-}
+use protoplane_load::host;
+use protoplane_load::social::{router_with, schema, SocialNetwork};
+use protoplane_rpc::ServerOptions;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct ServeArgs {
@@ -138,11 +54,11 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     }
     let router =
         router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
-    let rt = crate::host::runtime(args.threads)?;
+    let rt = host::runtime(args.threads)?;
     if args.spin {
-        crate::host::busy_poll(&rt, None);
+        host::busy_poll(&rt, None);
     } else if let Some(us) = args.spin_us {
-        crate::host::busy_poll(&rt, Some(std::time::Duration::from_micros(us)));
+        host::busy_poll(&rt, Some(std::time::Duration::from_micros(us)));
     }
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))

@@ -25,7 +25,7 @@ use protoplane_schema::{Card, Kind, Label, TableSet, WireType};
 use protoplane_wire::gen::{EncodeFields, Fields};
 use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, Source};
 
-#[path = "../../cli/src/demo/generate.rs"]
+#[path = "../../load/src/social/generate.rs"]
 mod generate;
 
 /// A generated package: its name, its tables, its decoders and encoders.

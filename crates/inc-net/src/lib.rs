@@ -26,6 +26,7 @@
 pub mod agent;
 pub mod controller;
 mod error;
+pub mod flags;
 pub mod lines;
 pub mod rpc;
 pub mod switch;

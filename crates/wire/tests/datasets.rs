@@ -17,7 +17,7 @@ use protoplane_wire::{
     decode, json, Block, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source,
 };
 
-#[path = "../../cli/src/demo/generate.rs"]
+#[path = "../../load/src/social/generate.rs"]
 mod generate;
 
 /// `datasets/NAME` of the shared directory (present or not).

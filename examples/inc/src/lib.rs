@@ -16,8 +16,9 @@
 //! client agent as the NetFilter says and the ordinary fields to the server.
 //!
 //! The plain computations every run is checked against are in [`check`],
-//! and [`harness`] turns a NetFilter into a registration and runs a module
-//! as a server or client process (`protoplane inc run`).
+//! [`harness`] turns a NetFilter into a registration and runs a module as a
+//! server or client, and [`runner`] runs a whole application as processes
+//! (`protoplane inc run`, this crate's `protoplane-inc` binary).
 
 /// What `build.rs` generated from `proto/*.proto` and
 /// `protos/protoplane/inc.proto`, one module per package.
@@ -56,6 +57,7 @@ pub mod async_agg;
 pub mod check;
 pub mod harness;
 pub mod key_value;
+pub mod runner;
 pub mod sync_agg;
 
 /// What a run of one client found.

@@ -422,7 +422,7 @@ pub(crate) fn run(args: &ClientArgs) -> Result<(), String> {
         None
     };
     let opts = ChannelOptions { max_recv_message: 32 << 20, tls, ..ChannelOptions::default() };
-    let rt = crate::host::runtime(2)?;
+    let rt = protoplane_load::host::runtime(2)?;
     let target = format!("{}:{}", args.server_host, args.server_port);
     rt.block_on(async move {
         let channel = Channel::connect_with(&target, opts).await.map_err(|e| e.to_string())?;

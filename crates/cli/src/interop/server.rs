@@ -286,7 +286,7 @@ pub(crate) fn run(args: &ServerArgs) -> Result<(), String> {
         }
         _ => None,
     };
-    let rt = crate::host::runtime(2)?;
+    let rt = protoplane_load::host::runtime(2)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
             .await

@@ -35,7 +35,7 @@ use protoplane_sim::dataset::{builtin, default_dataset, load};
 use protoplane_sim::model::Interconnect;
 use protoplane_sim::replay::{decode_rows, encode_rows, Effort};
 
-use super::servers;
+use protoplane_load::servers;
 
 /// `protoplane bench offload` flags.
 #[derive(clap::Args, Debug)]
@@ -380,7 +380,8 @@ fn drive(
 ) -> Result<(f64, f64, f64, f64), String> {
     let json = work.join("offload-load.json");
     let _ = std::fs::remove_file(&json);
-    let cpu = |pid: Option<u32>| pid.and_then(crate::host::pid_cpu_seconds).unwrap_or(f64::NAN);
+    let cpu =
+        |pid: Option<u32>| pid.and_then(protoplane_load::host::pid_cpu_seconds).unwrap_or(f64::NAN);
     let (a0, e0) = (cpu(Some(srv.app)), cpu(srv.engine));
     let status = Command::new(exe)
         .arg("load")
@@ -403,11 +404,11 @@ fn drive(
 }
 
 fn functional(quick: bool, rounds: usize, rows: &mut Rows, s: &mut String) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::protoplane()?;
     let repo = std::env::current_dir().map_err(|e| e.to_string())?;
     let work = std::env::temp_dir().join(format!("protoplane-offload-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let (all, _) = super::rpc::social_requests(&repo, &work, 200)?;
+    let (all, _) = crate::rpc::social_requests(&repo, &work, 200)?;
     // Only the Login requests.
     let mut load_args: Vec<String> = all[..4].to_vec();
     let login = all
@@ -536,7 +537,7 @@ fn image_server(scheme: ImageScheme, work: &Path) -> Result<ImageServer, String>
             Ok(ImageServer { addr: server.addr().to_string(), engine: None, _keep: Ok(server) })
         }
         ImageScheme::Split => {
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let exe = crate::protoplane()?;
             let app_exe = exe.with_file_name("image-server");
             if !app_exe.exists() {
                 return Err(format!(
@@ -636,7 +637,7 @@ fn image_service(
                 let i = (k + round) % schemes.len();
                 let scheme = schemes[i];
                 let server = image_server(scheme, &work)?;
-                let cpu = |pid: Option<u32>| pid.and_then(crate::host::pid_cpu_seconds);
+                let cpu = |pid: Option<u32>| pid.and_then(protoplane_load::host::pid_cpu_seconds);
                 let e0 = cpu(server.engine);
                 let load = LoadConfig {
                     target: server.addr.clone(),

@@ -1,28 +1,5 @@
-//! `protoplane load`: a load generator for any gRPC server (in the manner of
-//! ghz), and the same engine as an in-process API ([`run`]) for the demo and
-//! the RPC benchmark.
-//!
-//! What it measures is the server, so the generator's own work per call is
-//! kept small: request messages are read once, checked once against the
-//! method's input type, and then sent as the bytes they are (no
-//! re-encoding); every in-flight slot is one task looping call → record into
-//! its own histogram (merged at the end, so nothing is locked per call);
-//! the only shared writes per call are relaxed atomic counters.
-//!
-//! Two ways to drive the server:
-//!
-//! * closed loop (default): `concurrency` slots, each starting its next call
-//!   as soon as the previous one ends; latency is measured from the call's
-//!   start;
-//! * open loop (`--rate`): call *i* is scheduled at `t0 + i / rate` whatever
-//!   the server does. A slot that is free sleeps until its call's time; a
-//!   call whose time comes while every slot is busy starts late, is counted
-//!   as *delayed*, and its latency is measured from its **scheduled** start,
-//!   so a server that stalls is charged for the calls it held up (the
-//!   "coordinated omission" correction).
-//!
-//! Calls go over gRPC (HTTP/2, any gRPC server) or, for protoplane servers,
-//! over the lean transport ([`Transport`]).
+//! The generator: closed and open loops over gRPC or the lean transport,
+//! one task per in-flight slot, each with its own histogram.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
@@ -39,7 +16,8 @@ use protoplane_rpc::{CallOptions, Channel, ChannelOptions, GrpcTransport};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
-use crate::stream::Framing;
+use crate::framing::Framing;
+use crate::Error;
 
 /// Latencies are recorded in microseconds within 1 µs .. 60 s (longer ones
 /// saturate at 60 s), to 3 significant digits.
@@ -64,7 +42,7 @@ const START_SLACK: Duration = Duration::from_millis(5);
 const DRAIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args, Debug)]
-pub(crate) struct LoadArgs {
+pub struct LoadArgs {
     /// The server, HOST:PORT (plaintext HTTP/2, prior knowledge; with
     /// --transport lean also unix:PATH).
     #[arg(long, value_name = "HOST:PORT")]
@@ -143,40 +121,40 @@ pub(crate) struct LoadArgs {
 
 /// What [`run`] does.
 #[derive(Clone, Debug)]
-pub(crate) struct LoadConfig {
+pub struct LoadConfig {
     /// The server, `host:port` (plaintext; lean also takes `unix:PATH`).
-    pub(crate) target: String,
+    pub target: String,
     /// The protocol.
-    pub(crate) transport: Transport,
+    pub transport: Transport,
     /// The gRPC client's HTTP/2 implementation.
-    pub(crate) grpc_client: GrpcTransport,
+    pub grpc_client: GrpcTransport,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
     /// Calls go round-robin over every (method, message) pair.
-    pub(crate) calls: Vec<(String, Vec<Bytes>)>,
+    pub calls: Vec<(String, Vec<Bytes>)>,
     /// Calls in flight at once (slots).
-    pub(crate) concurrency: usize,
+    pub concurrency: usize,
     /// Connections to the server.
-    pub(crate) connections: usize,
+    pub connections: usize,
     /// How long to measure (when `requests` is `None`).
-    pub(crate) duration: Duration,
+    pub duration: Duration,
     /// How many calls to measure; takes precedence over `duration`.
-    pub(crate) requests: Option<u64>,
+    pub requests: Option<u64>,
     /// Open loop at this many calls per second; `None`: closed loop.
-    pub(crate) rate: Option<f64>,
+    pub rate: Option<f64>,
     /// Unrecorded time before the measurement.
-    pub(crate) warmup: Duration,
+    pub warmup: Duration,
     /// Per-call deadline (grpc-timeout).
-    pub(crate) timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
     /// Custom metadata of every call.
-    pub(crate) metadata: Metadata,
+    pub metadata: Metadata,
     /// Print a progress line on stderr every second.
-    pub(crate) progress: bool,
+    pub progress: bool,
 }
 
 impl LoadConfig {
     /// A closed-loop, 10-second, single-slot run of `calls` on `target`.
     #[allow(dead_code)] // for in-process users (demo, benchmarks)
-    pub(crate) fn new(target: impl Into<String>, calls: Vec<(String, Vec<Bytes>)>) -> LoadConfig {
+    pub fn new(target: impl Into<String>, calls: Vec<(String, Vec<Bytes>)>) -> LoadConfig {
         LoadConfig {
             target: target.into(),
             transport: Transport::Grpc,
@@ -198,52 +176,52 @@ impl LoadConfig {
 /// The outcome of a run. Latencies (µs) are those of the calls that
 /// succeeded, measured in the window after warm-up.
 #[derive(Clone, Debug)]
-pub(crate) struct LoadReport {
-    pub(crate) target: String,
-    pub(crate) transport: Transport,
+pub struct LoadReport {
+    pub target: String,
+    pub transport: Transport,
     /// `path (n messages)` per method.
-    pub(crate) methods: Vec<String>,
-    pub(crate) concurrency: usize,
-    pub(crate) connections: usize,
-    pub(crate) rate: Option<f64>,
-    pub(crate) warmup: f64,
+    pub methods: Vec<String>,
+    pub concurrency: usize,
+    pub connections: usize,
+    pub rate: Option<f64>,
+    pub warmup: f64,
     /// Calls that ended with OK.
-    pub(crate) ok: u64,
+    pub ok: u64,
     /// Failed calls by status code name, most frequent first.
-    pub(crate) errors: Vec<(String, u64)>,
+    pub errors: Vec<(String, u64)>,
     /// Open loop: calls that started late because every slot was busy.
-    pub(crate) delayed: u64,
+    pub delayed: u64,
     /// Open loop over a duration: scheduled calls still waiting for a slot
     /// when the window closed, never started.
-    pub(crate) missed: u64,
+    pub missed: u64,
     /// Length of the measurement window: from its start to the end of the
     /// last recorded call.
-    pub(crate) seconds: f64,
+    pub seconds: f64,
     /// OK calls per second of the window.
-    pub(crate) qps: f64,
-    pub(crate) min: u64,
-    pub(crate) p50: u64,
-    pub(crate) p90: u64,
-    pub(crate) p99: u64,
-    pub(crate) p999: u64,
-    pub(crate) max: u64,
-    pub(crate) mean: f64,
+    pub qps: f64,
+    pub min: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
     /// CPU time (user + system) of the whole process per call made,
     /// warm-up included; `None` without `/proc`. In-process users: this
     /// counts whatever else the process runs (a server, say) too.
-    pub(crate) cpu_us_per_call: Option<f64>,
+    pub cpu_us_per_call: Option<f64>,
     /// Connections re-established after they were lost.
-    pub(crate) reconnects: u64,
+    pub reconnects: u64,
     /// Slots given up on because their call was still running well after
     /// the end (their calls are missing from the report).
-    pub(crate) abandoned: usize,
+    pub abandoned: usize,
     /// Why the run stopped early (a lost connection that would not come
     /// back), if it did.
-    pub(crate) aborted: Option<String>,
+    pub aborted: Option<String>,
     /// Latencies of the OK calls, µs (for in-process users that merge runs
     /// or want other percentiles).
     #[allow(dead_code)]
-    pub(crate) histogram: Histogram<u64>,
+    pub histogram: Histogram<u64>,
 }
 
 /// Latency percentiles of a histogram (µs); zeros when it is empty.
@@ -313,7 +291,7 @@ impl LoadReport {
     }
 
     /// A human-readable report, one item per line.
-    pub(crate) fn render_text(&self) -> String {
+    pub fn render_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "target       {}", self.target);
         for (i, m) in self.methods.iter().enumerate() {
@@ -377,7 +355,7 @@ impl LoadReport {
     }
 
     /// The report as a JSON object.
-    pub(crate) fn to_json(&self) -> serde_json::Value {
+    pub fn to_json(&self) -> serde_json::Value {
         let errors: serde_json::Map<String, serde_json::Value> =
             self.errors.iter().map(|(c, n)| (c.clone(), (*n).into())).collect();
         serde_json::json!({
@@ -411,13 +389,13 @@ impl LoadReport {
     }
 
     /// The CSV header matching [`LoadReport::csv_row`].
-    pub(crate) fn csv_header() -> &'static str {
+    pub fn csv_header() -> &'static str {
         "target,transport,methods,concurrency,connections,rate,seconds,ok,errors,delayed,missed,qps,\
          min_us,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,cpu_us_per_call"
     }
 
     /// One CSV row (no newline).
-    pub(crate) fn csv_row(&self) -> String {
+    pub fn csv_row(&self) -> String {
         let fields = [
             csv_field(&self.target),
             self.transport.name().to_string(),
@@ -584,7 +562,7 @@ fn open_tickets(
 
 /// Which protocol the calls use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Transport {
+pub enum Transport {
     /// gRPC over HTTP/2: any gRPC server.
     #[default]
     Grpc,
@@ -820,23 +798,25 @@ struct SlotStats {
 }
 
 /// Runs the load on the caller's tokio runtime.
-pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
+pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
     if cfg.concurrency == 0 || cfg.connections == 0 {
-        return Err("concurrency and connections must be at least 1".into());
+        return Err(Error::Config("concurrency and connections must be at least 1".into()));
     }
     if let Some(r) = cfg.rate {
         if !(r.is_finite() && r > 0.0) {
-            return Err(format!("rate {r}: expected a positive number of calls per second"));
+            return Err(Error::Config(format!(
+                "rate {r}: expected a positive number of calls per second"
+            )));
         }
     }
     if cfg.requests.is_none() && cfg.duration.is_zero() {
-        return Err("give a duration above zero or a number of requests".into());
+        return Err(Error::Config("give a duration above zero or a number of requests".into()));
     }
     let mut pairs = Vec::new();
     let mut methods = Vec::new();
     for (path, msgs) in &cfg.calls {
         if msgs.is_empty() {
-            return Err(format!("{path}: no request messages"));
+            return Err(Error::Config(format!("{path}: no request messages")));
         }
         methods.push(format!(
             "{path} ({} message{})",
@@ -846,22 +826,28 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         pairs.extend(msgs.iter().map(|m| (path.clone(), m.clone())));
     }
     if pairs.is_empty() {
-        return Err("no methods to call".into());
+        return Err(Error::Config("no methods to call".into()));
     }
     if cfg.transport == Transport::Grpc && cfg.target.starts_with("https://") {
-        return Err(format!("{}: TLS targets are not supported; give HOST:PORT", cfg.target));
+        return Err(Error::Config(format!(
+            "{}: TLS targets are not supported; give HOST:PORT",
+            cfg.target
+        )));
     }
 
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
-        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client)
-            .await
-            .map_err(|e| format!("connection {} to {}: {}", i + 1, cfg.target, e.message))?;
+        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client).await.map_err(|e| {
+            Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
+        })?;
         if let Conn::Lean(ch) = &channel {
             // The lean handshake lists the server's methods: a path it does
             // not serve is a usage error, not a run of UNIMPLEMENTED.
             if let Some((p, _)) = cfg.calls.iter().find(|(p, _)| ch.method(p).is_none()) {
-                return Err(format!("{}: the server does not serve {p}", cfg.target));
+                return Err(Error::NotServed(format!(
+                    "{}: the server does not serve {p}",
+                    cfg.target
+                )));
             }
         }
         links.push(Link {
@@ -908,7 +894,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
 
     let cpu_before = crate::host::process_cpu_seconds();
     let t0 = Instant::now() + START_SLACK;
-    let too_long = || "the run's duration is too long".to_string();
+    let too_long = || Error::Config("the run's duration is too long".to_string());
     let measure_from;
     let end;
     let plan = match cfg.rate {
@@ -962,8 +948,8 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         };
         match joined {
             Ok(Ok(s)) => stats.push(s),
-            Ok(Err(e)) => return Err(e),
-            Err(e) => return Err(format!("a load slot failed: {e}")),
+            Ok(Err(e)) => return Err(Error::Aborted(e)),
+            Err(e) => return Err(Error::Aborted(format!("a load slot failed: {e}"))),
         }
     }
     let cpu_after = crate::host::process_cpu_seconds();
@@ -974,7 +960,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
         }
     }
 
-    let mut hist = new_histogram()?;
+    let mut hist = new_histogram().map_err(Error::Host)?;
     let mut ok = 0;
     let mut errors = [0u64; 17];
     let mut delayed = 0;
@@ -982,7 +968,7 @@ pub(crate) async fn run(cfg: &LoadConfig) -> Result<LoadReport, String> {
     let mut calls = 0;
     let mut last: Option<Instant> = None;
     for s in &stats {
-        hist.add(&s.hist).map_err(|e| format!("merging histograms: {e:?}"))?;
+        hist.add(&s.hist).map_err(|e| Error::Host(format!("merging histograms: {e:?}")))?;
         ok += s.ok;
         for (a, b) in errors.iter_mut().zip(s.errors) {
             *a += b;
@@ -1317,9 +1303,10 @@ fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
     f.write_all(text.as_bytes()).map_err(|e| format!("{shown}: {e}"))
 }
 
-/// `protoplane load`: the report, or a one-line error.
-pub(crate) fn main(args: &LoadArgs) -> Result<String, String> {
-    let cfg = config_of(args)?;
+/// `protoplane load`: runs the command line's load and renders its report
+/// (also written as JSON and CSV where the flags say).
+pub fn command(args: &LoadArgs) -> Result<String, Error> {
+    let cfg = config_of(args).map_err(Error::Config)?;
     let rt = crate::host::runtime(args.threads)?;
     if args.spin {
         crate::host::busy_poll(&rt, None);
@@ -1327,18 +1314,18 @@ pub(crate) fn main(args: &LoadArgs) -> Result<String, String> {
     let report = rt.block_on(run(&cfg))?;
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report.to_json())
-            .map_err(|e| format!("{}: {e}", p.display()))?;
-        std::fs::write(p, text + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+            .map_err(|e| Error::Host(format!("{}: {e}", p.display())))?;
+        std::fs::write(p, text + "\n").map_err(|e| Error::Host(format!("{}: {e}", p.display())))?;
     }
     if let Some(p) = &args.csv {
-        write_csv(p, &report)?;
+        write_csv(p, &report).map_err(Error::Host)?;
     }
     if let Some(why) = &report.aborted {
-        return Err(format!(
+        return Err(Error::Aborted(format!(
             "{why} ({} ok calls, {} failed before that)",
             report.ok,
             report.error_total()
-        ));
+        )));
     }
     Ok(report.render_text())
 }
@@ -1539,13 +1526,62 @@ mod tests {
         assert!(parse_metadata(&["k-bin=%%%".into()]).is_err());
     }
 
-    // End to end against the interop server, in process.
+    // End to end against a server in this process: three methods of gRPC's
+    // interop service (their names and input types), one of them failing
+    // every call with UNIMPLEMENTED.
 
-    /// The interop service over gRPC and over the lean transport:
+    const PROTO: &str = r#"
+        syntax = "proto3";
+        package grpc.testing;
+        message Empty {}
+        message SimpleRequest { int32 response_size = 2; }
+        service TestService {
+          rpc EmptyCall(Empty) returns (Empty);
+          rpc UnaryCall(SimpleRequest) returns (Empty);
+          rpc UnimplementedCall(Empty) returns (Empty);
+        }
+    "#;
+
+    struct TestService {
+        schema: Arc<Schema>,
+        unimplemented: u32,
+    }
+
+    impl protoplane_grpc::Service for TestService {
+        fn schema(&self) -> &Arc<Schema> {
+            &self.schema
+        }
+
+        fn name(&self) -> &str {
+            "grpc.testing.TestService"
+        }
+
+        fn call(
+            self: Arc<Self>,
+            method: u32,
+            mut req: protoplane_grpc::Request<protoplane_grpc::Streaming>,
+            mut out: protoplane_grpc::Responder,
+        ) -> protoplane_grpc::BoxFuture<'static, Result<Metadata, Status>> {
+            Box::pin(async move {
+                req.message.single().await?;
+                if method == self.unimplemented {
+                    return Err(Status::new(Code::Unimplemented, "not here"));
+                }
+                let b = protoplane_wire::Builder::new(self.schema.tables(), out.output_type())?;
+                out.send(b.finish()).await?;
+                Ok(Metadata::new())
+            })
+        }
+    }
+
+    /// The service over gRPC and over the lean transport:
     /// `(grpc address, lean address, schema)`.
     async fn interop_server() -> (String, String, Arc<Schema>) {
-        let schema = crate::interop::schema().expect("interop schema");
-        let svc = Arc::new(crate::interop::server::TestService::new(schema.clone()).expect("svc"));
+        let src = [protoplane_schema::ProtoSource { name: "t.proto", text: PROTO }];
+        let schema = Arc::new(Schema::from_proto_sources(&src, &["t.proto"]).expect("schema"));
+        let unimplemented =
+            schema.find("grpc.testing.TestService", "UnimplementedCall").expect("method");
+        let svc = Arc::new(TestService { schema: schema.clone(), unimplemented });
         let router = Arc::new(
             protoplane_rpc::Router::new(protoplane_rpc::ServerOptions::default()).add_service(svc),
         );
@@ -1615,7 +1651,10 @@ mod tests {
 
         cfg.calls = vec![("/no.Such/Method".into(), vec![Bytes::new()])];
         let err = run(&cfg).await.expect_err("unknown method");
-        assert_eq!(err, format!("{target}: the server does not serve /no.Such/Method"));
+        assert_eq!(
+            err,
+            Error::NotServed(format!("{target}: the server does not serve /no.Such/Method"))
+        );
     }
 
     #[tokio::test]
@@ -1625,6 +1664,9 @@ mod tests {
         drop(listener);
         let cfg = LoadConfig::new(addr.clone(), vec![("/a.B/C".into(), vec![Bytes::new()])]);
         let err = run(&cfg).await.expect_err("nobody listens");
-        assert!(err.starts_with(&format!("connection 1 to {addr}: ")), "{err}");
+        assert!(
+            matches!(&err, Error::Connect(s) if s.starts_with(&format!("connection 1 to {addr}: "))),
+            "{err}"
+        );
     }
 }

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::servers::{monolithic, Servers};
+use protoplane_load::servers::{monolithic, Servers};
 
 /// What `--impls` can name, in the default order.
 const IMPLS: [&str; 8] = [
@@ -191,7 +191,7 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
     let repo = std::env::current_dir().map_err(|e| e.to_string())?;
     let work = repo.join("target/bench/rpc");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::protoplane()?;
     let (load_args, requests) = social_requests(&repo, &work, args.per_type)?;
     let mut notes = vec![requests];
 
@@ -261,7 +261,7 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                     }
                 };
                 let pid = server.app;
-                let before = crate::host::pid_cpu_seconds(pid);
+                let before = protoplane_load::host::pid_cpu_seconds(pid);
                 let outcome = match (load, &ghz) {
                     (Load::Ghz, Some(ghz)) => {
                         let call = Ghz { bin: ghz, repo: &repo, data: &ghz_data };
@@ -269,7 +269,7 @@ pub(crate) fn run(args: &RpcArgs) -> Result<String, String> {
                     }
                     _ => protoplane_load(args, &exe, imp, &server, conc, &load_args, &work),
                 };
-                let after = crate::host::pid_cpu_seconds(pid);
+                let after = protoplane_load::host::pid_cpu_seconds(pid);
                 drop(server);
                 let m = match outcome {
                     Ok(m) => m,
@@ -352,7 +352,7 @@ fn start(
     if base != imp {
         c.arg("--spin");
     }
-    monolithic(c)
+    Ok(monolithic(c)?)
 }
 
 /// One `protoplane load` run against `server` (its lean port for
@@ -428,7 +428,7 @@ impl Ghz<'_> {
             .arg("--import-paths")
             .arg(self.repo.join("protos/socialnetwork"))
             .arg("--call")
-            .arg(format!("{}/{}", crate::sn::SERVICE, args.ghz_method))
+            .arg(format!("{}/{}", protoplane_load::social::SERVICE, args.ghz_method))
             .arg("--binary-file")
             .arg(self.data)
             .args(["--connections", "1", "--concurrency", &conc.to_string()])
@@ -495,10 +495,10 @@ pub(crate) fn social_requests(
     if !proto.is_file() {
         return Err("run from the repository root (protos/socialnetwork not found)".into());
     }
-    let schema = crate::sn::schema()?;
+    let schema = protoplane_load::social::schema()?;
     let shared = repo.parent().map(|p| p.join("shared/datasets/socialnetwork/messages"));
     let dataset = shared.filter(|d| d.is_dir());
-    let reqs = crate::demo::requests(schema.tables(), dataset.as_deref(), per_type)?;
+    let reqs = protoplane_load::social::requests(schema.tables(), dataset.as_deref(), per_type)?;
     let mut load_args: Vec<String> = vec![
         "--proto".into(),
         proto.display().to_string(),
@@ -509,7 +509,7 @@ pub(crate) fn social_requests(
         let name = path.rsplit('/').next().unwrap_or("m");
         let file = work.join(format!("{name}.ldelim"));
         let mut bytes = Vec::new();
-        let framing = crate::stream::Framing::new(true);
+        let framing = protoplane_load::framing::Framing::new(true);
         for m in messages {
             framing.put(&mut bytes, m);
         }

@@ -1,4 +1,4 @@
-//! `protoplane bench-ring`: the shepherding ring's one-way handoff, the
+//! `protoplane-bench bench-ring`: the shepherding ring's one-way handoff, the
 //! floor under every split call (one descriptor each way per unary call).
 //!
 //! Two threads pinned to two cores share a memfd that is mapped twice, at
@@ -74,7 +74,7 @@ fn pop(c: &mut Consumer) -> Descriptor {
     }
 }
 
-/// `protoplane bench-ring`.
+/// `protoplane-bench bench-ring`.
 pub(crate) fn run(args: &RingArgs) -> Result<String, String> {
     let ring_bytes = SLOTS as usize * 64;
     let fd = memfd("protoplane-bench-ring", 3 * ring_bytes).map_err(|e| e.to_string())?;

@@ -4,14 +4,14 @@
 //! Three experiments, each measurement in fresh processes, the modes
 //! interleaved with their order rotating every round, medians over rounds:
 //!
-//! * **handoff**: the shepherding ring one way (`protoplane bench-ring`):
+//! * **handoff**: the shepherding ring one way (`protoplane-bench bench-ring`):
 //!   median and p99 latency from ping-pong, descriptors per second.
 //! * **zero**: zero business logic, the social-network service
 //!   (`protoplane serve`) monolithic, split (`protoplane engine` + `serve
 //!   --attach`) and, over gRPC, tonic + prost (`bench/peers-rpc`): QPS,
 //!   p50/p99, CPU per call of each process, over gRPC/HTTP2 and the lean
 //!   transport, at 1 and 64 calls in flight.
-//! * **knee** (Split gRPC, Fig. 2): `protoplane bench-echo` answers each
+//! * **knee** (Split gRPC, Fig. 2): `protoplane-bench bench-echo` answers each
 //!   call with a copy of its request after a busy loop of `busy_us`;
 //!   HyperProtoBench bench3 M3 (845 B), bench4 M43 (36 KB) and bench5 M34
 //!   (476 KB) as request and response, monolithic vs split, over gRPC at
@@ -32,9 +32,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::rpc::median;
-use super::servers::{monolithic, split, Servers};
-use super::svg;
+use crate::rpc::median;
+use protoplane_load::servers::{monolithic, split, Servers};
+use protoplane_plot as svg;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct SplitArgs {
@@ -88,10 +88,10 @@ pub(crate) struct SplitArgs {
 const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors\n";
 
 /// A command for `prog` pinned to `cpu`, with the allocator settings every
-/// process of the benchmark shares (`super::same_malloc`).
+/// process of the benchmark shares (`crate::same_malloc`).
 fn pinned(cpu: usize, prog: &Path) -> Command {
-    let mut c = super::rpc::pinned(cpu, prog);
-    super::same_malloc(&mut c);
+    let mut c = crate::rpc::pinned(cpu, prog);
+    crate::same_malloc(&mut c);
     c
 }
 
@@ -177,7 +177,7 @@ fn load(
         .arg(&json)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let cpu_of = |pid: Option<u32>| pid.and_then(crate::host::pid_cpu_seconds);
+    let cpu_of = |pid: Option<u32>| pid.and_then(protoplane_load::host::pid_cpu_seconds);
     let (e0, a0) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
     let status = cmd.status().map_err(|e| format!("load: {e}"))?;
     let (e1, a1) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
@@ -239,7 +239,7 @@ fn knee_messages(hpb: &Path, work: &Path) -> Result<Vec<KneeMessage>, String> {
         std::fs::write(&proto, text).map_err(|e| e.to_string())?;
         let data = dir.join(format!("{message}.ldelim"));
         let mut framed = Vec::new();
-        crate::stream::Framing::new(true).put(&mut framed, &bin);
+        protoplane_load::framing::Framing::new(true).put(&mut framed, &bin);
         std::fs::write(&data, framed).map_err(|e| e.to_string())?;
         out.push(KneeMessage {
             bench,
@@ -266,7 +266,10 @@ fn knee_messages(hpb: &Path, work: &Path) -> Result<Vec<KneeMessage>, String> {
 
 struct Plan<'a> {
     args: &'a SplitArgs,
+    /// `protoplane`: the engine, the server, the load generator.
     exe: PathBuf,
+    /// This binary: the echo application and the ring measurement.
+    me: PathBuf,
     work: PathBuf,
     rounds: usize,
     seconds: f64,
@@ -286,8 +289,16 @@ impl Plan<'_> {
         c
     }
 
+    /// A `protoplane` application process (`serve …`).
     fn app(&self, args: &[String]) -> Command {
         let mut c = pinned(self.args.app_cpu, &self.exe);
+        c.args(args);
+        c
+    }
+
+    /// This binary's echo application (`bench-echo …`).
+    fn echo(&self, args: &[String]) -> Command {
+        let mut c = pinned(self.args.app_cpu, &self.me);
         c.args(args);
         c
     }
@@ -304,7 +315,8 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let plan = Plan {
         args,
-        exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        exe: crate::protoplane()?,
+        me: crate::this_binary()?,
         work: work.clone(),
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
         seconds: args.seconds.unwrap_or(if args.quick { 0.4 } else { 2.0 }),
@@ -374,7 +386,7 @@ fn handoff(
     let (trips, descs) = if plan.args.quick { (20_000, 500_000) } else { (200_000, 5_000_000) };
     for round in 0..plan.rounds {
         progress(&format!("handoff: round {}", round + 1));
-        let out = Command::new(&plan.exe)
+        let out = Command::new(&plan.me)
             .arg("bench-ring")
             .args(["--engine-cpu", &plan.args.engine_cpu.to_string()])
             .args(["--app-cpu", &plan.args.app_cpu.to_string()])
@@ -413,12 +425,12 @@ fn zero(
     rows: &mut Vec<Row>,
     notes: &mut Vec<String>,
 ) -> Result<(), String> {
-    let (load_args, note) = super::rpc::social_requests(repo, &plan.work, 200)?;
+    let (load_args, note) = crate::rpc::social_requests(repo, &plan.work, 200)?;
     notes.push(format!("zero: social-network {note}"));
     let tonic = if plan.args.no_tonic {
         None
     } else {
-        let t = super::rpc::tonic_server(repo);
+        let t = crate::rpc::tonic_server(repo);
         if t.is_none() {
             notes.push("zero: the tonic server did not build; left out".into());
         }
@@ -531,9 +543,9 @@ fn knee(
                     let servers = if mode == "split" {
                         echo.extend(["--attach".into(), plan.sock()]);
                         echo.extend(["--spin-us".into(), plan.args.spin_us.to_string()]);
-                        split(plan.engine(&m.schema_args), plan.app(&echo))?
+                        split(plan.engine(&m.schema_args), plan.echo(&echo))?
                     } else {
-                        monolithic(plan.app(&echo))?
+                        monolithic(plan.echo(&echo))?
                     };
                     let mut load_args = m.schema_args.clone();
                     load_args.extend(m.call_args.iter().cloned());

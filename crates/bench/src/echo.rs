@@ -1,4 +1,4 @@
-//! `protoplane bench-echo`: the application of the split benchmark. Every
+//! `protoplane-bench bench-echo`: the application of the split benchmark. Every
 //! unary method of the given `.proto` files answers with a copy of its
 //! request (same type), after a busy loop standing in for business logic.
 //!
@@ -139,7 +139,7 @@ fn copy(v: &MessageView<'_>, b: &mut Builder<'_>, at: MessageBuilder) -> Result<
     Ok(())
 }
 
-/// `protoplane bench-echo`.
+/// `protoplane-bench bench-echo`.
 pub(crate) fn run(args: &EchoArgs) -> Result<(), String> {
     let schema = Arc::new(
         Schema::from_proto_files(&args.protos, &args.includes).map_err(|e| e.to_string())?,
@@ -173,7 +173,7 @@ pub(crate) fn run(args: &EchoArgs) -> Result<(), String> {
     for s in services {
         router = router.add_service(s);
     }
-    let rt = crate::host::runtime(1)?;
+    let rt = protoplane_load::host::runtime(1)?;
     rt.block_on(async move {
         let grpc = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
             .await

@@ -38,7 +38,7 @@ impl Job {
         if !self.delimited {
             return Ok(vec![bytes]);
         }
-        crate::stream::Framing::new(true)
+        protoplane_load::framing::Framing::new(true)
             .messages(&bytes)
             .map(|m| {
                 m.map(|(_, b)| b.to_vec()).map_err(|e| format!("{}: {e}", self.path.display()))

@@ -6,13 +6,13 @@ use std::fmt;
 
 /// How messages are framed.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Framing {
+pub struct Framing {
     delimited: bool,
 }
 
 /// A framing error in a delimited stream.
 #[derive(Debug)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     Prefix(usize),
     Length { at: usize, len: u64, left: usize },
 }
@@ -30,15 +30,15 @@ impl fmt::Display for FrameError {
 }
 
 /// `(stream offset, message bytes)` or the framing error that ended the stream.
-pub(crate) type Frames<'a> = Box<dyn Iterator<Item = Result<(usize, &'a [u8]), FrameError>> + 'a>;
+pub type Frames<'a> = Box<dyn Iterator<Item = Result<(usize, &'a [u8]), FrameError>> + 'a>;
 
 impl Framing {
-    pub(crate) fn new(delimited: bool) -> Self {
+    pub fn new(delimited: bool) -> Self {
         Framing { delimited }
     }
 
     /// Iterates over `(stream offset, message bytes)`.
-    pub(crate) fn messages<'a>(&self, input: &'a [u8]) -> Frames<'a> {
+    pub fn messages<'a>(&self, input: &'a [u8]) -> Frames<'a> {
         if !self.delimited {
             return Box::new(std::iter::once(Ok((0, input))));
         }
@@ -75,7 +75,7 @@ impl Framing {
     }
 
     /// Appends one message in this framing.
-    pub(crate) fn put(&self, out: &mut Vec<u8>, msg: &[u8]) {
+    pub fn put(&self, out: &mut Vec<u8>, msg: &[u8]) {
         if self.delimited {
             let mut v = msg.len() as u64;
             while v >= 0x80 {

@@ -16,7 +16,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::jobs::{geomean, Job, Schema};
+use crate::jobs::{geomean, Job, Schema};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct WireArgs {
@@ -142,7 +142,7 @@ pub(crate) fn run(args: &WireArgs) -> Result<String, String> {
             let _ = std::io::stderr().flush();
             let mut cmd = pin.clone().unwrap_or_default();
             cmd.extend(w.cmd.iter().cloned());
-            let out = super::same_malloc(Command::new(&cmd[0]).args(&cmd[1..]))
+            let out = crate::same_malloc(Command::new(&cmd[0]).args(&cmd[1..]))
                 .stderr(Stdio::inherit())
                 .output()
                 .map_err(|e| format!("{}: {e}", cmd.join(" ")))?;
@@ -330,14 +330,14 @@ fn plan(
             proto: abs(&proto),
             includes: vec![abs(&repo.join("protos/socialnetwork"))],
         });
-        let schema = crate::sn::schema()?;
+        let schema = protoplane_load::social::schema()?;
         let ts = schema.tables();
-        for (_, ty, messages) in crate::demo::requests(ts, None, GENERATED_PER_TYPE)? {
+        for (_, ty, messages) in protoplane_load::social::requests(ts, None, GENERATED_PER_TYPE)? {
             let type_name = ts.message_name(ty).to_string();
             let short = type_name.rsplit('.').next().unwrap_or(&type_name).to_string();
             let path = dir.join(format!("{short}.ldelim"));
             let mut bytes = Vec::new();
-            let framing = crate::stream::Framing::new(true);
+            let framing = protoplane_load::framing::Framing::new(true);
             for m in &messages {
                 framing.put(&mut bytes, m);
             }
@@ -377,7 +377,7 @@ fn build_workers(
     let mut workers = Vec::new();
     let want = |name: &str| args.impls.iter().any(|i| i == name);
     if want("protoplane") {
-        if let Ok(exe) = std::env::current_exe() {
+        if let Ok(exe) = crate::this_binary() {
             let mut cmd = vec![
                 exe.display().to_string(),
                 "bench-worker".into(),

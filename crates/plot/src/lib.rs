@@ -1,22 +1,31 @@
 //! A small SVG line chart: a grid of panels sharing categorical x values,
-//! each with a few named series. Enough for the benchmark's plots without
-//! a plotting dependency.
+//! each with a few named series. Enough for the plots protoplane's commands
+//! write beside their CSV (`bench split`'s knee, `bench inc`, `bench
+//! offload`, `sim`) without a plotting dependency.
 
 use std::fmt::Write as _;
 
 /// One line of a panel: a name for the legend, a colour, a y per x
 /// (`NaN`: no point).
-pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) color: &'static str,
-    pub(crate) ys: Vec<f64>,
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// The legend's name.
+    pub name: String,
+    /// An SVG colour.
+    pub color: &'static str,
+    /// One y per x of the grid.
+    pub ys: Vec<f64>,
 }
 
 /// One chart.
-pub(crate) struct Panel {
-    pub(crate) title: String,
-    pub(crate) y_label: String,
-    pub(crate) series: Vec<Series>,
+#[derive(Clone, Debug)]
+pub struct Panel {
+    /// Above the chart.
+    pub title: String,
+    /// Beside the y axis.
+    pub y_label: String,
+    /// Its lines.
+    pub series: Vec<Series>,
 }
 
 const W: f64 = 320.0;
@@ -61,13 +70,7 @@ fn tick(v: f64) -> String {
 
 /// The panels in a grid of `cols` columns, x positions labelled `xs` and
 /// titled `x_label`, with a title line on top.
-pub(crate) fn grid(
-    title: &str,
-    x_label: &str,
-    xs: &[String],
-    panels: &[Panel],
-    cols: usize,
-) -> String {
+pub fn grid(title: &str, x_label: &str, xs: &[String], panels: &[Panel], cols: usize) -> String {
     let cols = cols.max(1);
     let rows = panels.len().div_ceil(cols);
     let (width, height) = (W * cols as f64, H * rows as f64 + 30.0);

@@ -1,4 +1,4 @@
-//! `protoplane bench-worker`: protoplane's side of the side-by-side wire
+//! `protoplane-bench bench-worker`: protoplane's side of the side-by-side wire
 //! benchmark (protocol in `bench/README.md`).
 //!
 //! Ops, each over every message of a job:
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use protoplane_schema::TableSet;
 use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, SgList, Source};
 
-use super::jobs::{self, measure, Timing};
+use crate::jobs::{self, measure, Timing};
 
 const OPS: [&str; 5] = ["decode_owned", "decode_view", "encode", "encode_sg", "memcpy"];
 

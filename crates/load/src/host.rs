@@ -2,6 +2,8 @@
 //! and threads read from `/proc` (what the demo, `load` and `bench rpc`
 //! report per call).
 
+use crate::Error;
+
 /// Clock ticks per second of `utime`/`stime` in `/proc/.../stat`
 /// (`sysconf(_SC_CLK_TCK)`, `getconf CLK_TCK`). It is USER_HZ, fixed at 100
 /// by the kernel's user ABI on every Linux architecture; asking sysconf
@@ -10,7 +12,7 @@ const CLK_TCK: f64 = 100.0;
 
 /// A tokio runtime: current-thread for 1 thread (everything on one core),
 /// multi-thread with `threads` workers otherwise.
-pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+pub fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, Error> {
     let mut b = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -18,7 +20,7 @@ pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String>
         b.worker_threads(threads);
         b
     };
-    b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))
+    b.enable_all().build().map_err(|e| Error::Host(format!("tokio runtime: {e}")))
 }
 
 /// Makes `rt`'s workers busy-poll instead of sleeping in `epoll_wait`
@@ -26,7 +28,7 @@ pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String>
 /// (`window: None`) or while protoplane's transports read data at least
 /// once per `window`. On a multi-thread runtime the spinners are spread by
 /// work stealing, which usually, not certainly, gives every worker one.
-pub(crate) fn busy_poll(rt: &tokio::runtime::Runtime, window: Option<std::time::Duration>) {
+pub fn busy_poll(rt: &tokio::runtime::Runtime, window: Option<std::time::Duration>) {
     for _ in 0..rt.metrics().num_workers() {
         rt.spawn(protoplane_rpc::busy::spin(window));
     }
@@ -50,22 +52,22 @@ fn stat_cpu(path: &str) -> Option<f64> {
 }
 
 /// User + system CPU time of this process, in seconds.
-pub(crate) fn process_cpu_seconds() -> Option<f64> {
+pub fn process_cpu_seconds() -> Option<f64> {
     stat_cpu("/proc/self/stat")
 }
 
 /// User + system CPU time of process `pid`, in seconds.
-pub(crate) fn pid_cpu_seconds(pid: u32) -> Option<f64> {
+pub fn pid_cpu_seconds(pid: u32) -> Option<f64> {
     stat_cpu(&format!("/proc/{pid}/stat"))
 }
 
 /// User + system CPU time of thread `tid` of this process, in seconds.
-pub(crate) fn thread_cpu_seconds(tid: &str) -> Option<f64> {
+pub fn thread_cpu_seconds(tid: &str) -> Option<f64> {
     stat_cpu(&format!("/proc/self/task/{tid}/stat"))
 }
 
 /// The id of the calling thread (from `/proc/thread-self`).
-pub(crate) fn thread_id() -> Option<String> {
+pub fn thread_id() -> Option<String> {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
     stat.split_whitespace().next().map(str::to_string)
 }
@@ -73,7 +75,7 @@ pub(crate) fn thread_id() -> Option<String> {
 /// CPU time of this process's live threads, in seconds, at nanosecond
 /// resolution (the sum of `/proc/self/task/*/schedstat`; `/proc/self/stat`
 /// counts in 10 ms ticks, too coarse for a run of a few hundred ms).
-pub(crate) fn process_cpu_precise() -> Option<f64> {
+pub fn process_cpu_precise() -> Option<f64> {
     let mut ns: u64 = 0;
     for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;

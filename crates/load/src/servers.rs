@@ -1,14 +1,18 @@
 //! Server processes a benchmark starts and measures: a monolithic server
 //! (protoplane or tonic), or `protoplane engine` with one application
-//! attached. Used by `bench rpc`, `bench split` and `demo --split`.
+//! attached. Used by `bench rpc`, `bench split` and `demo --split`: each
+//! prints the addresses it listens on, which are read from its stdout.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::Error;
+
 /// A child process, killed when dropped.
-pub(crate) struct Proc(Child);
+#[derive(Debug)]
+pub struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -18,16 +22,19 @@ impl Drop for Proc {
 }
 
 /// Servers started for one measurement.
-pub(crate) struct Servers {
+#[derive(Debug)]
+pub struct Servers {
     /// The processes, killed in this order when dropped (split: the
     /// engine, then the application).
     _procs: Vec<Proc>,
-    pub(crate) grpc: String,
-    pub(crate) lean: Option<String>,
+    /// The gRPC address, HOST:PORT.
+    pub grpc: String,
+    /// The lean transport's address, when served.
+    pub lean: Option<String>,
     /// The engine's pid, when split.
-    pub(crate) engine: Option<u32>,
+    pub engine: Option<u32>,
     /// The application's pid (the whole server's when monolithic).
-    pub(crate) app: u32,
+    pub app: u32,
 }
 
 /// Reads `child`'s stdout up to the first line starting with `last`,
@@ -63,7 +70,11 @@ fn spawn(mut cmd: Command, stderr: Stdio) -> Result<Proc, String> {
 
 /// A monolithic server (protoplane or tonic): prints `lean listening on`
 /// (protoplane) and then `listening on`.
-pub(crate) fn monolithic(cmd: Command) -> Result<Servers, String> {
+pub fn monolithic(cmd: Command) -> Result<Servers, Error> {
+    start_monolithic(cmd).map_err(Error::Host)
+}
+
+fn start_monolithic(cmd: Command) -> Result<Servers, String> {
     let mut p = spawn(cmd, Stdio::null())?;
     let found = read_until(&mut p.0, &["lean listening on ", "listening on "], "listening on ")?;
     let get = |k: &str| found.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
@@ -75,7 +86,11 @@ pub(crate) fn monolithic(cmd: Command) -> Result<Servers, String> {
 
 /// An engine and one application attached to it: returns once the engine
 /// says the application attached.
-pub(crate) fn split(engine: Command, app: Command) -> Result<Servers, String> {
+pub fn split(engine: Command, app: Command) -> Result<Servers, Error> {
+    start_split(engine, app).map_err(Error::Host)
+}
+
+fn start_split(engine: Command, app: Command) -> Result<Servers, String> {
     let mut e = spawn(engine, Stdio::piped())?;
     let err = e.0.stderr.take().ok_or("no engine stderr")?;
     // The engine's log, drained for as long as it runs (a full pipe would

@@ -28,9 +28,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::svg::{grid, Panel, Series};
-use crate::inc::{AppRun, AppSpec, Infra, RunReport};
 use protoplane_inc_examples::harness::{code_lines, App};
+use protoplane_inc_examples::runner::{AppRun, AppSpec, Bins, Infra, RunReport};
+use protoplane_plot::{grid, Panel, Series};
 
 /// `protoplane bench inc`.
 #[derive(clap::Args, Debug)]
@@ -131,7 +131,7 @@ impl Bench {
     /// One deployment, one application instance; returns its report and
     /// the infrastructure's lines.
     fn run(&mut self, switches: u8, spec: &AppSpec) -> Result<(RunReport, Vec<String>), String> {
-        let infra = Infra::start(switches, None)?;
+        let infra = Infra::start(Bins::find()?, switches, None)?;
         let run = AppRun::start(&infra, spec);
         let report = match run {
             Ok(r) => r.finish(Instant::now() + Duration::from_secs(300)),
@@ -275,7 +275,7 @@ fn binned(points: &[(u64, u64)], t0: u64, t1: u64, bin_us: u64) -> Vec<f64> {
 
 fn share(b: &mut Bench, scale: u32, out: &std::path::Path) -> Result<String, String> {
     let n = b.clients;
-    let infra = Infra::start(1, None)?;
+    let infra = Infra::start(Bins::find()?, 1, None)?;
     // The first runs long enough for the second to arrive, run beside it
     // and finish first.
     let mut first = spec("sync-agg", n, 8 * scale, &[]);

@@ -1,0 +1,556 @@
+//! The runner of the four applications (`protoplane inc run`, served by
+//! this crate's `protoplane-inc` binary): a controller, switches, a server
+//! and clients, each a process, checking every result.
+//!
+//! The switches and the controller are the product's processes
+//! (`protoplane switch`, `protoplane controller`); the server and clients
+//! are this binary's hidden `server` and `client` roles. [`Bins`] says
+//! where both binaries are, so the benchmark of `bench inc` runs the same
+//! processes.
+//!
+//! Every process announces itself with one line on stdout and prints its
+//! verdict and counters as `key=value` words; the runner reads them. A
+//! process stops when its stdin closes, so none outlives its runner.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use protoplane_inc::faults::Faults;
+use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc_net::agent::Options;
+use protoplane_inc_net::flags::{stop_on_eof, FaultArgs};
+use protoplane_inc_net::LOOPBACK;
+
+use crate::harness::{self, App};
+use crate::{Params, Tweaks};
+
+/// Where the processes of a run come from: `protoplane` (switch,
+/// controller) and `protoplane-inc` (the application roles).
+#[derive(Clone, Debug)]
+pub struct Bins {
+    /// The `protoplane` command.
+    pub protoplane: PathBuf,
+    /// This crate's `protoplane-inc`.
+    pub inc: PathBuf,
+}
+
+impl Bins {
+    /// `$PROTOPLANE_BIN` (which `protoplane` sets when it hands a command
+    /// to another binary) or `protoplane` beside the running binary, and
+    /// `protoplane-inc` beside it.
+    pub fn find() -> Result<Bins, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
+        let protoplane = match std::env::var_os("PROTOPLANE_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => exe.with_file_name("protoplane"),
+        };
+        let inc = protoplane.with_file_name("protoplane-inc");
+        for p in [&protoplane, &inc] {
+            if !p.exists() {
+                return Err(format!(
+                    "{} is missing (cargo build --release --workspace)",
+                    p.display()
+                ));
+            }
+        }
+        Ok(Bins { protoplane, inc })
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum IncCommand {
+    /// Run an example application end to end: controller, switch, server
+    /// and clients as processes; checks every result and prints
+    /// `exact: yes` or `exact: no` last.
+    Run(RunArgs),
+    /// One server process of an example (driven by `inc run`).
+    #[command(hide = true)]
+    Server(RoleArgs),
+    /// One client process of an example (driven by `inc run`).
+    #[command(hide = true)]
+    Client(RoleArgs),
+}
+
+/// `protoplane inc run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// sync-agg, async-agg, key-value or agreement.
+    #[arg(long)]
+    app: String,
+    /// Client processes.
+    #[arg(long, default_value_t = 4)]
+    clients: u16,
+    /// No data plane: the server agent does everything.
+    #[arg(long)]
+    no_switch: bool,
+    /// Switches in the chain (1 or 2).
+    #[arg(long, default_value_t = 1)]
+    switches: u8,
+    /// Work per client (1: a few seconds).
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 180)]
+    timeout_s: u64,
+    #[command(flatten)]
+    faults: FaultArgs,
+}
+
+/// A role process of `inc run`.
+#[derive(clap::Args, Debug)]
+pub struct RoleArgs {
+    #[arg(long)]
+    app: String,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    controller: SocketAddr,
+    #[arg(long = "switch-control")]
+    switch_control: Vec<SocketAddr>,
+    #[arg(long, default_value_t = 0)]
+    member: u16,
+    #[arg(long)]
+    clients: u16,
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Faults injected by the agent itself (runs without a switch).
+    #[arg(long)]
+    agent_faults: bool,
+    /// Another clear policy than the NetFilter's.
+    #[arg(long)]
+    clear: Option<String>,
+    /// Another cache policy than the NetFilter's.
+    #[arg(long)]
+    cache: Option<String>,
+    /// Another amount of data-plane memory than the NetFilter's.
+    #[arg(long)]
+    memory: Option<u32>,
+    /// Per mille of overflowing gradient values (sync-agg).
+    #[arg(long, default_value_t = 0)]
+    overflow_permille: u32,
+    /// Agreement: one instance at a time (commit latency).
+    #[arg(long)]
+    sequential: bool,
+    /// Print a progress line after each unit of work.
+    #[arg(long)]
+    progress: bool,
+    /// Clients: the gRPC address of the application's server.
+    #[arg(long)]
+    rpc: Option<SocketAddr>,
+    #[command(flatten)]
+    faults: FaultArgs,
+}
+
+fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params, Tweaks), String> {
+    let app = App::parse(&a.app).ok_or_else(|| format!("unknown application {:?}", a.app))?;
+    let opts = Options {
+        host: LOOPBACK,
+        controller: a.controller,
+        switch_control: a.switch_control.clone(),
+        faults: if a.agent_faults { a.faults.faults() } else { Faults::none() },
+        seed: a.faults.seed ^ u64::from(a.member) << 16,
+    };
+    let params = Params {
+        clients: a.clients,
+        seed: a.faults.seed,
+        scale: a.scale,
+        overflow_permille: a.overflow_permille,
+        sequential: a.sequential,
+    };
+    let tweaks = Tweaks {
+        clear: match &a.clear {
+            Some(c) => Some(
+                ClearPolicy::parse(c)
+                    .ok_or_else(|| format!("--clear {c}: copy, shadow or lazy"))?,
+            ),
+            None => None,
+        },
+        cache: match &a.cache {
+            Some(c) => Some(
+                CachePolicy::parse(c)
+                    .ok_or_else(|| format!("--cache {c}: periodic-counting, fcfs or hashing"))?,
+            ),
+            None => None,
+        },
+        memory: a.memory,
+    };
+    Ok((app, opts, params, tweaks))
+}
+
+pub fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
+    let (app, opts, params, tweaks) = role_setup(a)?;
+    if server {
+        let stop = stop_on_eof(true);
+        let r = harness::serve(app, &opts, &params, tweaks, &a.name, &stop, |rt, rpc| {
+            say(&format!("ready node={} rpc={rpc} memory={:?}", rt.node(), rt.plan().memory));
+        })?;
+        if let Some(v) = r.verdict {
+            say(&format!("verdict exact={} items={} {}", yes(v.exact), v.items, v.detail));
+        }
+        let cpu = protoplane_load::host::process_cpu_precise().unwrap_or(f64::NAN);
+        let latency = r.commit_latency.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
+        let leader = r.leader_time.map_or(f64::NAN, |d| d.as_secs_f64());
+        say(&format!(
+            "server packets={} bytes={} host_items={} cpu={cpu:.6} commit_latency_us={latency:.1} leader_s={leader:.4}",
+            r.stats.packets, r.stats.bytes, r.stats.host_items
+        ));
+        return Ok(());
+    }
+    let t = Instant::now();
+    let mut report = |items: u64| {
+        if a.progress {
+            say(&format!("progress t={} items={items}", protoplane_inc_net::now_us()));
+        }
+    };
+    let rpc = a.rpc.ok_or("a client needs --rpc (the server's gRPC address)")?;
+    let v = harness::client(app, &opts, &params, &a.name, a.member, rpc, &mut report)?;
+    say(&format!(
+        "verdict exact={} items={} seconds={:.4} rpcs={} rpc_bytes={} {}",
+        yes(v.exact),
+        v.items,
+        t.elapsed().as_secs_f64(),
+        v.face.rpcs,
+        v.face.rpc_bytes,
+        v.detail
+    ));
+    Ok(())
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// A child process of `inc run` and its stdout lines.
+#[derive(Debug)]
+struct Proc {
+    name: String,
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Proc {
+    /// Starts `exe ARGS…`.
+    fn start(exe: &PathBuf, name: &str, args: &[String]) -> Result<Proc, String> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("{name}: {e}"))?;
+        let out: ChildStdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Proc { name: name.to_string(), child, lines: rx })
+    }
+
+    /// Starts a process and waits for its first line.
+    fn announced(exe: &PathBuf, name: &str, args: &[String]) -> Result<(Proc, String), String> {
+        let mut p = Proc::start(exe, name, args)?;
+        let first =
+            p.line(Duration::from_secs(30)).ok_or_else(|| format!("{name} did not start"))?;
+        Ok((p, first))
+    }
+
+    fn line(&mut self, wait: Duration) -> Option<String> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// Closes stdin (the process stops) and collects what it prints.
+    fn finish(mut self, wait: Duration) -> Vec<String> {
+        drop(self.child.stdin.take());
+        let end = Instant::now() + wait;
+        let mut out = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            out.push(l);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        out
+    }
+}
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn num(line: &str, key: &str) -> f64 {
+    field(line, key).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// The shared processes: switches (none without a data plane) and the
+/// controller.
+#[derive(Debug)]
+pub struct Infra {
+    bins: Bins,
+    procs: Vec<Proc>,
+    control: Vec<String>,
+    controller: String,
+}
+
+impl Infra {
+    pub fn start(bins: Bins, switches: u8, faults: Option<&FaultArgs>) -> Result<Infra, String> {
+        let mut procs = Vec::new();
+        let mut control = Vec::new();
+        // The last switch of the chain first: the earlier one needs its node.
+        let mut next: Option<String> = None;
+        for i in (0..switches).rev() {
+            let mut args =
+                vec!["switch".to_string(), "--stop-on-eof".into(), format!("--chain-index={i}")];
+            if let Some(f) = faults {
+                args.extend(f.to_flags());
+            }
+            if let Some(n) = &next {
+                args.push(format!("--next-hop={n}"));
+            }
+            let (p, first) = Proc::announced(&bins.protoplane, &format!("switch {i}"), &args)?;
+            next = field(&first, "node").map(str::to_string);
+            control.insert(
+                0,
+                field(&first, "control").ok_or("switch: no control address")?.to_string(),
+            );
+            procs.push(p);
+        }
+        let mut args = vec!["controller".to_string(), "--stop-on-eof".into()];
+        args.extend(control.iter().map(|c| format!("--switch={c}")));
+        let (p, first) = Proc::announced(&bins.protoplane, "controller", &args)?;
+        let controller = first.rsplit(' ').next().unwrap_or_default().to_string();
+        procs.push(p);
+        Ok(Infra { bins, procs, control, controller })
+    }
+
+    /// Stops everything; returns what each printed.
+    pub fn finish(self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for p in self.procs.into_iter().rev() {
+            let name = p.name.clone();
+            lines.extend(
+                p.finish(Duration::from_secs(5)).into_iter().map(|l| format!("{name}: {l}")),
+            );
+        }
+        lines
+    }
+}
+
+/// How to run one application instance.
+#[derive(Clone, Debug, Default)]
+pub struct AppSpec {
+    pub app: String,
+    pub clients: u16,
+    pub scale: u32,
+    pub agent_faults: Option<FaultArgs>,
+    pub seed: u64,
+    pub extra: Vec<String>,
+    pub progress: bool,
+}
+
+/// A running application instance.
+#[derive(Debug)]
+pub struct AppRun {
+    server: Proc,
+    clients: Vec<Proc>,
+    pub ready: String,
+}
+
+/// What one application instance measured.
+#[derive(Debug, Default, Clone)]
+pub struct RunReport {
+    pub exact: bool,
+    /// Longest client time (work only, no process start).
+    pub seconds: f64,
+    pub items: u64,
+    pub server_packets: u64,
+    /// What reached the server agent through the network (INC datagrams).
+    pub server_bytes: u64,
+    /// Ordinary calls the clients' stubs made to the server, and their
+    /// request bytes (encoded protobuf, IEDT fields cut out; HTTP/2 framing
+    /// not counted).
+    pub rpcs: u64,
+    pub rpc_bytes: u64,
+    pub server_cpu: f64,
+    pub commit_latency_us: f64,
+    /// Agreement: first proposal to last commit.
+    pub leader_seconds: f64,
+    /// Client detail lines.
+    pub details: Vec<String>,
+    /// (microseconds since the epoch, items) of every progress line.
+    pub progress: Vec<(u64, u64)>,
+    pub lines: Vec<String>,
+}
+
+impl RunReport {
+    /// Bytes that reached the server: INC datagrams and ordinary calls.
+    pub fn bytes_to_server(&self) -> u64 {
+        self.server_bytes + self.rpc_bytes
+    }
+}
+
+impl AppRun {
+    pub fn start(infra: &Infra, spec: &AppSpec) -> Result<AppRun, String> {
+        let name =
+            format!("{}-{}-{}", spec.app, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let role = |role: &str, member: u16| {
+            let mut v = vec![
+                role.to_string(),
+                format!("--app={}", spec.app),
+                format!("--name={name}"),
+                format!("--controller={}", infra.controller),
+                format!("--member={member}"),
+                format!("--clients={}", spec.clients),
+                format!("--scale={}", spec.scale),
+            ];
+            v.extend(infra.control.iter().map(|c| format!("--switch-control={c}")));
+            match &spec.agent_faults {
+                Some(f) => {
+                    v.extend(f.to_flags());
+                    v.push("--agent-faults".into());
+                }
+                None => v.push(format!("--seed={}", spec.seed)),
+            }
+            if spec.progress && role == "client" {
+                v.push("--progress".into());
+            }
+            v.extend(spec.extra.iter().cloned());
+            v
+        };
+        let inc = &infra.bins.inc;
+        let (server, ready) = Proc::announced(inc, "server", &role("server", 0))?;
+        let rpc = field(&ready, "rpc").ok_or_else(|| format!("server announced {ready:?}"))?;
+        let clients = (0..spec.clients)
+            .map(|m| {
+                let mut args = role("client", m);
+                args.push(format!("--rpc={rpc}"));
+                Proc::start(inc, &format!("client {m}"), &args)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AppRun { server, clients, ready })
+    }
+
+    /// Waits for every client's verdict (until `deadline`), then stops the
+    /// server.
+    pub fn finish(self, deadline: Instant) -> RunReport {
+        let mut r = RunReport { exact: true, ..RunReport::default() };
+        r.lines.push(format!("server {}", self.ready));
+        for (m, mut c) in self.clients.into_iter().enumerate() {
+            let mut verdict = None;
+            while let Some(l) = c.line(deadline.saturating_duration_since(Instant::now())) {
+                if l.starts_with("progress") {
+                    r.progress.push((num(&l, "t") as u64, num(&l, "items") as u64));
+                } else if l.starts_with("verdict") {
+                    verdict = Some(l);
+                    break;
+                }
+            }
+            match verdict {
+                Some(l) => {
+                    r.exact &= l.contains("exact=yes");
+                    r.items += num(&l, "items") as u64;
+                    r.rpcs += num(&l, "rpcs") as u64;
+                    r.rpc_bytes += num(&l, "rpc_bytes") as u64;
+                    r.seconds = r.seconds.max(num(&l, "seconds"));
+                    r.details.push(l.clone());
+                    r.lines.push(format!("client {m}: {l}"));
+                }
+                None => {
+                    r.exact = false;
+                    r.lines.push(format!("client {m}: no verdict (timed out or failed)"));
+                }
+            }
+            c.finish(Duration::from_secs(2));
+        }
+        for l in self.server.finish(Duration::from_secs(10)) {
+            if l.starts_with("verdict") {
+                r.exact &= l.contains("exact=yes");
+            }
+            if l.starts_with("server ") {
+                r.server_packets = num(&l, "packets") as u64;
+                r.server_bytes = num(&l, "bytes") as u64;
+                r.server_cpu = num(&l, "cpu");
+                r.commit_latency_us = num(&l, "commit_latency_us");
+                r.leader_seconds = num(&l, "leader_s");
+            }
+            r.lines.push(format!("server: {l}"));
+        }
+        r
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
+    App::parse(&a.app)
+        .ok_or_else(|| format!("--app {:?}: sync-agg, async-agg, key-value or agreement", a.app))?;
+    a.faults.check().map_err(|e| e.to_string())?;
+    if a.clients == 0 || a.clients > 32 {
+        return Err(format!("--clients {}: 1 to 32", a.clients));
+    }
+    if !(1..=2).contains(&a.switches) {
+        return Err(format!("--switches {}: 1 or 2", a.switches));
+    }
+    let switches = if a.no_switch { 0 } else { a.switches };
+    let infra = Infra::start(Bins::find()?, switches, Some(&a.faults))?;
+    let spec = AppSpec {
+        app: a.app.clone(),
+        clients: a.clients,
+        scale: a.scale,
+        agent_faults: a.no_switch.then(|| a.faults.clone()),
+        seed: a.faults.seed,
+        ..AppSpec::default()
+    };
+    let started = Instant::now();
+    let run = AppRun::start(&infra, &spec);
+    let mut report = match run {
+        Ok(run) => run.finish(started + Duration::from_secs(a.timeout_s)),
+        Err(e) => {
+            let lines = infra.finish();
+            return Err(format!("{e}\n{}", lines.join("\n")));
+        }
+    };
+    report.lines.extend(infra.finish());
+    Ok(report)
+}
+
+pub fn print_run(a: &RunArgs, r: &RunReport) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "inc run --app {} --clients {}{} (loss {}, dup {}, reorder {})\n",
+        a.app,
+        a.clients,
+        if a.no_switch { " --no-switch" } else { "" },
+        a.faults.loss,
+        a.faults.dup,
+        a.faults.reorder
+    ));
+    for l in &r.lines {
+        s.push_str("  ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "{:.3} s of client work, {} items from clients, server received {} packets / {} bytes \
+         and {} ordinary calls / {} bytes, server CPU {:.3} s\n",
+        r.seconds, r.items, r.server_packets, r.server_bytes, r.rpcs, r.rpc_bytes, r.server_cpu
+    ));
+    s.push_str(&format!("exact: {}\n", yes(r.exact)));
+    s
+}

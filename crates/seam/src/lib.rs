@@ -11,6 +11,7 @@
 //! representations: a `Repr` is parsed from untrusted bytes with
 //! `parse`, knows its `buffer_len`, and `emit`s itself.
 
+pub mod engine;
 pub mod side;
 
 pub use protoplane_shm::desc;

@@ -3,16 +3,24 @@
 //!
 //! The engine owns the region (it creates the memfd) and trusts nothing in
 //! it. What the application writes reaches the engine only through
-//! [`Attachment::receive`], which checks every descriptor against the
-//! layout and the engine's private bookkeeping before anything is used:
-//! flags an application may send, a chunk of the application's half not
-//! already held nor waiting for its release to be posted (a replayed
-//! descriptor is caught here), every range inside that chunk, side
-//! sections that parse, and releases of chunks the engine really lent. A
-//! violation detaches the application: its calls fail with UNAVAILABLE
-//! and every other application keeps being served.
+//! [`Attachment::receive`], which asks the attachment's sans-IO session
+//! (`protoplane_seam::engine::EngineSession`) to check every descriptor
+//! against the layout and the engine's private bookkeeping before anything
+//! is used: flags an application may send, a chunk of the application's
+//! half not already held nor waiting for its release to be posted (a
+//! replayed descriptor is caught there), every range inside that chunk,
+//! and releases of chunks the engine really lent; side sections are
+//! parsed here, on the copy. A violation detaches the application: its
+//! calls fail with UNAVAILABLE and every other application keeps being
+//! served.
+//!
+//! This file is the session's driver: it owns the mapping, the rings, the
+//! doorbell, the free list of the engine's half and the calls' event
+//! queues, reads the bytes a descriptor names (one copy out of the
+//! application's half), and calls the session for every decision about
+//! calls, chunks and budgets.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -21,9 +29,10 @@ use bytes::Bytes;
 use protoplane_grpc::landing::{Keeper, Landing};
 use protoplane_grpc::{Code, Metadata, Status};
 use protoplane_schema::TableSet;
+use protoplane_seam::engine::{CallRef, Detached, EngineSession, Limits, Received};
 use protoplane_seam::ReplyRepr;
 use protoplane_shm::desc::{self, Descriptor, Span};
-use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout};
+use protoplane_shm::layout::{Chunk, Chunks, Half, Layout};
 use protoplane_shm::lease::{self, Holder, Pool};
 use protoplane_shm::{Consumer, Doorbell, Mapping, Producer, PushError, Ring};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
@@ -123,10 +132,6 @@ fn events() -> (EventTx, EventRx) {
     (EventTx(e.clone()), EventRx(e))
 }
 
-/// Flags an application may set.
-const APP_FLAGS: u16 =
-    desc::HEADERS | desc::MESSAGE | desc::STATUS | desc::END | desc::COMPRESS | desc::ENCODED;
-
 /// Counters kept per attachment (and summed for the engine's report).
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -155,170 +160,22 @@ pub struct Stats {
     pub response_bytes_copied_out: AtomicU64,
 }
 
-/// A chunk of the engine's half as the application holds it: handed over
-/// `count` times (a receive buffer holds several requests' wire bytes;
-/// any other chunk is handed over once), kept out of the free list by
-/// `bytes` until every handing is released.
-#[derive(Clone, Debug, Default)]
-struct Handed {
-    bytes: Option<Bytes>,
-    count: u32,
-    /// Bumped each time the chunk is handed over from free: a call's hold
-    /// of an earlier handing does not count for a later one.
-    gen: u32,
-    /// Open calls among the handings (the memory budget: a chunk whose
-    /// calls all ended must come back within the release timeout).
-    open: u32,
-    /// The budget tick at which `open` last dropped to 0.
-    idle_since: u32,
-}
-
-/// A call the engine has open with the application.
-#[derive(Debug)]
-struct OpenCall {
-    tx: EventTx,
-    /// Engine chunks its requests were handed in: (index, generation).
-    holds: Holds,
-    /// The application sent something for it.
-    answered: bool,
-}
-
-/// A call's chunk holds: two inline (a unary call has one or two), more
-/// on the heap.
-#[derive(Debug, Default)]
-struct Holds {
-    inline: [(u32, u32); 2],
-    n: u8,
-    more: Vec<(u32, u32)>,
-}
-
-impl Holds {
-    fn push(&mut self, h: (u32, u32)) {
-        match self.n {
-            0 | 1 => {
-                self.inline[self.n as usize] = h;
-                self.n += 1;
-            }
-            _ => self.more.push(h),
-        }
-    }
-
-    fn pop(&mut self) {
-        if self.more.pop().is_none() && self.n > 0 {
-            self.n -= 1;
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &(u32, u32)> {
-        self.inline[..self.n as usize].iter().chain(self.more.iter())
-    }
-}
-
+/// What the attachment's lock guards: the session's rules and
+/// bookkeeping, and the free list of the engine's half.
 struct State {
     chunks: Chunks,
-    /// Chunks of the engine's half handed to the application (by index),
-    /// with the bytes that keep each out of the free list until released.
-    handed: Vec<Handed>,
-    custody: Custody,
-    calls: HashMap<u64, OpenCall>,
-    /// Chunks of the application's half to hand back. They stay in
-    /// custody until their release is posted: the application may not hand
-    /// a chunk over again before it has it back, or it could make the
-    /// engine owe the same release any number of times.
-    releases: Vec<Chunk>,
-    /// Calls to cancel (posted by the drain loop when the ring has room).
-    cancels: Vec<(u64, u32, u8)>,
+    /// The calls open with the application and the chunks either side
+    /// holds of the other's half (tokens: the bytes that keep a chunk of
+    /// the engine's half out of the free list until its release).
+    session: EngineSession<EventTx, Bytes>,
     /// Compute-unit answers that found no room (posted by the drain loop;
     /// at most [`MAX_NOTIFIES`], beyond that the application's wait times
     /// out).
     notifies: VecDeque<(Descriptor, Vec<u8>)>,
-    closed: Option<String>,
-    /// The budget clock (ticks of the drain loop, see [`Budgets::tick`]).
-    epoch: u32,
-    /// Calls in a row that ended (engine side) with nothing from the
-    /// application, and the tick of its last descriptor for an open call.
-    unanswered: u32,
-    last_answer: u32,
-    /// Descriptors for calls that already ended that the application may
-    /// still send: each call the engine ended under it allows a few (its
-    /// answer was on the way). Beyond, they are idle work.
-    stale_allowance: u64,
 }
-
-/// Late descriptors each call the engine ends under the application
-/// allows (a streaming call's last messages may be on their way), and
-/// their most.
-const STALE_PER_CALL: u64 = 16;
-const STALE_MAX: u64 = 1 << 20;
 
 /// Compute-unit answers an attachment queues while its ring is full.
 const MAX_NOTIFIES: usize = 4096;
-
-impl State {
-    /// Takes up to `n` owed releases to post, out of custody first (the
-    /// application may reuse a chunk as soon as it sees its release).
-    fn releases_to_post(&mut self, n: usize) -> Vec<Chunk> {
-        let at = self.releases.len() - n.min(self.releases.len());
-        let out: Vec<Chunk> = self.releases.drain(at..).collect();
-        for &c in &out {
-            self.custody.give_back(c);
-        }
-        out
-    }
-
-    /// Ends one handing of engine chunk `index`: the bytes that held it,
-    /// once the last handing ends (`None` also for a chunk not handed).
-    fn unhand(&mut self, index: u32) -> Option<Bytes> {
-        let slot = self.handed.get_mut(index as usize)?;
-        slot.count = slot.count.checked_sub(1)?;
-        if slot.count == 0 {
-            slot.open = 0;
-            slot.bytes.take()
-        } else {
-            None
-        }
-    }
-
-    /// A call left the table: its chunks no longer count it. `by_engine`:
-    /// the engine ended it (the client went away, the deadline passed),
-    /// so the application may still be answering it (a few late
-    /// descriptors allowed), and one it never answered counts against its
-    /// answers.
-    fn ended(&mut self, call: &OpenCall, by_engine: bool) {
-        for &(index, gen) in call.holds.iter() {
-            if let Some(h) = self.handed.get_mut(index as usize) {
-                if h.gen == gen && h.count > 0 && h.open > 0 {
-                    h.open -= 1;
-                    if h.open == 0 {
-                        h.idle_since = self.epoch;
-                    }
-                }
-            }
-        }
-        if by_engine {
-            self.stale_allowance = (self.stale_allowance + STALE_PER_CALL).min(STALE_MAX);
-            if !call.answered {
-                self.unanswered = self.unanswered.saturating_add(1);
-            }
-        }
-    }
-
-    /// Whether engine chunk `index` is handed to the application.
-    fn is_handed(&self, index: u32) -> bool {
-        self.handed.get(index as usize).is_some_and(|h| h.count > 0)
-    }
-
-    /// Owes again releases that could not be posted, unless the
-    /// application is gone or has handed the chunk over again meanwhile
-    /// (its new lease will release it).
-    fn owe_again(&mut self, chunks: &[Chunk]) {
-        for &c in chunks {
-            if self.closed.is_none() && self.custody.take(c.offset).is_ok() {
-                self.releases.push(c);
-            }
-        }
-    }
-}
 
 /// An attached application.
 pub struct Attachment {
@@ -335,7 +192,6 @@ pub struct Attachment {
     requests: Producer,
     app_bell: Doorbell,
     state: Mutex<State>,
-    next_call: AtomicU64,
     in_flight: AtomicU64,
     /// Woken when there is something for the drain loop to post.
     pub(crate) wake: Notify,
@@ -394,19 +250,17 @@ impl Attachment {
         let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)?;
         req.init();
         resp.init();
+        let limits = Limits {
+            release_timeout: budgets.release_timeout,
+            release_ticks: budgets.ticks(budgets.release_timeout),
+            max_unanswered: budgets.max_unanswered,
+            answer_timeout: budgets.answer_timeout,
+            answer_ticks: budgets.ticks(budgets.answer_timeout),
+        };
         let state = State {
             chunks: Chunks::new(layout.engine_chunks()),
-            handed: vec![Handed::default(); layout.engine_chunks().chunks() as usize],
-            custody: Custody::new(layout.app_chunks()),
-            calls: HashMap::new(),
-            releases: Vec::new(),
-            cancels: Vec::new(),
+            session: EngineSession::new(layout.engine_chunks(), layout.app_chunks(), limits),
             notifies: VecDeque::new(),
-            closed: None,
-            epoch: 0,
-            unanswered: 0,
-            last_answer: 0,
-            stale_allowance: 0,
         };
         let att = Arc::new(Attachment {
             id,
@@ -418,7 +272,6 @@ impl Attachment {
             requests: Producer::new(req),
             app_bell,
             state: Mutex::new(state),
-            next_call: AtomicU64::new(1),
             in_flight: AtomicU64::new(0),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
@@ -475,12 +328,11 @@ impl Attachment {
     /// Opens a call: a fresh id and the queue its responses arrive on.
     pub(crate) fn open_call(&self) -> Result<(u64, EventRx), Status> {
         let mut st = self.state();
-        if let Some(why) = &st.closed {
+        if let Some(why) = st.session.closed() {
             return Err(unavailable(why));
         }
-        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = events();
-        st.calls.insert(id, OpenCall { tx, holds: Holds::default(), answered: false });
+        let id = st.session.open_call(tx).map_err(unavailable)?;
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         Ok((id, rx))
@@ -495,14 +347,10 @@ impl Attachment {
             d.end_call(call);
         }
         let mut st = self.state();
-        if let Some(open) = st.calls.remove(&call) {
+        if let Some((_open, owed)) = st.session.end_call(call, cancel) {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            // Ended here, not by the application's status: it may still be
-            // answering.
-            st.ended(&open, true);
-            if let (Some((method, service)), None) = (cancel, &st.closed) {
-                st.cancels.push((call, method, service));
-                drop(st);
+            drop(st);
+            if owed {
                 self.wake.notify_one();
             }
         }
@@ -524,7 +372,7 @@ impl Attachment {
         if need > 0 {
             let chunk = {
                 let mut st = self.state();
-                if let Some(why) = &st.closed {
+                if let Some(why) = st.session.closed() {
                     return Err(PostError::Gone(unavailable(why)));
                 }
                 if !st.chunks.fits(need) {
@@ -565,7 +413,7 @@ impl Attachment {
         let need = room + if landed.is_some() { 0 } else { lease::message_len(&[], wire, &[]) };
         let fits = {
             let st = self.state();
-            if let Some(why) = &st.closed {
+            if let Some(why) = st.session.closed() {
                 return Err(PostError::Gone(unavailable(why)));
             }
             st.chunks.fits(need)
@@ -629,60 +477,22 @@ impl Attachment {
         held: Option<(Chunk, Bytes)>,
         landing: Option<(Chunk, Bytes)>,
     ) -> Result<(), PostError> {
-        let released;
-        {
-            let mut guard = self.state();
-            if let Some(why) = &guard.closed {
-                return Err(PostError::Gone(unavailable(why)));
-            }
-            // Before the descriptor leaves: the release may come at once.
-            // (Every chunk index has a slot while the application is
-            // attached.)
-            let st = &mut *guard;
-            let mut call = st.calls.get_mut(&d.call);
-            for (c, bytes) in held.iter().chain(landing.iter()) {
-                if let Some(slot) = st.handed.get_mut(c.index as usize) {
-                    debug_assert!(slot.count == 0 || landing.is_some());
-                    if slot.count == 0 {
-                        slot.gen = slot.gen.wrapping_add(1);
-                        slot.open = 0;
-                        slot.idle_since = st.epoch;
-                    }
-                    slot.count += 1;
-                    if slot.bytes.is_none() {
-                        slot.bytes = Some(bytes.clone());
-                    }
-                    if let Some(call) = call.as_mut() {
-                        slot.open += 1;
-                        call.holds.push((c.index, slot.gen));
-                    }
-                }
-            }
-            released = st.releases_to_post(1);
-            d.release = released.first().map_or(0, |c| c.offset);
-        }
+        let handed: Vec<(Chunk, &Bytes)> =
+            held.iter().chain(landing.iter()).map(|(c, b)| (*c, b)).collect();
+        // Before the descriptor leaves: the release may come at once.
+        self.state()
+            .session
+            .hand_over(&mut d, &handed)
+            .map_err(|why| PostError::Gone(unavailable(why)))?;
         match self.requests.push(&d) {
             Ok(()) => {
                 self.app_bell.notify();
                 Ok(())
             }
             Err(e) => {
-                let mut guard = self.state();
-                let st = &mut *guard;
-                if let Some(call) = st.calls.get_mut(&d.call) {
-                    for (c, _) in held.iter().chain(landing.iter()) {
-                        if let Some(slot) = st.handed.get_mut(c.index as usize) {
-                            slot.open = slot.open.saturating_sub(1);
-                            call.holds.pop();
-                        }
-                    }
-                }
+                let chunks: Vec<Chunk> = handed.iter().map(|(c, _)| *c).collect();
                 let mut back = Vec::new();
-                for (c, _) in held.iter().chain(landing.iter()) {
-                    back.extend(st.unhand(c.index));
-                }
-                st.owe_again(&released);
-                drop(guard);
+                self.state().session.not_handed(&d, &chunks, &mut back);
                 // Outside the lock: dropping the bytes frees the chunk.
                 drop(back);
                 match e {
@@ -708,44 +518,13 @@ impl Attachment {
             }
         }
         loop {
-            let (cancel, releases) = {
-                let mut st = self.state();
-                if st.closed.is_some() {
-                    return;
-                }
-                let cancel = st.cancels.pop();
-                // A cancel carries one release, a release-only descriptor ten.
-                let n = if cancel.is_some() { 1 } else { desc::RELEASES_PER_DESCRIPTOR };
-                (cancel, st.releases_to_post(n))
-            };
-            if cancel.is_none() && releases.is_empty() {
-                return;
-            }
-            let d = match cancel {
-                Some((call, method, service)) => Descriptor {
-                    call,
-                    method,
-                    service,
-                    flags: desc::CANCEL | desc::END,
-                    release: releases.first().map_or(0, |c| c.offset),
-                    ..Descriptor::default()
-                },
-                None => {
-                    let offsets: Vec<u32> = releases.iter().map(|c| c.offset).collect();
-                    Descriptor::releases(&offsets)
-                }
-            };
+            let Some(d) = self.state().session.poll_transmit() else { return };
             match self.requests.push(&d) {
                 Ok(()) => {
                     self.app_bell.notify();
                 }
                 Err(e) => {
-                    let mut st = self.state();
-                    st.owe_again(&releases);
-                    if let Some(c) = cancel {
-                        st.cancels.push(c);
-                    }
-                    drop(st);
+                    self.state().session.unsent(&d);
                     if e == PushError::Corrupt {
                         self.detach("the application corrupted its request ring");
                     }
@@ -758,8 +537,7 @@ impl Attachment {
     /// Whether the drain loop has something to post.
     pub(crate) fn owes(&self) -> bool {
         let st = self.state();
-        st.closed.is_none()
-            && (!st.cancels.is_empty() || !st.releases.is_empty() || !st.notifies.is_empty())
+        st.session.closed().is_none() && (st.session.owes() || !st.notifies.is_empty())
     }
 
     /// Copies ranges of the application's half into private memory (one
@@ -788,120 +566,49 @@ impl Attachment {
     /// One tick of the budget clock (the drain loop calls it every
     /// [`Budgets::tick`]): `Err` names the budget the application broke.
     pub(crate) fn check_budgets(&self) -> Result<(), String> {
-        let b = &self.budgets;
-        let mut st = self.state();
-        st.epoch = st.epoch.wrapping_add(1);
-        let now = st.epoch;
-        let release_ticks = b.ticks(b.release_timeout);
-        let half = &self.half;
-        for (i, h) in st.handed.iter().enumerate() {
-            if h.count > 0 && h.open == 0 && now.wrapping_sub(h.idle_since) > release_ticks {
-                let at = half.nth_offset(i as u32).unwrap_or(0);
-                return Err(format!(
-                    "it kept request memory (chunk {at:#x}) more than {} ms after its calls ended (budgets.release_timeout_ms)",
-                    b.release_timeout.as_millis()
-                ));
-            }
-        }
-        if st.unanswered >= b.max_unanswered
-            && now.wrapping_sub(st.last_answer) > b.ticks(b.answer_timeout)
-        {
-            return Err(format!(
-                "its last {} calls ended unanswered and it answered none for {} ms (budgets.max_unanswered, budgets.answer_timeout_ms)",
-                st.unanswered,
-                b.answer_timeout.as_millis()
-            ));
-        }
-        Ok(())
+        self.state().session.tick().map_err(|v| v.to_string())
     }
 
     /// Takes one descriptor from the application. `Err` is a protocol
     /// violation (the caller detaches).
     pub(crate) fn receive(self: &Arc<Self>, d: Descriptor) -> Result<(), String> {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
-        let mut guard = self.state();
         let mut back = Vec::new();
-        let mut bad = None;
-        for c in d.released() {
-            let chunk = self.half.chunk_at(c);
-            let Some(chunk) = chunk.filter(|c| guard.is_handed(c.index)) else {
-                bad = Some(format!("release: chunk {c:#x} was not lent"));
-                break;
-            };
-            back.extend(guard.unhand(chunk.index));
-        }
-        if !back.is_empty() || bad.is_some() {
-            // Dropping them frees their chunks, which takes the lock: never
-            // while holding it, also when a later release in the same
-            // descriptor is bad (returning with both held deadlocked).
-            drop(guard);
-            drop(back);
-            if let Some(why) = bad {
-                return Err(why);
-            }
-            guard = self.state();
-        }
-        if d.flags == desc::RELEASE {
-            if d.released().next().is_none() {
-                return Err("a release of no chunk".into());
-            }
-            return Ok(());
-        }
-        if d.flags == desc::TASK {
-            return self.take_task(guard, d);
-        }
-        if d.flags & !APP_FLAGS != 0
-            || d.flags & (desc::MESSAGE | desc::STATUS | desc::HEADERS) == 0
-        {
-            return Err(format!("descriptor flags {:#06x} an application may not send", d.flags));
-        }
-        let st = &mut *guard;
-        // Whose call it is first: a descriptor for no call of ours is a
-        // violation before anything of it is taken.
-        let tx = match st.calls.get_mut(&d.call) {
-            Some(open) => {
-                open.answered = true;
-                st.unanswered = 0;
-                st.last_answer = st.epoch;
-                Some(open.tx.0.clone())
-            }
-            None if d.call >= self.next_call.load(Ordering::Relaxed) => {
-                return Err(format!("a descriptor for call {} the engine never opened", d.call));
-            }
-            None if st.stale_allowance == 0 => {
-                return Err("more descriptors for ended calls than calls the engine ended".into());
-            }
-            None => {
-                st.stale_allowance -= 1;
-                None
-            }
-        };
-        let spans = [d.block, d.wire, d.side];
-        let chunk = if spans.iter().any(|s| s.len > 0) {
-            let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
-            if let Some(s) = spans.iter().find(|s| !s.within(c.offset, c.len)) {
-                st.custody.give_back(c);
-                return Err(format!("range {:#x}+{} outside its chunk", s.offset, s.len));
-            }
-            Some(c)
-        } else {
-            None
-        };
-        let ends = d.has(desc::STATUS);
+        let mut guard = self.state();
+        let taken = guard.session.on_descriptor(&d, &mut back).map_err(|v| v.to_string());
         // A call that ends leaves the table now (the in-flight count with
         // it), but its queue closes only after its last events are in
         // (`_ended` drops at the end of this function).
-        let _ended = if ends && tx.is_some() {
-            self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            let open = st.calls.remove(&d.call);
-            if let Some(o) = &open {
-                st.ended(o, false);
+        let (tx, _ended, chunk, ends) = match taken {
+            Err(why) => {
+                // Dropping the tokens frees their chunks, which takes the
+                // lock: never while holding it, also when a later release
+                // in the same descriptor is bad (returning with both held
+                // deadlocked).
+                drop(guard);
+                drop(back);
+                return Err(why);
             }
-            open
-        } else {
-            None
+            Ok(Received::Released) => {
+                drop(guard);
+                return Ok(());
+            }
+            Ok(Received::Task { chunk }) => {
+                drop(guard);
+                drop(back);
+                return self.take_task(chunk, d);
+            }
+            Ok(Received::Reply { call, chunk, ends }) => match call {
+                CallRef::Open(tx) => (Some(tx.0.clone()), None, chunk, ends),
+                CallRef::Ended(tx) => {
+                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    (Some(tx.0.clone()), Some(tx), chunk, ends)
+                }
+                CallRef::Stale => (None, None, chunk, ends),
+            },
         };
         drop(guard);
+        drop(back);
         // What the application wrote, copied out of its half before
         // anything reads it (it may still be writing there: every check
         // below runs on the copy), and the chunk handed back at once.
@@ -962,17 +669,7 @@ impl Attachment {
     /// A compute-unit control message: read from the application's chunk
     /// (handed back at once), taken by the device, answered with a NOTIFY
     /// now or when the unit is done.
-    fn take_task(
-        self: &Arc<Self>,
-        mut st: MutexGuard<'_, State>,
-        d: Descriptor,
-    ) -> Result<(), String> {
-        let c = st.custody.take(d.chunk).map_err(|e| e.to_string())?;
-        if !d.block.within(c.offset, c.len) || d.wire.len > 0 || d.side.len > 0 {
-            st.custody.give_back(c);
-            return Err("a task descriptor's range outside its chunk".into());
-        }
-        drop(st);
+    fn take_task(self: &Arc<Self>, c: Chunk, d: Descriptor) -> Result<(), String> {
         // Copied out of the application's half, which goes back at once.
         let [payload, _, _] = self.copy_out([d.block, Span::default(), Span::default()]);
         Holder::give_back(&**self, c);
@@ -1041,7 +738,7 @@ impl Pool for Attachment {
 
     fn alloc(&self, need: usize) -> Option<Chunk> {
         let mut st = self.state();
-        if st.closed.is_some() {
+        if st.session.closed().is_some() {
             return None;
         }
         st.chunks.alloc(need)
@@ -1113,48 +810,33 @@ impl Holder for Attachment {
 
     /// Hands a chunk of the application's half back (its lease is gone).
     fn give_back(&self, c: Chunk) {
-        let mut st = self.state();
-        if st.closed.is_some() {
-            st.custody.give_back(c);
-            return;
+        let owed = self.state().session.give_back(c);
+        if owed {
+            self.wake.notify_one();
         }
-        // Still in custody until the release is posted (see `releases`).
-        st.releases.push(c);
-        drop(st);
-        self.wake.notify_one();
     }
 }
 
 impl Attachment {
     /// Cuts the application off: every open call fails with UNAVAILABLE.
     pub fn detach(&self, why: &str) {
-        let calls = {
-            let mut st = self.state();
-            if st.closed.is_some() {
-                return;
-            }
-            st.closed = Some(why.to_string());
-            // Releases are never posted now: nothing is held for them.
-            for c in std::mem::take(&mut st.releases) {
-                st.custody.give_back(c);
-            }
-            (std::mem::take(&mut st.calls), std::mem::take(&mut st.handed))
+        let Some(Detached { calls, tokens }) = self.state().session.detach(why) else {
+            return;
         };
         // The application will not read its chunks any more: they go back
         // to the free list (outside the lock, which freeing takes).
-        let (calls, handed) = calls;
-        drop(handed);
+        drop(tokens);
         self.closed.store(true, Ordering::Release);
         self.in_flight.fetch_sub(calls.len() as u64, Ordering::Relaxed);
-        for (_, open) in calls {
-            open.tx.0.push(Inbound::Status(unavailable(why)), usize::MAX);
+        for tx in calls {
+            tx.0.push(Inbound::Status(unavailable(why)), usize::MAX);
         }
         self.wake.notify_one();
     }
 
     /// Why the application was cut off, if it was.
     pub fn closed_reason(&self) -> Option<String> {
-        self.state().closed.clone()
+        self.state().session.closed().map(str::to_string)
     }
 
     /// Requests posted so far, and how many of those from `from` on the
@@ -1166,15 +848,14 @@ impl Attachment {
     /// What the drain loop owes the application: cancels, and the chunks
     /// whose release is still to be posted.
     pub(crate) fn owed(&self) -> (usize, Vec<u32>) {
-        let st = self.state();
-        (st.cancels.len(), st.releases.iter().map(|c| c.offset).collect())
+        self.state().session.owed()
     }
 
     /// Region chunks lent to the application and held from it (read in
     /// place, or waiting for their release to be posted).
     pub fn chunk_use(&self) -> (u32, u32) {
         let st = self.state();
-        (st.chunks.in_use(), st.custody.held())
+        (st.chunks.in_use(), st.session.held())
     }
 }
 
@@ -1190,6 +871,7 @@ pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protoplane_seam::engine::STALE_PER_CALL;
     use protoplane_shm::layout::Class;
 
     /// An attachment on a small region, and the application's ends of it:

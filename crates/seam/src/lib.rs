@@ -11,6 +11,7 @@
 //! representations: a `Repr` is parsed from untrusted bytes with
 //! `parse`, knows its `buffer_len`, and `emit`s itself.
 
+pub mod app;
 pub mod engine;
 pub mod side;
 

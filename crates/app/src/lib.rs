@@ -24,7 +24,6 @@
 //! engine goes away (restart, crash), the calls in progress are cancelled
 //! and the application attaches again as soon as an engine listens.
 
-use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,10 +37,11 @@ use protoplane_grpc::{
     BoxFuture, Code, Message, Metadata, Peer, Request, Responder, Service, Status, Streaming,
 };
 use protoplane_rpc::deadline::until_deadline;
+use protoplane_seam::app::{AppSession, Incoming, SpanError, Taken};
 use protoplane_seam::{OpenRepr, ReplyRepr};
 use protoplane_shm::attach::{self, Answer, Hello, VERSION};
 use protoplane_shm::desc::{self, Descriptor, Span};
-use protoplane_shm::layout::{Chunk, Chunks, Custody, Half, Layout, APP_PARKED, ENGINE_PARKED};
+use protoplane_shm::layout::{Chunk, Chunks, Half, Layout, APP_PARKED, ENGINE_PARKED};
 use protoplane_shm::lease::{self, Held, Holder, Pool};
 use protoplane_shm::{sys, AsyncDoorbell, Bell, Consumer, Doorbell, Mapping, Producer, Ring};
 use protoplane_wire::{with_source, BlockSource, Lent};
@@ -287,15 +287,14 @@ struct CallCtl {
     requests: Option<mpsc::Sender<Message>>,
 }
 
+/// What the session's lock guards: the session's rules and bookkeeping,
+/// and the free list of this side's half.
 struct State {
     chunks: Chunks,
-    custody: Custody,
-    calls: HashMap<u64, CallCtl>,
-    releases: Vec<u32>,
-    /// Chunks of this side's half handed to the engine (by index), with
-    /// the bytes that keep each out of the free list until its release.
-    handed: Vec<Option<Bytes>>,
-    ended: bool,
+    /// The calls running beyond their first poll, and the chunks either
+    /// side holds of the other's half (tokens: the bytes that keep a chunk
+    /// of this side's half out of the free list until its release).
+    session: AppSession<CallCtl, Bytes>,
 }
 
 /// One attachment's shared state.
@@ -310,10 +309,8 @@ struct Session {
     room: Notify,
     /// The drain loop has something to post.
     wake: Notify,
-    /// This side's half of the layout, and the engine's (kept: working
-    /// them out allocates).
+    /// This side's half of the layout (kept: working it out allocates).
     own_half: Half,
-    engine_half: Half,
     stats: Arc<Stats>,
     /// Lends this side's chunks to the handlers' builders.
     source: Arc<dyn BlockSource>,
@@ -352,16 +349,11 @@ impl Session {
             requests: Mutex::new(Some((Consumer::new(req), app_bell))),
             state: Mutex::new(State {
                 chunks: Chunks::new(layout.app_chunks()),
-                custody: Custody::new(layout.engine_chunks()),
-                calls: HashMap::new(),
-                releases: Vec::new(),
-                handed: vec![None; layout.app_chunks().chunks() as usize],
-                ended: false,
+                session: AppSession::new(layout.app_chunks(), layout.engine_chunks()),
             }),
             room: Notify::new(),
             wake: Notify::new(),
             own_half: layout.app_chunks(),
-            engine_half: layout.engine_chunks(),
             stats,
             source: Arc::new(Responses(me.clone())),
             units,
@@ -376,12 +368,8 @@ impl Session {
 
     /// Cancels every call (the engine is gone).
     fn end(&self) {
-        let (calls, handed) = {
-            let mut st = self.state();
-            st.ended = true;
-            (std::mem::take(&mut st.calls), std::mem::take(&mut st.handed))
-        };
-        for (_, c) in calls {
+        let (calls, handed) = self.state().session.end();
+        for c in calls {
             c.abort.abort();
         }
         // Dropped outside the lock: the last reference frees its chunk,
@@ -403,7 +391,7 @@ impl Session {
                 self.take(d);
             }
             self.flush();
-            if self.state().ended {
+            if self.state().session.is_ended() {
                 return;
             }
             let now = Instant::now();
@@ -434,23 +422,15 @@ impl Session {
     }
 
     fn owes(&self) -> bool {
-        !self.state().releases.is_empty()
+        self.state().session.owes()
     }
 
     /// Hands back released request chunks the calls did not carry.
     fn flush(&self) {
         loop {
-            let batch: Vec<u32> = {
-                let mut st = self.state();
-                let n = st.releases.len().min(desc::RELEASES_PER_DESCRIPTOR);
-                let at = st.releases.len() - n;
-                st.releases.drain(at..).collect()
-            };
-            if batch.is_empty() {
-                return;
-            }
-            if self.responses.push(&Descriptor::releases(&batch)).is_err() {
-                self.state().releases.extend_from_slice(&batch);
+            let Some(d) = self.state().session.poll_transmit() else { return };
+            if self.responses.push(&d).is_err() {
+                self.state().session.unsent(&d);
                 return;
             }
             self.engine_bell.notify();
@@ -459,34 +439,25 @@ impl Session {
 
     /// Acts on one descriptor from the engine.
     fn take(self: &Arc<Self>, d: Descriptor) {
-        {
-            // The engine is done with these chunks: the bytes that held
-            // them go (outside the lock: the last one frees its chunk).
-            let mut back = Vec::new();
-            let mut st = self.state();
-            let half = &self.own_half;
-            for c in d.released() {
-                if let Some(b) = half.chunk_at(c).and_then(|c| st.handed.get_mut(c.index as usize))
-                {
-                    back.extend(b.take());
+        // The engine is done with the chunks it releases: the bytes that
+        // held them go (outside the lock: the last one frees its chunk).
+        let mut back = Vec::new();
+        let incoming = self.state().session.on_descriptor(&d, &mut back);
+        drop(back);
+        match incoming {
+            Incoming::Released => return,
+            Incoming::Notify => {
+                // A compute unit's answer: its text in the side range.
+                match self.side_of(&d) {
+                    Ok(text) => self.units().complete(&d, text),
+                    Err(st) => self.units().complete(
+                        &Descriptor { code: st.code as u8, ..d },
+                        Bytes::from(st.message.into_bytes()),
+                    ),
                 }
+                return;
             }
-            drop(st);
-            drop(back);
-        }
-        if d.flags == desc::RELEASE {
-            return;
-        }
-        if d.flags == desc::NOTIFY {
-            // A compute unit's answer: its text in the side range.
-            match self.side_of(&d) {
-                Ok(text) => self.units().complete(&d, text),
-                Err(st) => self.units().complete(
-                    &Descriptor { code: st.code as u8, ..d },
-                    Bytes::from(st.message.into_bytes()),
-                ),
-            }
-            return;
+            Incoming::Cancel | Incoming::Open | Incoming::More { .. } => {}
         }
         let message = match self.message_of(&d) {
             Ok(m) => m,
@@ -495,18 +466,22 @@ impl Session {
                 return;
             }
         };
-        if d.has(desc::CANCEL) {
-            if let Some(c) = self.state().calls.remove(&d.call) {
-                c.abort.abort();
+        let end = match incoming {
+            Incoming::Cancel => {
+                if let Some(c) = self.state().session.remove_call(d.call) {
+                    c.abort.abort();
+                }
+                return;
             }
-            return;
-        }
-        if d.has(desc::OPEN) {
-            self.open(d, message);
-            return;
-        }
+            Incoming::Open => {
+                self.open(d, message);
+                return;
+            }
+            Incoming::More { end } => end,
+            Incoming::Released | Incoming::Notify => return,
+        };
         let mut st = self.state();
-        let Some(call) = st.calls.get_mut(&d.call) else { return };
+        let Some(call) = st.session.call_mut(d.call) else { return };
         if let (Some(m), Some(tx)) = (message.map(|(m, _)| m), call.requests.as_ref()) {
             if tx.try_send(m).is_err() {
                 let st2 = Status::new(Code::ResourceExhausted, "too many requests queued");
@@ -515,22 +490,15 @@ impl Session {
                 return;
             }
         }
-        if d.has(desc::END) {
+        if end {
             call.requests = None;
         }
     }
 
     /// The side range of a descriptor that carries only that (a NOTIFY).
     fn side_of(self: &Arc<Self>, d: &Descriptor) -> Result<Bytes, Status> {
-        if d.side.len == 0 {
-            return Ok(Bytes::new());
-        }
-        let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
-        let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
-        if !d.side.within(chunk.offset, chunk.len) || d.block.len > 0 || d.wire.len > 0 {
-            self.give_back(chunk);
-            return Err(bad("a range outside its chunk".into()));
-        }
+        let taken = self.state().session.take_side(d).map_err(bad)?;
+        let Some(chunk) = taken else { return Ok(Bytes::new()) };
         let text = Held::new(self.clone(), chunk).piece(d.side);
         // A copy: the chunk goes back to the engine at once.
         Ok(Bytes::copy_from_slice(&text))
@@ -544,37 +512,13 @@ impl Session {
     /// in place in its chunk.
     #[allow(clippy::type_complexity)]
     fn message_of(self: &Arc<Self>, d: &Descriptor) -> Result<Option<(Message, Bytes)>, Status> {
-        let spans = [d.block, d.wire, d.side];
-        if spans.iter().all(|s| s.len == 0) {
-            return Ok(None);
-        }
-        let bad = |why: String| Status::new(Code::Internal, format!("engine descriptor: {why}"));
-        let chunk = self.state().custody.take(d.chunk).map_err(|e| bad(e.to_string()))?;
-        if [d.block, d.side].iter().any(|s| !s.within(chunk.offset, chunk.len)) {
-            self.give_back(chunk);
-            return Err(bad("a range outside its chunk".into()));
-        }
-        // The wire bytes are in the same chunk, or where the engine
-        // received them: a chunk of its half shared by several requests,
-        // held once more for this one.
-        let wire = if d.wire.within(chunk.offset, chunk.len) {
-            None
-        } else {
-            let landing = self.engine_half.chunk_containing(d.wire.offset);
-            let taken = landing
-                .filter(|l| d.wire.within(l.offset, l.len))
-                .ok_or_else(|| "the wire range outside any chunk".to_string())
-                .and_then(|l| {
-                    self.state().custody.take_shared(l.offset).map_err(|e| e.to_string())
-                });
-            match taken {
-                Ok(l) => Some(Held::new(self.clone(), l)),
-                Err(why) => {
-                    self.give_back(chunk);
-                    return Err(bad(why));
-                }
-            }
-        };
+        // Every range checked against the chunk it names; the wire bytes
+        // in the same chunk, or where the engine received them (a chunk of
+        // its half shared by several requests, held once more for this
+        // one).
+        let taken = self.state().session.take_message(d).map_err(bad)?;
+        let Some(Taken { chunk, landing }) = taken else { return Ok(None) };
+        let wire = landing.map(|l| Held::new(self.clone(), l));
         let held = Held::new(self.clone(), chunk);
         let piece = |s: Span| held.piece(s);
         let input = self
@@ -591,7 +535,7 @@ impl Session {
     }
 
     fn fail(self: &Arc<Self>, call: u64, st: Status) {
-        if let Some(c) = self.state().calls.remove(&call) {
+        if let Some(c) = self.state().session.remove_call(call) {
             c.abort.abort();
         }
         let s = self.clone();
@@ -689,13 +633,13 @@ impl Session {
             }
         }
         let (abort, reg) = AbortHandle::new_pair();
-        self.state().calls.insert(call, CallCtl { abort, requests });
+        self.state().session.insert_call(call, CallCtl { abort, requests });
         let s = self.clone();
         tokio::spawn(async move {
             // Aborted: the engine cancelled the call, or went away; it
             // expects no answer.
             let _ = Abortable::new(driver, reg).await;
-            s.state().calls.remove(&call);
+            s.state().session.remove_call(call);
         });
     }
 
@@ -859,7 +803,7 @@ impl Session {
     fn placed(&self, block: &Bytes, wire: &Bytes) -> Option<(Chunk, Span, bool)> {
         let (msg, is_block) = if block.is_empty() { (wire, false) } else { (block, true) };
         let (chunk, span) = lease::locate(&self.map, &self.own_half, msg)?;
-        let free = self.state().handed.get(chunk.index as usize).is_some_and(|h| h.is_none());
+        let free = self.state().session.is_free(chunk);
         // Already handed over (the same bytes sent twice): the second time
         // is a copy.
         free.then_some((chunk, span, is_block))
@@ -917,22 +861,12 @@ impl Session {
                 }
             },
         };
-        {
-            let mut st = self.state();
-            if st.ended {
-                return Err(());
-            }
-            if let Some((chunk, bytes)) = &held {
-                // Held until the engine releases it (before the descriptor
-                // leaves: the release may come at once). `held` itself goes
-                // after the lock: the last reference frees the chunk, which
-                // takes the lock.
-                if let Some(slot) = st.handed.get_mut(chunk.index as usize) {
-                    *slot = Some(bytes.clone());
-                }
-            }
-            d.release = st.releases.pop().unwrap_or(0);
-        }
+        // Held until the engine releases it (before the descriptor leaves:
+        // the release may come at once). `held` itself goes after the lock:
+        // the last reference frees the chunk, which takes the lock.
+        let token = held.as_ref().map(|(chunk, bytes)| (*chunk, bytes.clone()));
+        let replaced = self.state().session.hand_over(&mut d, token).map_err(|_| ())?;
+        drop(replaced);
         loop {
             match self.responses.push(&d) {
                 Ok(()) => {
@@ -940,7 +874,7 @@ impl Session {
                     return Ok(());
                 }
                 Err(_) => {
-                    if self.state().ended {
+                    if self.state().session.is_ended() {
                         return Err(());
                     }
                     tokio::time::sleep(Duration::from_micros(100)).await;
@@ -966,7 +900,7 @@ impl Session {
             let notified = self.room.notified();
             let got = {
                 let mut st = self.state();
-                if st.ended {
+                if st.session.is_ended() {
                     return Err(());
                 }
                 if !st.chunks.fits(need) {
@@ -1005,7 +939,7 @@ impl Pool for Session {
 
     fn alloc(&self, need: usize) -> Option<Chunk> {
         let mut st = self.state();
-        if st.ended {
+        if st.session.is_ended() {
             return None;
         }
         st.chunks.alloc(need)
@@ -1056,14 +990,17 @@ impl Holder for Session {
 
     /// A request chunk's lease ended: hand it back.
     fn give_back(&self, c: Chunk) {
-        let mut st = self.state();
-        st.custody.give_back(c);
-        if !st.ended {
-            st.releases.push(c.offset);
-            drop(st);
+        let owed = self.state().session.give_back(c);
+        if owed {
             self.wake.notify_one();
         }
     }
+}
+
+/// A descriptor from the engine whose ranges cannot be read: its call
+/// fails with INTERNAL.
+fn bad(e: SpanError) -> Status {
+    Status::new(Code::Internal, format!("engine descriptor: {e}"))
 }
 
 /// Where a response item's bytes go: a block, or already encoded bytes.

@@ -24,7 +24,8 @@ use protoplane_grpc::{
 };
 use protoplane_shm::desc::{self, Descriptor};
 
-use crate::attachment::{timeout_ns, Attachment, Inbound, PostError};
+use crate::attachment::events::Inbound;
+use crate::attachment::{timeout_ns, Attachment, PostError};
 use crate::device::Placed;
 use crate::functional::{self, MethodStats, Offloaded};
 use crate::registry::Registry;

@@ -18,7 +18,8 @@
 //! doorbell, the free list of the engine's half and the calls' event
 //! queues, reads the bytes a descriptor names (one copy out of the
 //! application's half), and calls the session for every decision about
-//! calls, chunks and budgets.
+//! calls, chunks and budgets. A call's events reach its proxy through
+//! `events`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +28,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use protoplane_grpc::landing::{Keeper, Landing};
-use protoplane_grpc::{Code, Metadata, Status};
+use protoplane_grpc::{Code, Status};
 use protoplane_schema::TableSet;
 use protoplane_seam::engine::{CallRef, Detached, EngineSession, Limits, Received};
 use protoplane_seam::ReplyRepr;
@@ -40,97 +41,9 @@ use tokio::sync::Notify;
 
 use crate::budget::Budgets;
 use crate::device::{Answer, Device, Taken};
+use events::{events, EventRx, EventTx, Inbound};
 
-/// What the application sent for one call, as the call's proxy takes it.
-#[derive(Debug)]
-pub(crate) enum Inbound {
-    /// Initial metadata the application sent explicitly, or ahead of a
-    /// message: the response headers leave now.
-    Headers(Metadata),
-    /// Initial metadata that came with the call's end and no message: it
-    /// goes in a trailers-only response.
-    Staged(Metadata),
-    /// A response: a linearized block (or, `encoded`, message bytes) read
-    /// in place in the region, and whether to compress it.
-    Message { bytes: Bytes, encoded: bool, compress: bool },
-    /// The call's end.
-    Status(Status),
-}
-
-/// One call's events from the application, in order, for its proxy. A
-/// unary call carries two or three, so this is a small locked queue (its
-/// first push makes room for four) rather than a channel, whose first block
-/// has room for 32 events: 2 KiB per call, off the allocator's fast path,
-/// which showed in the engine's profile.
-#[derive(Debug, Default)]
-struct Events {
-    queue: Mutex<(VecDeque<Inbound>, bool)>,
-    ready: Notify,
-}
-
-impl Events {
-    fn lock(&self) -> MutexGuard<'_, (VecDeque<Inbound>, bool)> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `ev`; `false` (and nothing queued) when `max` events wait
-    /// already (the application outruns the call's client).
-    fn push(&self, ev: Inbound, max: usize) -> bool {
-        let mut q = self.lock();
-        if q.0.len() >= max {
-            return false;
-        }
-        q.0.push_back(ev);
-        drop(q);
-        // One proxy waits; `notify_one` keeps a permit if it is not waiting
-        // yet, so a push between its check and its wait is not lost.
-        self.ready.notify_one();
-        true
-    }
-}
-
-/// The attachment's end of a call's events; dropping it (the call left the
-/// attachment's table) closes the queue once the events in it are taken.
-#[derive(Debug)]
-pub(crate) struct EventTx(Arc<Events>);
-
-impl Drop for EventTx {
-    fn drop(&mut self) {
-        self.0.lock().1 = true;
-        self.0.ready.notify_one();
-    }
-}
-
-/// The proxy's end of a call's events.
-#[derive(Debug)]
-pub(crate) struct EventRx(Arc<Events>);
-
-impl EventRx {
-    /// The next event; `None` once the queue is closed and empty.
-    pub(crate) async fn recv(&mut self) -> Option<Inbound> {
-        loop {
-            match self.try_recv() {
-                Ok(ev) => return Some(ev),
-                Err(true) => return None,
-                Err(false) => self.0.ready.notified().await,
-            }
-        }
-    }
-
-    /// The next event if there is one; `Err(closed)` if not.
-    pub(crate) fn try_recv(&mut self) -> Result<Inbound, bool> {
-        let mut q = self.0.lock();
-        match q.0.pop_front() {
-            Some(ev) => Ok(ev),
-            None => Err(q.1),
-        }
-    }
-}
-
-fn events() -> (EventTx, EventRx) {
-    let e = Arc::new(Events::default());
-    (EventTx(e.clone()), EventRx(e))
-}
+pub(crate) mod events;
 
 /// Counters kept per attachment (and summed for the engine's report).
 #[derive(Debug, Default)]
@@ -869,184 +782,4 @@ pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use protoplane_seam::engine::STALE_PER_CALL;
-    use protoplane_shm::layout::Class;
-
-    /// An attachment on a small region, and the application's ends of it:
-    /// its mapping, its consumer of the request ring, its producer of the
-    /// response ring.
-    fn attached() -> (Arc<Attachment>, Receiver, Arc<Mapping>, Consumer, Producer) {
-        let layout = Layout { ring_slots: 8, classes: vec![Class { size: 4096, count: 2 }] };
-        let (region, att, rx) = crate::region(
-            1,
-            0,
-            vec!["a.S".into()],
-            layout.clone(),
-            None,
-            crate::Budgets::default(),
-        )
-        .expect("region");
-        let parts = layout.app_parts(&region.shared, &region.engine_half);
-        let map = Arc::new(Mapping::map_parts(&parts).expect("map"));
-        let ring = |at| Ring::new(map.clone(), at, layout.ring_slots).expect("ring");
-        let (requests, responses) = (ring(layout.request_ring()), ring(layout.response_ring()));
-        (att, rx, map, Consumer::new(requests), Producer::new(responses))
-    }
-
-    /// A response for a call that already ended (the engine cancelled
-    /// it), in the application's first chunk.
-    fn stale(att: &Attachment) -> Descriptor {
-        let (call, _rx) = att.open_call().expect("open");
-        att.close_call(call, Some((0, 0)));
-        let chunk = att.layout.app_half() as u32;
-        Descriptor {
-            call,
-            flags: desc::MESSAGE,
-            block: Span { offset: chunk, len: 16 },
-            chunk,
-            ..Descriptor::default()
-        }
-    }
-
-    #[test]
-    fn a_chunk_is_not_handed_over_again_before_its_release() {
-        // Found by the `ring` fuzz target: the engine gave a chunk back to
-        // its custody when the lease ended, before the release was posted,
-        // so an application could hand it over again and again, each time
-        // owing one more release (duplicates, and without bound while the
-        // request ring stays full).
-        let (att, mut rx, _map, _requests, responses) = attached();
-        for call in 0..8 {
-            att.post(Descriptor { call, flags: desc::END, ..Descriptor::default() }, &[], &[], &[])
-                .expect("room");
-        }
-        let d = stale(&att);
-        responses.push(&d).expect("room");
-        responses.push(&d).expect("room");
-        assert_eq!(take(&att, &mut rx.responses, 256), 2);
-        let why = att.closed_reason().expect("detached");
-        assert!(why.contains("handed over twice"), "{why}");
-        assert_eq!(att.chunk_use().1, 0, "nothing held after the detach");
-    }
-
-    #[test]
-    fn a_bad_release_after_a_good_one_detaches_without_deadlock() {
-        // Found by the `ring` fuzz target: a descriptor releasing a lent
-        // chunk and then one that was not lent returned its error while
-        // holding both the state lock and the first chunk, whose drop
-        // takes the lock: the drain loop hung.
-        let (att, mut rx, _map, mut requests, responses) = attached();
-        att.post(
-            Descriptor { call: 1, flags: desc::OPEN, ..Descriptor::default() },
-            &[1; 64],
-            &[],
-            &[],
-        )
-        .expect("room");
-        att.flush();
-        let lent = requests.pop().expect("the request").chunk;
-        assert_ne!(lent, 0, "the request's block is in a lent chunk");
-        responses.push(&Descriptor::releases(&[lent, lent])).expect("room");
-        assert_eq!(take(&att, &mut rx.responses, 256), 1);
-        let why = att.closed_reason().expect("detached");
-        assert!(why.contains("was not lent"), "{why}");
-    }
-
-    #[test]
-    fn a_released_chunk_can_be_handed_over_again() {
-        let (att, mut rx, _map, mut requests, responses) = attached();
-        let d = stale(&att);
-        for _ in 0..3 {
-            responses.push(&d).expect("room");
-            assert_eq!(take(&att, &mut rx.responses, 256), 1);
-            assert_eq!(att.chunk_use().1, 1, "held until its release is posted");
-            att.flush();
-            let release = requests.pop().expect("the release");
-            assert_eq!(release.released().collect::<Vec<_>>(), [d.chunk]);
-            assert_eq!(att.chunk_use().1, 0);
-        }
-        assert!(att.closed_reason().is_none());
-    }
-
-    #[test]
-    fn idle_descriptors_are_violations() {
-        // An empty release.
-        let (att, mut rx, _map, _requests, responses) = attached();
-        responses
-            .push(&Descriptor { flags: desc::RELEASE, ..Descriptor::default() })
-            .expect("room");
-        take(&att, &mut rx.responses, 256);
-        assert!(att.closed_reason().expect("detached").contains("release of no chunk"));
-
-        // Late answers: a few per call the engine ended, then no more.
-        let (att, mut rx, _map, _requests, responses) = attached();
-        let late = Descriptor { flags: desc::STATUS | desc::END, ..stale(&att) };
-        let late = Descriptor { block: Span::default(), chunk: 0, ..late };
-        for _ in 0..STALE_PER_CALL {
-            responses.push(&late).expect("room");
-            assert_eq!(take(&att, &mut rx.responses, 256), 1);
-        }
-        assert!(att.closed_reason().is_none(), "late answers of an ended call");
-        responses.push(&late).expect("room");
-        take(&att, &mut rx.responses, 256);
-        let why = att.closed_reason().expect("detached");
-        assert!(why.contains("more descriptors for ended calls"), "{why}");
-
-        // A call the engine never opened.
-        let (att, mut rx, _map, _requests, responses) = attached();
-        responses.push(&Descriptor { call: 7, ..late }).expect("room");
-        take(&att, &mut rx.responses, 256);
-        assert!(att.closed_reason().expect("detached").contains("never opened"));
-    }
-
-    #[test]
-    fn request_memory_held_past_its_call_breaks_the_budget() {
-        let (att, _rx, _map, mut requests, _responses) = attached();
-        let ticks = att.budgets.ticks(att.budgets.release_timeout);
-        let (call, _events) = att.open_call().expect("open");
-        let open = Descriptor { call, flags: desc::OPEN, ..Descriptor::default() };
-        att.post(open, &[1; 64], &[], &[]).expect("room");
-        let chunk = requests.pop().expect("the request").chunk;
-        assert_ne!(chunk, 0);
-        // Held while its call is open: any number of ticks.
-        for _ in 0..3 * ticks {
-            att.check_budgets().expect("the call is open");
-        }
-        // The call ends; the chunk stays held: the budget runs out.
-        att.close_call(call, Some((0, 0)));
-        for _ in 0..ticks {
-            att.check_budgets().expect("within the release timeout");
-        }
-        let why = att.check_budgets().expect_err("past it");
-        assert!(why.contains(&format!("chunk {chunk:#x}")), "{why}");
-    }
-
-    #[test]
-    fn calls_ending_unanswered_make_a_black_hole() {
-        let (att, mut rx, _map, _requests, responses) = attached();
-        let b = att.budgets.clone();
-        let ticks = b.ticks(b.answer_timeout);
-        for _ in 0..b.max_unanswered - 1 {
-            let (call, _) = att.open_call().expect("open");
-            att.close_call(call, Some((0, 0)));
-        }
-        // One answer in between resets the count.
-        let (answered, _) = att.open_call().expect("open");
-        let status =
-            Descriptor { call: answered, flags: desc::STATUS | desc::END, ..Descriptor::default() };
-        responses.push(&status).expect("room");
-        take(&att, &mut rx.responses, 256);
-        for _ in 0..b.max_unanswered {
-            let (call, _) = att.open_call().expect("open");
-            att.close_call(call, Some((0, 0)));
-        }
-        for _ in 0..ticks {
-            att.check_budgets().expect("answered recently");
-        }
-        let why = att.check_budgets().expect_err("a black hole");
-        assert!(why.contains("ended unanswered"), "{why}");
-        assert!(att.closed_reason().is_none(), "the drain loop detaches, not the check");
-    }
-}
+mod tests;

@@ -34,9 +34,16 @@
 //! `protoplane_shm::desc` first: the descriptor's fields and flags.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use protoplane_shm::desc::{self, Descriptor};
 use protoplane_shm::layout::{Chunk, Custody, Half, LayoutError};
+
+/// The deadline of the call an OPEN starts, taken at `now`: its
+/// `timeout_ns` from then on (none for 0).
+pub fn deadline(d: &Descriptor, now: Instant) -> Option<Instant> {
+    (d.timeout_ns > 0).then(|| now + Duration::from_nanos(d.timeout_ns))
+}
 
 /// What a descriptor from the engine is for, once its releases are taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

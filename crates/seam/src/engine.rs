@@ -33,7 +33,7 @@
 //! Read `protoplane_shm::desc` first: the descriptor's fields and flags.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Custody, Half, LayoutError};
@@ -47,6 +47,12 @@ pub const APP_FLAGS: u16 =
 pub const STALE_PER_CALL: u64 = 16;
 /// The most late descriptors allowed at once.
 pub const STALE_MAX: u64 = 1 << 20;
+
+/// The time left at `now` until a call's `deadline`, as its OPEN carries
+/// it (`timeout_ns`): 0 is no deadline, so one already passed is 1 ns.
+pub fn timeout_ns(deadline: Option<Instant>, now: Instant) -> u64 {
+    deadline.map_or(0, |d| (d.saturating_duration_since(now).as_nanos() as u64).max(1))
+}
 
 /// The budgets the session checks, in budget ticks (the driver's clock);
 /// the timeouts themselves name the budget in a [`Violation`].

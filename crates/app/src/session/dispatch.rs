@@ -6,7 +6,7 @@
 //! sends is posted as it comes ([`super::post`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
@@ -15,7 +15,7 @@ use protoplane_grpc::{
     Code, Message, Metadata, Peer, Request, Responder, Service, Status, Streaming,
 };
 use protoplane_rpc::deadline::until_deadline;
-use protoplane_seam::OpenRepr;
+use protoplane_seam::{app as seam, OpenRepr};
 use protoplane_shm::desc::{self, Descriptor};
 use tokio::sync::mpsc;
 
@@ -60,8 +60,7 @@ impl Session {
                 return;
             }
         };
-        let deadline =
-            (d.timeout_ns > 0).then(|| Instant::now() + Duration::from_nanos(d.timeout_ns));
+        let deadline = seam::deadline(&d, Instant::now());
         let (requests, streaming) = if client_streaming {
             let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
             if let Some(m) = message {

@@ -24,7 +24,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
 
 use bytes::Bytes;
 use protoplane_grpc::landing::{Keeper, Landing};
@@ -774,11 +773,6 @@ impl Attachment {
 
 pub(crate) fn unavailable(why: &str) -> Status {
     Status::new(Code::Unavailable, format!("application detached: {why}"))
-}
-
-/// The time left until `deadline`, as a descriptor carries it.
-pub(crate) fn timeout_ns(deadline: Option<Instant>) -> u64 {
-    deadline.map_or(0, |d| (d.saturating_duration_since(Instant::now()).as_nanos() as u64).max(1))
 }
 
 #[cfg(test)]

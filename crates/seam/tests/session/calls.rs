@@ -160,3 +160,23 @@ fn an_owed_release_rides_on_the_next_request() {
     p.app_takes();
     assert_eq!(p.app_free.in_use(), 0, "the response's chunk came back with it");
 }
+
+#[test]
+fn a_deadline_crosses_as_the_time_left() {
+    use std::time::{Duration, Instant};
+
+    use protoplane_seam::{app, engine};
+
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_millis(5);
+    // Posted 1 ms after the call's deadline was set: 4 ms left.
+    let left = engine::timeout_ns(Some(deadline), t0 + Duration::from_millis(1));
+    assert_eq!(left, 4_000_000);
+    let open = Descriptor { call: 1, flags: desc::OPEN, timeout_ns: left, ..Descriptor::default() };
+    let taken = t0 + Duration::from_millis(2);
+    assert_eq!(app::deadline(&open, taken), Some(taken + Duration::from_millis(4)));
+    // No deadline is 0; one already passed still is one (1 ns).
+    assert_eq!(engine::timeout_ns(None, t0), 0);
+    assert_eq!(app::deadline(&Descriptor { timeout_ns: 0, ..open }, taken), None);
+    assert_eq!(engine::timeout_ns(Some(t0), deadline), 1);
+}

@@ -34,7 +34,7 @@ use protoplane_offload::cu::{DeviceRef, TaskDescriptor};
 use protoplane_shm::desc::{self, Descriptor};
 use tokio::sync::oneshot;
 
-use crate::Session;
+use crate::session::Session;
 
 /// Answers this process waits for at once, at most.
 const MAX_PENDING: usize = 65_536;

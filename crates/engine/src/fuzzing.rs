@@ -16,7 +16,8 @@ use bytes::Bytes;
 use protoplane_grpc::{Metadata, Status};
 use protoplane_shm::{Consumer, Descriptor, Layout, Mapping};
 
-use crate::attachment::{self, Attachment, EventRx, Inbound, PostError};
+use crate::attachment::events::{EventRx, Inbound};
+use crate::attachment::{self, Attachment, PostError};
 
 /// The engine's end of one attachment.
 #[derive(Debug)]

@@ -24,10 +24,12 @@ use protoplane_grpc::{
 };
 use protoplane_shm::desc::{self, Descriptor};
 
-use crate::attachment::{timeout_ns, Attachment, Inbound, PostError};
+use crate::attachment::events::Inbound;
+use crate::attachment::{Attachment, PostError};
 use crate::device::Placed;
 use crate::functional::{self, MethodStats, Offloaded};
 use crate::registry::Registry;
+use protoplane_seam::engine::timeout_ns;
 use protoplane_seam::OpenRepr;
 
 /// Bounds on what waits for an application.
@@ -220,7 +222,7 @@ impl SplitService {
             method,
             service,
             flags: desc::OPEN,
-            timeout_ns: timeout_ns(deadline),
+            timeout_ns: timeout_ns(deadline, Instant::now()),
             ..Descriptor::default()
         };
         let mut requests_done = !client_streaming;

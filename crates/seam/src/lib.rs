@@ -10,7 +10,21 @@
 //! [`side`] is their codec, in the shape smoltcp gives its packet
 //! representations: a `Repr` is parsed from untrusted bytes with
 //! `parse`, knows its `buffer_len`, and `emit`s itself.
+//!
+//! Each side's session is a state machine here too, sans I/O (as
+//! quinn-proto's `Connection` is to quinn): [`engine::EngineSession`] and
+//! [`app::AppSession`] take descriptors and the driver's actions, and
+//! answer with decisions (what a descriptor is for, which chunks may be
+//! read, what is owed to the other side, which rule was broken). They map
+//! no memory, touch no ring, spawn nothing and read no clock: a region is
+//! its chunk and range numbers, and the engine's budget clock advances
+//! when its driver ticks it. `protoplane-engine`'s attachment and
+//! `protoplane-app`'s session drive them; `tests/session/` runs an engine
+//! session and an application session against each other in memory, one
+//! file per topic.
 
+pub mod app;
+pub mod engine;
 pub mod side;
 
 pub use protoplane_shm::desc;

@@ -1,0 +1,49 @@
+//! The attach handshake, on a blocking Unix socket: the application's
+//! `Hello` (its services and their schemas' digests), the engine's answer,
+//! and the region it hands over (the shared part and the engine's half as
+//! file descriptors, the doorbell). The layout is validated against the
+//! files' sizes before anything is mapped, and the engine's half is mapped
+//! read-only.
+
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protoplane_shm::attach::{self, Answer, Hello, VERSION};
+use protoplane_shm::layout::Layout;
+use protoplane_shm::{sys, Bell, Mapping};
+
+use crate::Error;
+
+/// What an accepted attach hands this process: the socket (its closing
+/// tells that the engine went away), the layout, the mapping, the doorbell.
+pub(crate) type Connected = (UnixStream, Layout, Arc<Mapping>, Bell);
+
+/// Attaches to the engine at `path`.
+pub(crate) fn connect(path: &Path, hello: &Hello) -> Result<Connected, Error> {
+    let un = |e: std::io::Error| Error::Unreachable(e.to_string());
+    let sock = UnixStream::connect(path).map_err(un)?;
+    sock.set_read_timeout(Some(Duration::from_secs(10))).map_err(un)?;
+    attach::send(&sock, &hello.encode(), &[]).map_err(un)?;
+    let (msg, fds) = attach::recv(&sock).map_err(un)?;
+    let answer = Answer::decode(&msg).map_err(|e| Error::Refused(e.to_string()))?;
+    let layout = match answer {
+        Answer::Refuse(why) => return Err(Error::Refused(why)),
+        Answer::Accept { version, layout, .. } if version == VERSION => layout,
+        Answer::Accept { version, .. } => {
+            return Err(Error::Refused(format!("engine speaks version {version}")))
+        }
+    };
+    let mut fds = fds.into_iter();
+    let (Some(shared), Some(requests), Some(bell)) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(Error::Unreachable("the engine's answer lacks its descriptors".into()));
+    };
+    let lens = (sys::file_len(&shared).map_err(un)?, sys::file_len(&requests).map_err(un)?);
+    layout.validate(Some(lens)).map_err(|e| Error::Refused(e.to_string()))?;
+    // The engine's half read-only: the engine sealed it, and this process
+    // has no business writing it.
+    let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).map_err(un)?;
+    let bell = Bell::from_fd(bell).map_err(un)?;
+    Ok((sock, layout, Arc::new(map), bell))
+}

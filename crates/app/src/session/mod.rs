@@ -1,0 +1,323 @@
+//! One attachment's session driver: the rings, the doorbells and the
+//! mapping around the sans-IO `protoplane_seam::app::AppSession`, which it
+//! asks about every descriptor, call and chunk.
+//!
+//! The drain loop ([`Session::drain`]) takes the engine's descriptors from
+//! the request ring, spins a little after work and then parks on its
+//! doorbell; each descriptor's releases, kind and ranges are the
+//! session's decision, and this driver turns them into actions: a request
+//! read in place in its chunk ([`Held`] pieces, the chunk handed back when
+//! the last piece goes), a call started ([`dispatch`]), a handler aborted,
+//! a compute unit's answer completed. What the handlers send leaves
+//! through [`post`]; the memory they build it in is lent by [`pool`].
+//!
+//! Locking: one mutex guards the session and the free list; dropping the
+//! bytes that hold a chunk frees it, which takes that mutex, so chunk
+//! tokens the session hands back are always dropped after the lock.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::AbortHandle;
+use protoplane_grpc::{Code, Message, Service, Status};
+use protoplane_seam::app::{AppSession, Incoming, SpanError, Taken};
+use protoplane_shm::desc::{self, Descriptor, Span};
+use protoplane_shm::layout::{Chunk, Chunks, Half, Layout, APP_PARKED, ENGINE_PARKED};
+use protoplane_shm::lease::{Held, Holder};
+use protoplane_shm::{AsyncDoorbell, Bell, Consumer, Doorbell, Mapping, Producer, Ring};
+use protoplane_wire::BlockSource;
+use tokio::sync::{mpsc, Notify};
+
+use crate::{units, Stats};
+
+mod dispatch;
+mod pool;
+mod post;
+
+use pool::Responses;
+
+/// A call in the session's table: how to stop its handler, and where its
+/// further requests go (client streaming, until the last).
+struct CallCtl {
+    abort: AbortHandle,
+    requests: Option<mpsc::Sender<Message>>,
+}
+
+/// What the session's lock guards: the session's rules and bookkeeping,
+/// and the free list of this side's half.
+struct State {
+    chunks: Chunks,
+    /// The calls running beyond their first poll, and the chunks either
+    /// side holds of the other's half (tokens: the bytes that keep a chunk
+    /// of this side's half out of the free list until its release).
+    session: AppSession<CallCtl, Bytes>,
+}
+
+/// One attachment's shared state.
+pub(crate) struct Session {
+    services: Vec<Arc<dyn Service>>,
+    map: Arc<Mapping>,
+    responses: Producer,
+    engine_bell: Doorbell,
+    requests: Mutex<Option<(Consumer, AsyncDoorbell)>>,
+    state: Mutex<State>,
+    /// Room came back (a chunk or a ring slot): posters waiting retry.
+    room: Notify,
+    /// The drain loop has something to post.
+    wake: Notify,
+    /// This side's half of the layout (kept: working it out allocates).
+    own_half: Half,
+    stats: Arc<Stats>,
+    /// Lends this side's chunks to the handlers' builders.
+    source: Arc<dyn BlockSource>,
+    /// The compute units' answers this process waits for.
+    units: Arc<units::Inner>,
+    /// Whether calls may start in the drain loop (the runtime is
+    /// single-threaded, so a task would run on the same thread anyway).
+    inline: bool,
+}
+
+impl Session {
+    pub(crate) fn new(
+        services: Vec<Arc<dyn Service>>,
+        layout: Layout,
+        map: Arc<Mapping>,
+        bell: Bell,
+        stats: Arc<Stats>,
+        units: Arc<units::Inner>,
+    ) -> Result<Arc<Session>, String> {
+        let req = Ring::new(map.clone(), layout.request_ring(), layout.ring_slots)
+            .ok_or("request ring outside the region")?;
+        let resp = Ring::new(map.clone(), layout.response_ring(), layout.ring_slots)
+            .ok_or("response ring outside the region")?;
+        let bell = Arc::new(bell);
+        let engine_bell =
+            Doorbell::new(map.clone(), ENGINE_PARKED, bell.clone()).ok_or("engine doorbell")?;
+        let app_bell = Doorbell::new(map.clone(), APP_PARKED, bell)
+            .ok_or("application doorbell")?
+            .into_async()
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new_cyclic(|me| Session {
+            services,
+            map,
+            responses: Producer::new(resp),
+            engine_bell,
+            requests: Mutex::new(Some((Consumer::new(req), app_bell))),
+            state: Mutex::new(State {
+                chunks: Chunks::new(layout.app_chunks()),
+                session: AppSession::new(layout.app_chunks(), layout.engine_chunks()),
+            }),
+            room: Notify::new(),
+            wake: Notify::new(),
+            own_half: layout.app_chunks(),
+            stats,
+            source: Arc::new(Responses(me.clone())),
+            units,
+            inline: tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread),
+        }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancels every call (the engine is gone).
+    pub(crate) fn end(&self) {
+        let (calls, handed) = self.state().session.end();
+        for c in calls {
+            c.abort.abort();
+        }
+        // Dropped outside the lock: the last reference frees its chunk,
+        // which takes the lock.
+        drop(handed);
+        self.room.notify_waiters();
+    }
+
+    /// Takes requests until the engine goes away.
+    pub(crate) async fn drain(self: Arc<Self>, spin: Duration) {
+        let taken = self.requests.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some((mut ring, bell)) = taken else { return };
+        let mut spin_until = Instant::now() + spin;
+        loop {
+            let mut n = 0;
+            while n < 256 {
+                let Some(d) = ring.pop() else { break };
+                n += 1;
+                self.take(d);
+            }
+            self.flush();
+            if self.state().session.is_ended() {
+                return;
+            }
+            let now = Instant::now();
+            if n > 0 || now < spin_until {
+                if n > 0 {
+                    spin_until = now + spin;
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
+            bell.prepare_park();
+            if !ring.is_empty() || self.owes() {
+                if !bell.unpark() {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = bell.wait() => {}
+                _ = self.wake.notified() => {}
+            }
+            if !bell.unpark() {
+                // The engine closed its end: it is gone.
+                return;
+            }
+            spin_until = Instant::now() + spin;
+        }
+    }
+
+    fn owes(&self) -> bool {
+        self.state().session.owes()
+    }
+
+    /// Hands back released request chunks the calls did not carry.
+    fn flush(&self) {
+        loop {
+            let Some(d) = self.state().session.poll_transmit() else { return };
+            if self.responses.push(&d).is_err() {
+                self.state().session.unsent(&d);
+                return;
+            }
+            self.engine_bell.notify();
+        }
+    }
+
+    /// Acts on one descriptor from the engine.
+    fn take(self: &Arc<Self>, d: Descriptor) {
+        // The engine is done with the chunks it releases: the bytes that
+        // held them go (outside the lock: the last one frees its chunk).
+        let mut back = Vec::new();
+        let incoming = self.state().session.on_descriptor(&d, &mut back);
+        drop(back);
+        match incoming {
+            Incoming::Released => return,
+            Incoming::Notify => {
+                // A compute unit's answer: its text in the side range.
+                match self.side_of(&d) {
+                    Ok(text) => self.units().complete(&d, text),
+                    Err(st) => self.units().complete(
+                        &Descriptor { code: st.code as u8, ..d },
+                        Bytes::from(st.message.into_bytes()),
+                    ),
+                }
+                return;
+            }
+            Incoming::Cancel | Incoming::Open | Incoming::More { .. } => {}
+        }
+        let message = match self.message_of(&d) {
+            Ok(m) => m,
+            Err(st) => {
+                self.fail(d.call, st);
+                return;
+            }
+        };
+        let end = match incoming {
+            Incoming::Cancel => {
+                if let Some(c) = self.state().session.remove_call(d.call) {
+                    c.abort.abort();
+                }
+                return;
+            }
+            Incoming::Open => {
+                self.open(d, message);
+                return;
+            }
+            Incoming::More { end } => end,
+            Incoming::Released | Incoming::Notify => return,
+        };
+        let mut st = self.state();
+        let Some(call) = st.session.call_mut(d.call) else { return };
+        if let (Some(m), Some(tx)) = (message.map(|(m, _)| m), call.requests.as_ref()) {
+            if tx.try_send(m).is_err() {
+                let st2 = Status::new(Code::ResourceExhausted, "too many requests queued");
+                drop(st);
+                self.fail(d.call, st2);
+                return;
+            }
+        }
+        if end {
+            call.requests = None;
+        }
+    }
+
+    /// The side range of a descriptor that carries only that (a NOTIFY).
+    fn side_of(self: &Arc<Self>, d: &Descriptor) -> Result<Bytes, Status> {
+        let taken = self.state().session.take_side(d).map_err(bad)?;
+        let Some(chunk) = taken else { return Ok(Bytes::new()) };
+        let text = Held::new(self.clone(), chunk).piece(d.side);
+        // A copy: the chunk goes back to the engine at once.
+        Ok(Bytes::copy_from_slice(&text))
+    }
+
+    fn units(&self) -> &units::Inner {
+        &self.units
+    }
+
+    /// The request message (and side sections) a descriptor carries, read
+    /// in place in its chunk.
+    #[allow(clippy::type_complexity)]
+    fn message_of(self: &Arc<Self>, d: &Descriptor) -> Result<Option<(Message, Bytes)>, Status> {
+        // Every range checked against the chunk it names; the wire bytes
+        // in the same chunk, or where the engine received them (a chunk of
+        // its half shared by several requests, held once more for this
+        // one).
+        let taken = self.state().session.take_message(d).map_err(bad)?;
+        let Some(Taken { chunk, landing }) = taken else { return Ok(None) };
+        let wire = landing.map(|l| Held::new(self.clone(), l));
+        let held = Held::new(self.clone(), chunk);
+        let piece = |s: Span| held.piece(s);
+        let input = self
+            .services
+            .get(d.service as usize)
+            .and_then(|s| s.schema().method(d.method).map(|m| m.input))
+            .unwrap_or(u32::MAX);
+        let wire = wire.map_or_else(|| piece(d.wire), |w| w.piece(d.wire));
+        let mut m = Message::from_parts(piece(d.block), wire, input);
+        // The engine decompressed it; a handler may still ask whether the
+        // client compressed it (the interop suite's compressed requests do).
+        m.set_compressed(d.has(desc::COMPRESS));
+        Ok(Some((m, piece(d.side))))
+    }
+
+    fn fail(self: &Arc<Self>, call: u64, st: Status) {
+        if let Some(c) = self.state().session.remove_call(call) {
+            c.abort.abort();
+        }
+        let s = self.clone();
+        tokio::spawn(async move {
+            let _ = s.post_status(call, None, &st).await;
+        });
+    }
+}
+
+impl Holder for Session {
+    fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// A request chunk's lease ended: hand it back.
+    fn give_back(&self, c: Chunk) {
+        let owed = self.state().session.give_back(c);
+        if owed {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// A descriptor from the engine whose ranges cannot be read: its call
+/// fails with INTERNAL.
+fn bad(e: SpanError) -> Status {
+    Status::new(Code::Internal, format!("engine descriptor: {e}"))
+}

@@ -1,0 +1,248 @@
+//! Posting what a handler sends: headers, messages and the status, each a
+//! descriptor on the response ring. A message built in a chunk of this
+//! side's half goes in place (no byte copied); anything else (already
+//! encoded bytes, a block too large for a chunk, side sections that do not
+//! fit beside it) is copied into a fresh chunk, waiting for one if none is
+//! free. Either way the chunk is handed over through the session and
+//! stays out of the free list until the engine releases it, and every
+//! descriptor carries one release the session owes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protoplane_grpc::call::Out;
+use protoplane_grpc::{Code, Metadata, Status};
+use protoplane_seam::ReplyRepr;
+use protoplane_shm::desc::{self, Descriptor, Span};
+use protoplane_shm::layout::Chunk;
+use protoplane_shm::lease;
+
+use super::Session;
+
+impl Session {
+    pub(super) async fn post_item(
+        self: &Arc<Self>,
+        call: u64,
+        headers: Option<Metadata>,
+        item: Option<Out>,
+    ) -> Result<(), ()> {
+        let mut d = Descriptor { call, ..Descriptor::default() };
+        let (block, wire) = split_out(&mut d, item);
+        if let Some(md) = headers {
+            if self.placed(&block, &wire).is_some() {
+                // The message goes in place, alone: headers first.
+                let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
+                self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(&md), None)).await?;
+            } else {
+                d.flags |= desc::HEADERS;
+                return self.post(d, block, wire, side_frame(Some(&md), None)).await;
+            }
+        }
+        if d.flags == 0 {
+            return Ok(());
+        }
+        self.post(d, block, wire, Vec::new()).await
+    }
+
+    pub(super) async fn post_status(
+        self: &Arc<Self>,
+        call: u64,
+        headers: Option<Metadata>,
+        st: &Status,
+    ) -> Result<(), ()> {
+        self.post_final(call, headers, None, st).await
+    }
+
+    /// The call's last descriptor: optional headers and message, and the
+    /// status. A message laid out in the region goes in place, in a
+    /// descriptor of its own if there are side sections to send too.
+    pub(super) async fn post_final(
+        self: &Arc<Self>,
+        call: u64,
+        headers: Option<Metadata>,
+        item: Option<Out>,
+        st: &Status,
+    ) -> Result<(), ()> {
+        let headers = headers.filter(|h| !h.is_empty());
+        let mut d = Descriptor {
+            call,
+            flags: desc::STATUS | desc::END,
+            code: st.code as u8,
+            ..Descriptor::default()
+        };
+        let (block, wire) = split_out(&mut d, item);
+        let side = side_frame(headers.as_ref(), Some(st));
+        if !side.is_empty() && d.has(desc::MESSAGE) && self.placed(&block, &wire).is_some() {
+            let message = d.flags & (desc::MESSAGE | desc::ENCODED | desc::COMPRESS);
+            if let Some(md) = &headers {
+                let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
+                self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(md), None)).await?;
+            }
+            let m = Descriptor { call, flags: message, ..Descriptor::default() };
+            self.post(m, block, wire, Vec::new()).await?;
+            let end = Descriptor { flags: desc::STATUS | desc::END, ..d };
+            return self.post(end, Bytes::new(), Bytes::new(), side_frame(None, Some(st))).await;
+        }
+        if headers.is_some() {
+            d.flags |= desc::HEADERS;
+        }
+        self.post(d, block, wire, side).await
+    }
+
+    /// Where a response message lies in a chunk of this side's half that
+    /// is not handed over yet: the chunk, and whether it is the block.
+    fn placed(&self, block: &Bytes, wire: &Bytes) -> Option<(Chunk, Span, bool)> {
+        let (msg, is_block) = if block.is_empty() { (wire, false) } else { (block, true) };
+        let (chunk, span) = lease::locate(&self.map, &self.own_half, msg)?;
+        let free = self.state().session.is_free(chunk);
+        // Already handed over (the same bytes sent twice): the second time
+        // is a copy.
+        free.then_some((chunk, span, is_block))
+    }
+
+    /// Posts a response: in place if its message lies in one of this
+    /// side's chunks and there are no side sections, else copied into a
+    /// fresh chunk, waiting for room (chunks come back as the engine
+    /// sends). Either way the chunk stays out of the free list until the
+    /// engine releases it.
+    pub(crate) async fn post(
+        self: &Arc<Self>,
+        mut d: Descriptor,
+        block: Bytes,
+        wire: Bytes,
+        side: Vec<u8>,
+    ) -> Result<(), ()> {
+        let message = d.has(desc::MESSAGE);
+        if message {
+            self.stats.responses.fetch_add(1, Ordering::Relaxed);
+        }
+        let in_place = if side.is_empty() { self.placed(&block, &wire) } else { None };
+        let held = match in_place {
+            Some((chunk, span, is_block)) => {
+                if is_block {
+                    d.block = span;
+                } else {
+                    d.wire = span;
+                }
+                d.chunk = chunk.offset;
+                self.stats.responses_in_place.fetch_add(1, Ordering::Relaxed);
+                Some((chunk, if is_block { block } else { wire }))
+            }
+            None => match self.copy(&mut d, &block, &wire, &side).await? {
+                Posted::Copied(chunk, held) => {
+                    let n = (block.len() + wire.len()) as u64;
+                    self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
+                    Some((chunk, held))
+                }
+                Posted::Nothing => None,
+                Posted::TooLarge(need) => {
+                    // Too large for any chunk: the call fails instead.
+                    let too = Status::new(
+                        Code::ResourceExhausted,
+                        format!("response of {need} bytes exceeds the region's largest chunk"),
+                    );
+                    let d = Descriptor {
+                        call: d.call,
+                        flags: desc::STATUS | desc::END,
+                        code: too.code as u8,
+                        ..Descriptor::default()
+                    };
+                    let side = side_frame(None, Some(&too));
+                    return Box::pin(self.post(d, Bytes::new(), Bytes::new(), side)).await;
+                }
+            },
+        };
+        // Held until the engine releases it (before the descriptor leaves:
+        // the release may come at once). `held` itself goes after the lock:
+        // the last reference frees the chunk, which takes the lock.
+        let token = held.as_ref().map(|(chunk, bytes)| (*chunk, bytes.clone()));
+        let replaced = self.state().session.hand_over(&mut d, token).map_err(|_| ())?;
+        drop(replaced);
+        loop {
+            match self.responses.push(&d) {
+                Ok(()) => {
+                    self.engine_bell.notify();
+                    return Ok(());
+                }
+                Err(_) => {
+                    if self.state().session.is_ended() {
+                        return Err(());
+                    }
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Copies a response's parts into a fresh chunk of this side's half,
+    /// waiting for one to come back if none is free.
+    async fn copy(
+        self: &Arc<Self>,
+        d: &mut Descriptor,
+        block: &[u8],
+        wire: &[u8],
+        side: &[u8],
+    ) -> Result<Posted, ()> {
+        let need = lease::message_len(block, wire, side);
+        if need == 0 {
+            return Ok(Posted::Nothing);
+        }
+        loop {
+            let notified = self.room.notified();
+            let got = {
+                let mut st = self.state();
+                if st.session.is_ended() {
+                    return Err(());
+                }
+                if !st.chunks.fits(need) {
+                    return Ok(Posted::TooLarge(need));
+                }
+                st.chunks.alloc(need)
+            };
+            match got {
+                Some(c) => {
+                    lease::place(&self.map, c, d, block, wire, side);
+                    return Ok(Posted::Copied(c, lease::own(self, c)));
+                }
+                None => {
+                    // No chunk free now: wait for the engine to release one.
+                    let _ = tokio::time::timeout(Duration::from_millis(10), notified).await;
+                }
+            }
+        }
+    }
+}
+
+/// What [`Session::copy`] did.
+enum Posted {
+    /// Copied into a chunk, held by the bytes.
+    Copied(Chunk, Bytes),
+    /// Nothing to copy (a descriptor without bytes).
+    Nothing,
+    /// No chunk is large enough.
+    TooLarge(usize),
+}
+
+/// Where a response item's bytes go: a block, or already encoded bytes.
+fn split_out(d: &mut Descriptor, item: Option<Out>) -> (Bytes, Bytes) {
+    match item {
+        Some(Out::Block(b, z)) => {
+            d.flags |= desc::MESSAGE | if z { desc::COMPRESS } else { 0 };
+            (b, Bytes::new())
+        }
+        Some(Out::Encoded(b, z)) => {
+            d.flags |= desc::MESSAGE | desc::ENCODED | if z { desc::COMPRESS } else { 0 };
+            (Bytes::new(), b)
+        }
+        Some(Out::Headers(_) | Out::Staged(_)) | None => (Bytes::new(), Bytes::new()),
+    }
+}
+
+/// The side sections of a reply carrying `headers` and `status`.
+fn side_frame(headers: Option<&Metadata>, status: Option<&Status>) -> Vec<u8> {
+    let mut out = Vec::new();
+    ReplyRepr::emit_parts(headers, status, &mut out);
+    out
+}

@@ -261,7 +261,7 @@ fn main() {
     // Lean frames: one control byte (the limit), then frames.
     let mut lean = Dir::new(corpus, "lean");
     {
-        use protoplane_rpc::lean::frame::{write, Outgoing};
+        use protoplane_grpc::lean::{write, Outgoing};
         use protoplane_grpc::{Code, Metadata, Status};
         let mut md = Metadata::new();
         let _ = md.insert("k", "v");

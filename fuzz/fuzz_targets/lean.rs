@@ -20,7 +20,7 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use protoplane_engine::fuzzing::Engine;
-use protoplane_rpc::lean::frame::{self, Outgoing, CANCEL, END, HEADER_LEN};
+use protoplane_grpc::lean::{self as frame, Outgoing, CANCEL, END, HEADER_LEN};
 use protoplane_rpc::lean::server::reassemble;
 use protoplane_shm::layout::Class;
 use protoplane_shm::Layout;

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use protoplane_engine::fuzzing::{Call, Engine, Event, Refused};
-use protoplane_rpc::lean::frame;
+use protoplane_grpc::lean as frame;
 use protoplane_grpc::{Code, Metadata, Status};
 use protoplane_shm::desc::{self, Descriptor, WORDS};
 use protoplane_shm::layout::{Class, CONTROL_LEN, SLOT_LEN};

@@ -853,10 +853,10 @@ fn every_listener_outlives_running_out_of_descriptors() {
     // Lean: the server answers a new connection's preface.
     let mut conn = std::net::TcpStream::connect(lean).expect("lean connect");
     conn.set_read_timeout(Some(BOUND)).expect("timeout");
-    conn.write_all(protoplane_rpc::lean::frame::PREFACE).expect("preface");
+    conn.write_all(protoplane_grpc::lean::PREFACE).expect("preface");
     let mut back = [0u8; 8];
     std::io::Read::read_exact(&mut conn, &mut back).expect("the server's preface");
-    assert_eq!(&back, protoplane_rpc::lean::frame::PREFACE);
+    assert_eq!(&back, protoplane_grpc::lean::PREFACE);
     // Attach: a new application attaches.
     let app = protoplane_app::attach(&f.running.attach).service(honest(&f.hanging));
     let task = f.client.spawn(app.run());

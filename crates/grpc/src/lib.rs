@@ -5,7 +5,8 @@
 //!
 //! * [`frame`]: the length-prefixed message framing of a gRPC stream
 //!   (incremental, bounded by the message size limit, zero-copy for large
-//!   messages);
+//!   messages); [`lean`]: the frame of protoplane's lean transport, whose
+//!   sections the split engine's descriptors carry too;
 //! * [`status`]: status codes, `grpc-message` percent-encoding, and the
 //!   mapping of plain HTTP statuses to codes; [`rich`]: the richer error
 //!   model (`grpc-status-details-bin`, `google.rpc.Status` and its detail
@@ -28,6 +29,7 @@ pub mod call;
 pub mod codec;
 pub mod frame;
 pub mod landing;
+pub mod lean;
 pub mod metadata;
 pub mod rich;
 pub mod schema;

@@ -323,7 +323,7 @@ async fn garbage_ends_only_that_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_stalls_only_itself() {
-    use protoplane_rpc::lean::frame::{write, Outgoing};
+    use protoplane_grpc::lean::{write, Outgoing};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (tcp, _, cancelled) = start().await;
     // Ask for 10,000 responses of 64 KiB (640 MB) and never read them.

@@ -1,5 +1,5 @@
 //! Side sections: a descriptor's side span holds one lean-transport frame
-//! (`protoplane_rpc::lean::frame`: the same sections, the same checks)
+//! (`protoplane_grpc::lean`: the same sections, the same checks)
 //! whose header is unused (call and method are zero: the descriptor
 //! carries them). An empty span means no sections, which is the common
 //! case: a request without metadata, a response that ends with a bare
@@ -18,9 +18,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use protoplane_grpc::lean::{self as frame, LeanError, Outgoing};
 use protoplane_grpc::metadata::Metadata;
 use protoplane_grpc::status::{Code, Status};
-use protoplane_rpc::lean::frame::{self, LeanError, Outgoing};
 
 /// Side sections that cannot be taken.
 #[derive(Clone, Debug, PartialEq, Eq)]

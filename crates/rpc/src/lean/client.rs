@@ -11,8 +11,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::frame::{self, Outgoing, PREFACE};
 use crate::client::CallOptions;
+use protoplane_grpc::lean::{self as frame, Outgoing, PREFACE};
 use protoplane_grpc::metadata::Metadata;
 use protoplane_grpc::status::{Code, Status};
 

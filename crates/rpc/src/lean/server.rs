@@ -25,10 +25,10 @@ use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::frame::{self, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
 use crate::server::Router;
 use protoplane_grpc::call::{BoxFuture, Message, Out, Request, Responder, Streaming};
 use protoplane_grpc::landing::{Filling, Landing};
+use protoplane_grpc::lean::{self as frame, LeanError, Outgoing, CANCEL, END, OPEN, PREFACE};
 use protoplane_grpc::metadata::Metadata;
 use protoplane_grpc::status::{Code, Status};
 

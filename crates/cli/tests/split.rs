@@ -122,15 +122,18 @@ fn a_killed_application_fails_its_calls_and_a_restarted_one_serves() {
     let rt = rt();
     assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
 
-    // A call the application holds open: a full-duplex call whose client
-    // sends nothing (the handler waits for its first request).
+    // A call the application holds open: a full-duplex call that had one
+    // answer (so its handler runs) and waits for its next request.
     let status = rt.block_on(async {
         let ch = Channel::connect(&addr).await.expect("connect");
         let mut call = ch
             .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
             .await
             .expect("start");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // StreamingOutputCallRequest { response_parameters: [{ size: 1 }] }
+        call.send(&[0x12, 0x02, 0x08, 0x01]).await.expect("send");
+        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
+        assert!(matches!(first, Ok(Ok(Some(_)))), "the handler answers: {first:?}");
         let killed = Instant::now();
         a.kill();
         let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())

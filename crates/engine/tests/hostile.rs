@@ -194,6 +194,13 @@ impl Fixture {
         self.running.registry.attached(service)
     }
 
+    /// Waits until the engine routes `service`'s calls to the application
+    /// that just said it attached: it hears the engine's answer before the
+    /// engine's task registers it (the step after sending the answer).
+    fn registered(&self, service: &str) {
+        self.wait_for(|| self.attached(service) == 1, "the engine registers the application");
+    }
+
     fn wait_for(&self, mut cond: impl FnMut() -> bool, what: &str) {
         let until = Instant::now() + BOUND;
         while !cond() {
@@ -559,6 +566,7 @@ fn truncating_the_shared_file_is_refused_and_the_engine_lives() {
     let fds = open_fds();
     let mut h = f.hostile("truncate");
     assert_eq!(h.line(), "attached");
+    f.registered(HOSTILE);
     let what = h.line();
     // Both attempts refused by the seal (EPERM).
     assert_eq!(what.matches("Err(").count(), 2, "{what}");
@@ -585,6 +593,7 @@ fn a_doorbell_switched_to_blocking_mode_blocks_nobody() {
     let fds = open_fds();
     let mut h = f.hostile("doorbell");
     assert_eq!(h.line(), "attached");
+    f.registered(HOSTILE);
     let what = h.line();
     assert!(what.starts_with("doorbells [(") && what.contains("true)"), "{what}");
     // Requests to it: the engine rings its doorbell and, between passes,
@@ -836,8 +845,9 @@ fn every_listener_outlives_running_out_of_descriptors() {
         std::net::TcpStream::connect(lean).expect("connect"),
         UnixStream::connect(&f.running.attach).expect("connect"),
     );
-    // Let the listeners run into EMFILE a few times.
-    std::thread::sleep(Duration::from_millis(100));
+    // The listeners run into EMFILE (each backs off and retries).
+    let before = protoplane_rpc::accept::process_errors();
+    f.wait_for(|| protoplane_rpc::accept::process_errors() >= before + 3, "accepts fail");
     drop(hog);
     // Every port still serves. gRPC: a new channel, a call.
     let st = f.client.block_on(async {
@@ -870,6 +880,7 @@ fn bytes_rewritten_while_the_engine_reads_them_break_no_check() {
     let f = Fixture::start("scribble", |_| {});
     let mut h = f.hostile("scribble");
     assert_eq!(h.line(), "attached");
+    f.registered(HOSTILE);
     let att = f.running.registry.pick(HOSTILE).expect("attached");
     let mut codes = std::collections::BTreeMap::new();
     for _ in 0..200 {

@@ -14,11 +14,22 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// First and longest pause after an error that concerns the process.
 const BACKOFF_FIRST: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accept errors of the process kind so far, every listener together.
+static PROCESS_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times an accept loop of this process has had to back off
+/// (out of descriptors, memory or buffers) since it started: a counter for
+/// operators, and how a test knows its listeners ran into the limit.
+pub fn process_errors() -> u64 {
+    PROCESS_ERRORS.load(Ordering::Relaxed)
+}
 
 /// Whether an accept error concerns only the connection being accepted.
 pub fn concerns_one_connection(e: &io::Error) -> bool {
@@ -54,6 +65,7 @@ where
             Ok(conn) => return conn,
             Err(e) if concerns_one_connection(&e) => continue,
             Err(e) => {
+                PROCESS_ERRORS.fetch_add(1, Ordering::Relaxed);
                 if pause == BACKOFF_FIRST {
                     eprintln!("{what}: accept failed ({e}); retrying with backoff");
                 }
@@ -67,7 +79,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
 
     #[tokio::test(start_paused = true)]
     async fn process_errors_back_off_and_connection_errors_do_not() {

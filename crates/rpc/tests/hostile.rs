@@ -21,6 +21,7 @@ use protoplane_grpc::{
 };
 use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Client, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
+use protoplane_test_support::net::holds_for;
 use protoplane_wire::{Block, Builder, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -1220,13 +1221,14 @@ async fn stalled_reader_is_bounded_and_cancelled_on_disconnect() {
     // Headers arrive (the handler started sending); the body is not read.
     let resp = timeout(BOUND, resp).await.expect("headers in time").expect("headers");
     assert_eq!(resp.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-
+    eventually("the handler is sending", || k.sent.load(Ordering::SeqCst) >= 1).await;
+    // However long the client stalls, the handler gets no further than the
+    // connection's window and the response queue hold.
+    let bounded = || k.sent.load(Ordering::SeqCst) <= STALLED_MAX_SENT;
+    holds_for(Duration::from_secs(1), "sends to a stalled client stay bounded", bounded).await;
     assert_serving(addr).await;
     let sent = k.sent.load(Ordering::SeqCst);
     assert!((1..=STALLED_MAX_SENT).contains(&sent), "{sent} responses sent to a stalled client");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(k.sent.load(Ordering::SeqCst), sent, "the handler kept producing");
     assert_eq!(k.dropped.load(Ordering::SeqCst), k.started.load(Ordering::SeqCst) - 1);
 
     // The client goes away: the connection closes, the handler is dropped.
@@ -1236,8 +1238,8 @@ async fn stalled_reader_is_bounded_and_cancelled_on_disconnect() {
     eventually("the stalled handler is dropped", || k.dropped.load(Ordering::SeqCst) == started)
         .await;
     let sent = k.sent.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(k.sent.load(Ordering::SeqCst), sent);
+    let same = || k.sent.load(Ordering::SeqCst) == sent;
+    holds_for(Duration::from_millis(200), "a dropped handler sends no more", same).await;
     assert!(sent <= STALLED_MAX_SENT, "{sent}");
     assert_serving(addr).await;
 }
@@ -1250,9 +1252,8 @@ async fn stalled_reader_reset_cancels_the_handler() {
     let (send, _task, resp, mut stream) = stalled_stream(addr, &[]).await;
     let resp = timeout(BOUND, resp).await.expect("headers in time").expect("headers");
     eventually("the handler is sending", || k.sent.load(Ordering::SeqCst) >= 1).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let sent = k.sent.load(Ordering::SeqCst);
-    assert!(sent <= STALLED_MAX_SENT, "{sent}");
+    let bounded = || k.sent.load(Ordering::SeqCst) <= STALLED_MAX_SENT;
+    holds_for(Duration::from_millis(200), "sends to a stalled client stay bounded", bounded).await;
     assert_eq!(k.dropped.load(Ordering::SeqCst), 0);
     // RST_STREAM(CANCEL) on a stream whose output is stuck on flow control.
     stream.send_reset(h2::Reason::CANCEL);

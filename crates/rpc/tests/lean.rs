@@ -13,7 +13,12 @@ use protoplane_grpc::{
 use protoplane_rpc::lean::{server, LeanChannel};
 use protoplane_rpc::{CallOptions, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
+use protoplane_test_support::net::eventually;
 use protoplane_wire::{Builder, Value};
+
+const SEQ: Ordering = Ordering::SeqCst;
+/// The bound on every wait of these tests.
+const BOUND: Duration = Duration::from_secs(10);
 
 const PROTO: &str = r#"
 syntax = "proto3";
@@ -30,13 +35,20 @@ service Echo {
 
 struct Echo {
     schema: Arc<Schema>,
-    cancelled: Arc<AtomicUsize>,
+    handlers: Arc<Handlers>,
 }
 
-struct Guard(Arc<AtomicUsize>);
+/// Handlers started, and handlers dropped (ended or cancelled).
+#[derive(Default)]
+struct Handlers {
+    started: AtomicUsize,
+    dropped: AtomicUsize,
+}
+
+struct Guard(Arc<Handlers>);
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        self.0.dropped.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -58,7 +70,8 @@ impl Echo {
         mut req: Request<Streaming>,
         mut out: Responder,
     ) -> Result<Metadata, Status> {
-        let _guard = Guard(self.cancelled.clone());
+        self.handlers.started.fetch_add(1, Ordering::SeqCst);
+        let _guard = Guard(self.handlers.clone());
         let ts = self.schema.tables();
         let name = self.schema.method(method).map(|m| m.name.clone()).unwrap_or_default();
         let mut trailers = Metadata::new();
@@ -177,9 +190,9 @@ fn body(resp: &[u8]) -> Vec<u8> {
     resp[i..i + len].to_vec()
 }
 
-async fn start() -> (String, String, Arc<AtomicUsize>) {
-    let cancelled = Arc::new(AtomicUsize::new(0));
-    let svc = Arc::new(Echo { schema: schema(), cancelled: cancelled.clone() });
+async fn start() -> (String, String, Arc<Handlers>) {
+    let handlers = Arc::new(Handlers::default());
+    let svc = Arc::new(Echo { schema: schema(), handlers: handlers.clone() });
     let router = Arc::new(Router::new(ServerOptions::default()).add_service(svc));
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = tcp.local_addr().expect("addr").to_string();
@@ -192,7 +205,7 @@ async fn start() -> (String, String, Arc<AtomicUsize>) {
     let unix = tokio::net::UnixListener::bind(&path).expect("bind unix");
     tokio::spawn(server::serve_tcp(router.clone(), tcp));
     tokio::spawn(server::serve_unix(router, unix));
-    (addr, format!("unix:{}", path.display()), cancelled)
+    (addr, format!("unix:{}", path.display()), handlers)
 }
 
 const UNARY: &str = "/lean.test.Echo/Unary";
@@ -271,7 +284,7 @@ async fn status_metadata_deadline_and_unknown_method() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_calls_and_cancellation() {
-    let (tcp, _, cancelled) = start().await;
+    let (tcp, _, handlers) = start().await;
     let ch = LeanChannel::connect(&tcp).await.expect("connect");
     // 2000 calls in flight on one connection, answers matched by call id.
     let mut tasks = Vec::new();
@@ -286,17 +299,16 @@ async fn pipelined_calls_and_cancellation() {
     for t in tasks {
         t.await.expect("task");
     }
-    // A cancelled call's handler is dropped on the server.
-    let before = cancelled.load(Ordering::SeqCst);
+    // A cancelled call's handler is dropped on the server (long before the
+    // 60 s it would run).
+    let (started, before) = (handlers.started.load(SEQ), handlers.dropped.load(SEQ));
     let mut call = ch.start(UNARY, &CallOptions::default()).await.expect("start");
-    call.send_last(&req(b"", 0, 5000)).await.expect("send");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    call.send_last(&req(b"", 0, 60_000)).await.expect("send");
+    let running = || handlers.started.load(SEQ) > started;
+    eventually(BOUND, "the handler runs", running).await;
     call.cancel().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while cancelled.load(Ordering::SeqCst) == before {
-        assert!(tokio::time::Instant::now() < deadline, "handler not cancelled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let dropped = || handlers.dropped.load(SEQ) > before;
+    eventually(BOUND, "the cancelled handler is dropped", dropped).await;
     let r = ch.unary(UNARY, &req(b"after", 0, 0), &CallOptions::default()).await.expect("unary");
     assert_eq!(body(&r), b"after");
     let _ = Bytes::new();
@@ -325,7 +337,7 @@ async fn garbage_ends_only_that_connection() {
 async fn a_client_that_stops_reading_stalls_only_itself() {
     use protoplane_grpc::lean::{write, Outgoing};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (tcp, _, cancelled) = start().await;
+    let (tcp, _, handlers) = start().await;
     // Ask for 10,000 responses of 64 KiB (640 MB) and never read them.
     let mut s = tokio::net::TcpStream::connect(&tcp).await.expect("connect");
     s.write_all(b"PPLEAN\0\x01").await.expect("preface");
@@ -351,8 +363,10 @@ async fn a_client_that_stops_reading_stalls_only_itself() {
         ..Outgoing::default()
     };
     write(&mut frame, 1, stream, &f).expect("frame");
+    let started = handlers.started.load(SEQ);
     s.write_all(&frame).await.expect("request");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let running = || handlers.started.load(SEQ) > started;
+    eventually(BOUND, "the stalled call's handler runs", running).await;
     // Everyone else is still served, on other connections.
     let ch = LeanChannel::connect(&tcp).await.expect("connect");
     for _ in 0..10 {
@@ -360,11 +374,8 @@ async fn a_client_that_stops_reading_stalls_only_itself() {
         assert_eq!(body(&r), b"x");
     }
     // Closing the stalled connection cancels its call.
-    let before = cancelled.load(Ordering::SeqCst);
+    let before = handlers.dropped.load(SEQ);
     drop(s);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while cancelled.load(Ordering::SeqCst) == before {
-        assert!(tokio::time::Instant::now() < deadline, "stalled call not cancelled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let dropped = || handlers.dropped.load(SEQ) > before;
+    eventually(BOUND, "the stalled call's handler is dropped", dropped).await;
 }

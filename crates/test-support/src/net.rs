@@ -48,3 +48,19 @@ pub async fn eventually(within: Duration, what: &str, f: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// Asserts that `f` holds for the whole of `window` (polled every 2 ms),
+/// failing as soon as it does not: how a test shows that something does
+/// *not* happen (a stalled handler produces no more, a flood stays
+/// bounded). The window is an observation period, never a wait for an
+/// event; waiting is [`eventually`]'s.
+pub async fn holds_for(window: Duration, what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    loop {
+        assert!(f(), "no longer true after {:?}: {what}", start.elapsed());
+        if start.elapsed() >= window {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

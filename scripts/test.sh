@@ -37,11 +37,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FUZZ_SECONDS="${FUZZ_SECONDS:-8}"
 
 # One release build serves the tests, the smoke runs and the benchmark
-# smoke. The suite checks behaviour and makes no timing claims, so that
-# build is made for compile time: no link-time optimization (thin LTO
-# re-optimizes every crate at each of the suite's ~70 links: test binaries,
-# examples, tools) and opt-level 1 (the tests recompile every crate once
-# more). On 2 cores that halves the suite. What depends on code generation
+# smoke: it builds the test targets together with the binaries, so cargo
+# resolves features once (dev-dependencies add features to tokio and the
+# crates above it; a build of the binaries alone would then be compiled a
+# second time for the tests). The suite checks behaviour and makes no
+# timing claims, so that build is made for compile time: no link-time
+# optimization (thin LTO re-optimizes every crate at each of the suite's
+# ~70 links: test binaries, examples, tools) and opt-level 1 (every crate
+# is compiled twice anyway: as a library and as its unit tests). What depends on code generation
 # keeps the repository's profile: the loom model, the instruction counts
 # and the fuzz targets, as do benchmarks run outside this suite. Set both
 # variables (lto = "thin", opt-level = 3) to run the suite on the shipped
@@ -76,8 +79,8 @@ step "format and lints"
 if cargo fmt --all -- --check; then ok; else bad "cargo fmt"; fi
 if cargo clippy --release --workspace --all-targets --quiet -- -D warnings; then ok; else bad "clippy"; fi
 
-step "build (release, once)"
-cargo build --release --workspace --quiet
+step "build (release, once: binaries, examples and tests)"
+cargo build --release --workspace --lib --bins --tests --examples --quiet
 
 step "Rust tests"
 if cargo test --release --workspace; then ok; else bad "cargo test"; fi
@@ -155,24 +158,39 @@ else
     bad "offload smoke"; cat target/sim-smoke.md target/offload-smoke.md
 fi
 
-step "benchmark smoke (protoplane worker only, no timing claims)"
-# Generated social-network requests stand in for the recorded ones when
-# ../shared/datasets is absent; HyperProtoBench is then left out (one line).
-if target/release/protoplane bench wire --impls protoplane --quick \
-    --markdown target/bench/smoke.md >/dev/null; then ok; else bad "bench smoke"; fi
+step "wire benchmark smoke: one message set through every worker (no timing claims)"
+# protoplane, its generated decoders, prost, buffa and protobuf C++ each
+# decode and encode the social-network requests once (bench wire builds the
+# Rust peers and the C++ workers itself, with this suite's code generation),
+# so a harness that stops building or a worker that breaks fails here.
+# Generated requests stand in for the recorded ones when ../shared is absent.
+# Every worker's columns are in the report: protoplane (view), its
+# generated code (view gen), C++, prost, buffa.
+every_worker_column() {
+    local header
+    header=$(grep -m1 '^| message |' target/bench/smoke.md) || return 1
+    for col in '| pp view |' '| pp view gen |' '| C++ arena |' '| prost fresh |' '| buffa view |'; do
+        [[ $header == *"$col"* ]] || { echo "no column ${col//|/} in the wire smoke"; return 1; }
+    done
+}
+if target/release/protoplane bench wire --impls protoplane,protoplane-gen,prost,buffa,cpp --quick \
+    --only socialnetwork --markdown target/bench/smoke.md >target/bench-wire-smoke.log 2>&1 \
+    && ! grep -qE 'did not build|missing' target/bench/smoke.md && every_worker_column; then
+    ok
+else
+    bad "wire benchmark smoke"; tail -30 target/bench-wire-smoke.log
+fi
 
 step "benchmark peers build (every harness the repository ships, no timing)"
 # A change that breaks a peer fails here, not on the next benchmark run:
-# the Rust peers are type-checked (their build scripts generate the prost,
-# buffa and protoplane code they measure), the C++ and Go peers are built.
+# the RPC peer is type-checked (its build script generates the prost code
+# it serves), the gRPC C++ and Go peers are built; the wire peers (Rust and
+# C++) were built and run by the wire smoke above.
 peers_log=target/peers-build.log
 mkdir -p target/peers
 : >"$peers_log"
 peers_failed=()
-cargo check --quiet --manifest-path bench/peers-rs/Cargo.toml >>"$peers_log" 2>&1 || peers_failed+=(peers-rs)
 cargo check --quiet --manifest-path bench/peers-rpc/Cargo.toml >>"$peers_log" 2>&1 || peers_failed+=(peers-rpc)
-bench/cpp/build.sh socialnetwork target/peers/cpp-socialnetwork protos/socialnetwork/social_network.proto \
-    >>"$peers_log" 2>&1 || peers_failed+=(cpp)
 bench/peers-go/build.sh >>"$peers_log" 2>&1 || peers_failed+=(peers-go)
 bench/peers-grpc-cpp/build.sh >>"$peers_log" 2>&1 || peers_failed+=(peers-grpc-cpp)
 if [[ ${#peers_failed[@]} -eq 0 ]]; then

@@ -35,7 +35,11 @@ mod wire;
 mod worker;
 
 #[derive(Parser, Debug)]
-#[command(name = "protoplane bench", bin_name = "protoplane bench", about = "protoplane's benchmarks")]
+#[command(
+    name = "protoplane bench",
+    bin_name = "protoplane bench",
+    about = "protoplane's benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: BenchCommand,

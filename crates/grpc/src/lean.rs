@@ -1,5 +1,6 @@
-//! The lean transport's frame: a fixed 16-byte header and a payload made of
-//! optional sections, each announced by a flag.
+//! The lean transport's frame (`protoplane_rpc::lean` runs the transport;
+//! `protoplane-seam` reuses its sections): a fixed 16-byte header and a
+//! payload made of optional sections, each announced by a flag.
 //!
 //! ```text
 //! header (little-endian)          payload sections, in this order, each present iff its flag is set
@@ -28,8 +29,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use protoplane_grpc::metadata::{self, Metadata};
-use protoplane_grpc::status::{Code, Status, DETAILS_KEY};
+use crate::metadata::{self, Metadata};
+use crate::status::{Code, Status, DETAILS_KEY};
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 16;

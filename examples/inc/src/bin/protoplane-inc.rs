@@ -12,7 +12,11 @@ use clap::Parser;
 use protoplane_inc_examples::runner::{self, IncCommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "protoplane inc", bin_name = "protoplane inc", about = "protoplane's in-network computation examples")]
+#[command(
+    name = "protoplane inc",
+    bin_name = "protoplane inc",
+    about = "protoplane's in-network computation examples"
+)]
 struct Cli {
     #[command(subcommand)]
     command: IncCommand,

@@ -67,6 +67,11 @@ pub(crate) struct EngineArgs {
     /// Cut off an application that takes no request for this long (ms).
     #[arg(long)]
     stall_timeout_ms: Option<u64>,
+    /// On SIGTERM or SIGINT, let calls in flight finish for up to this
+    /// many seconds (new connections refused, HTTP/2 clients sent GOAWAY),
+    /// then tell the applications and exit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    shutdown_grace: f64,
 }
 
 /// The configuration the flags describe (file first, flags over it).
@@ -136,6 +141,10 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
 /// `protoplane engine`.
 pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     let c = config(args)?;
+    if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
+        return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
+    }
+    let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
     let cores = c.cores.clone();
     let mut b = if c.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -163,6 +172,26 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
         println!("attach at {}", running.attach.display());
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        std::future::pending::<Result<(), String>>().await
+        let signal = stop_signal().await?;
+        eprintln!("engine: {signal}: draining (up to {grace:?})");
+        let s = running.shutdown(grace).await;
+        eprintln!(
+            "engine: stopped: {}, {} client connection(s) cut, {} application(s) told",
+            if s.drained { "every call answered" } else { "grace period over" },
+            s.connections_left,
+            s.applications
+        );
+        Ok(())
+    })
+}
+
+/// Waits for SIGTERM or SIGINT; names the one that came.
+async fn stop_signal() -> Result<&'static str, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     })
 }

@@ -7,7 +7,9 @@
 //! * an engine restarted under a running application: the application
 //!   notices and attaches to the new engine;
 //! * two instances of one service share its calls, and one of them dying
-//!   leaves the other serving.
+//!   leaves the other serving;
+//! * SIGTERM: the engine lets a call in flight finish with its
+//!   application, tells the application and exits 0.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -390,4 +392,52 @@ fn hostile_applications_are_cut_off_and_the_engine_keeps_serving() {
         assert!(after.iter().all(|c| *c == Code::Ok), "{name} after: {after:?}");
         drop(h);
     }
+}
+
+#[test]
+fn sigterm_drains_the_engine_and_tells_the_application() {
+    let sock = sock_path("sigterm");
+    let (mut engine, addr) = engine(&sock);
+    let a = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    let rt = rt();
+    rt.block_on(async {
+        let ch = Channel::connect(&addr).await.expect("connect");
+        let mut call = ch
+            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
+            .await
+            .expect("start");
+        // StreamingOutputCallRequest { response_parameters: [{ size: 1 }] }
+        let one = [0x12, 0x02, 0x08, 0x01];
+        call.send(&one).await.expect("send");
+        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
+        assert!(matches!(first, Ok(Ok(Some(_)))), "answered before the signal: {first:?}");
+
+        let pid = engine.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(sent.success());
+        engine.wait_for("SIGTERM: draining");
+        // The call in flight goes on with its application...
+        call.send(&one).await.expect("send during the drain");
+        let second = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
+        assert!(matches!(second, Ok(Ok(Some(_)))), "answered while draining: {second:?}");
+        call.close_send();
+        let st = tokio::time::timeout(Duration::from_secs(10), call.finish_status())
+            .await
+            .expect("the call ends");
+        assert_eq!(st.code, Code::Ok, "{st:?}");
+    });
+    // ...then the engine stops by itself, having told the application.
+    let stopped = engine.wait_for("engine: stopped");
+    assert!(stopped.contains("every call answered") && stopped.contains("1 application(s) told"));
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = engine.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the engine did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    drop(a);
 }

@@ -83,6 +83,39 @@ pub struct Running {
     pub counters: Arc<Counters>,
     /// The attach socket's counters.
     pub admission: Arc<AdmissionStats>,
+    /// The router of both transports: its drain is the engine's graceful
+    /// shutdown.
+    router: Arc<protoplane_rpc::Router>,
+}
+
+/// What [`Running::shutdown`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shutdown {
+    /// Every client connection closed with its calls answered, within the
+    /// grace period.
+    pub drained: bool,
+    /// Client connections still open when the grace period ended (their
+    /// calls are cancelled as the process ends).
+    pub connections_left: usize,
+    /// Applications told the engine is going (detached).
+    pub applications: usize,
+}
+
+impl Running {
+    /// Stops the engine gracefully: the client listeners close, every
+    /// HTTP/2 connection gets GOAWAY (NO_ERROR) and every lean connection
+    /// closes between calls ([`protoplane_rpc::drain`]), calls in flight
+    /// go on with their applications for up to `grace`, and then every
+    /// application is detached with the reason "the engine is shutting
+    /// down" (it attaches again to the next engine that listens).
+    pub async fn shutdown(&self, grace: Duration) -> Shutdown {
+        let drain = self.router.drain();
+        drain.start();
+        let drained = tokio::time::timeout(grace, drain.finished()).await.is_ok();
+        let connections_left = drain.connections();
+        let applications = self.registry.detach_all("the engine is shutting down");
+        Shutdown { drained, connections_left, applications }
+    }
 }
 
 struct Ctx {
@@ -173,6 +206,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         registry: registry.clone(),
         counters: Arc::new(counters),
         admission: Arc::new(AdmissionStats::default()),
+        router: router.clone(),
     };
     if let Some(addr) = config.grpc {
         let listen = |source| Error::Listen { at: addr.to_string(), source };

@@ -73,6 +73,22 @@ impl Registry {
         }
     }
 
+    /// Detaches every attached application with `why` (each one's drain
+    /// loop then ends and removes it); returns how many.
+    pub fn detach_all(&self, why: &str) -> usize {
+        let all: Vec<Arc<Attachment>> = {
+            let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+            let mut all: Vec<Arc<Attachment>> = map.values().flatten().cloned().collect();
+            all.sort_by_key(|a| a.id);
+            all.dedup_by_key(|a| a.id);
+            all
+        };
+        for a in &all {
+            a.detach(why);
+        }
+        all.len()
+    }
+
     /// Removes it (it detached) and remembers why.
     pub fn remove(&self, att: &Arc<Attachment>) {
         {

@@ -17,7 +17,8 @@
 //! * [`tls`]: rustls configurations (ALPN `h2`, mutual TLS);
 //! * [`accept`]: accept loops that outlive accept errors; [`busy`]:
 //!   busy-polling a worker while calls keep coming; [`deadline`]: a
-//!   handler bounded by its call's deadline.
+//!   handler bounded by its call's deadline; [`drain`]: graceful shutdown
+//!   (listeners closed, GOAWAY, calls in flight finish).
 //!
 //! The split engine (`protoplane-engine`) serves its applications' calls
 //! through the same [`Router`] and transports; the standard health and
@@ -28,6 +29,7 @@ pub mod accept;
 pub mod busy;
 pub mod client;
 pub mod deadline;
+pub mod drain;
 #[cfg(feature = "h2")]
 mod h2;
 pub mod http2;

@@ -109,6 +109,7 @@ pub struct Router {
     /// are indices into this table.
     table: Vec<(String, usize, u32)>,
     opts: ServerOptions,
+    drain: crate::drain::Drain,
 }
 
 impl std::fmt::Debug for Router {
@@ -120,7 +121,13 @@ impl std::fmt::Debug for Router {
 impl Router {
     /// A server with no services.
     pub fn new(opts: ServerOptions) -> Router {
-        Router { services: Vec::new(), routes: HashMap::new(), table: Vec::new(), opts }
+        Router {
+            services: Vec::new(),
+            routes: HashMap::new(),
+            table: Vec::new(),
+            opts,
+            drain: crate::drain::Drain::default(),
+        }
     }
 
     /// Adds a service: every method of its schema whose service name is
@@ -216,12 +223,39 @@ impl Router {
         self.services.iter().map(|s| s.schema().clone()).collect()
     }
 
+    /// The router's graceful shutdown: [`Drain::start`](crate::drain::Drain::start)
+    /// closes its listeners and drains its connections (see [`crate::drain`]).
+    pub fn drain(&self) -> &crate::drain::Drain {
+        &self.drain
+    }
+
+    /// The next connection of `listener`, or `None` once the router drains.
+    pub(crate) async fn accept_until_drained<T, F, Fut>(
+        &self,
+        what: &str,
+        accept_once: F,
+    ) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<T>>,
+    {
+        tokio::select! {
+            conn = crate::accept::accept(what, accept_once) => Some(conn),
+            () = self.drain.started() => None,
+        }
+    }
+
     /// Serves plaintext HTTP/2 connections from `listener` until the task
-    /// is dropped (accept errors are waited out, see [`crate::accept`]).
+    /// is dropped or the router drains (accept errors are waited out, see
+    /// [`crate::accept`]).
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         let router = self;
         loop {
-            let (sock, peer) = crate::accept::accept("gRPC server", || listener.accept()).await;
+            let Some((sock, peer)) =
+                router.accept_until_drained("gRPC server", || listener.accept()).await
+            else {
+                return Ok(());
+            };
             let _ = sock.set_nodelay(true);
             let r = router.clone();
             tokio::spawn(async move { r.serve_connection(sock, peer).await });
@@ -240,7 +274,11 @@ impl Router {
         let router = self;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         loop {
-            let (sock, peer) = crate::accept::accept("gRPC server", || listener.accept()).await;
+            let Some((sock, peer)) =
+                router.accept_until_drained("gRPC server", || listener.accept()).await
+            else {
+                return Ok(());
+            };
             let _ = sock.set_nodelay(true);
             let r = router.clone();
             let acceptor = acceptor.clone();
@@ -275,6 +313,7 @@ impl Router {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let _counted = self.drain.connection();
         match self.opts.transport {
             GrpcTransport::Native => crate::http2::server::serve(self, io, peer).await,
             #[cfg(feature = "h2")]

@@ -53,8 +53,22 @@ impl Router {
         };
         // `accept` also drives the connection (reads frames, flushes
         // writes); a protocol error from the client ends it with GOAWAY.
-        while let Some(next) = conn.accept().await {
-            let Ok((req, respond)) = next else { break };
+        // When the router drains, h2's graceful shutdown sends GOAWAY and
+        // `accept` ends once the streams taken have ended.
+        let mut draining = Some(self.drain().started_boxed());
+        loop {
+            let next = match &mut draining {
+                Some(d) => tokio::select! {
+                    next = conn.accept() => next,
+                    () = d => {
+                        draining = None;
+                        conn.graceful_shutdown();
+                        continue;
+                    }
+                },
+                None => conn.accept().await,
+            };
+            let Some(Ok((req, respond))) = next else { break };
             let r = self.clone();
             let peer = peer.clone();
             tokio::spawn(async move { r.serve_call(req, respond, peer).await });

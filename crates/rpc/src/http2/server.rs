@@ -91,7 +91,9 @@ where
         decoder: Decoder::new(),
         eof: false,
         dead: false,
+        draining: None,
     };
+    d.draining = Some(d.router.drain().started_boxed());
     d.run().await;
 }
 
@@ -197,6 +199,9 @@ struct Driver<IO> {
     decoder: Decoder,
     eof: bool,
     dead: bool,
+    /// Resolves when the router starts draining (then taken: the
+    /// connection has sent its graceful GOAWAY).
+    draining: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 /// Slot number of the handshake timer in the timer heap.
@@ -218,7 +223,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             if self.eof {
                 self.drop_stalled();
             }
-            if self.dead || (self.eof && self.live_calls() == 0) {
+            if self.draining.is_some() && self.router.drain().is_draining() {
+                // Graceful: the streams taken go on, no new one is.
+                self.draining = None;
+                self.conn.go_away(Reason::NO_ERROR, "server shutting down");
+            }
+            let drained = self.draining.is_none() && self.live_calls() == 0;
+            if self.dead || (self.eof && self.live_calls() == 0) || drained {
                 break;
             }
             if poll_fn(|cx| self.poll_io(cx)).await {
@@ -291,6 +302,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         self.shared.waker.register(cx.waker());
         if self.shared.ready.lock().map(|r| !r.is_empty()).unwrap_or(false) {
             progress = true;
+        }
+        if let Some(d) = &mut self.draining {
+            if d.as_mut().poll(cx).is_ready() {
+                progress = true;
+            }
         }
         if let Some(std::cmp::Reverse((at, _, _))) = self.timers.peek() {
             let at = tokio::time::Instant::from_std(*at);

@@ -35,27 +35,31 @@ use protoplane_grpc::status::{Code, Status};
 /// Section overhead allowed beyond the message limit (metadata, status).
 const FRAME_SLACK: usize = 64 << 10;
 
-/// Serves lean connections from a TCP listener.
+/// Serves lean connections from a TCP listener until the router drains.
 pub async fn serve_tcp(
     router: Arc<Router>,
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
-    loop {
-        let (sock, _) = crate::accept::accept("lean server", || listener.accept()).await;
+    while let Some((sock, _)) =
+        router.accept_until_drained("lean server", || listener.accept()).await
+    {
         let _ = sock.set_nodelay(true);
         tokio::spawn(serve_connection(router.clone(), sock));
     }
+    Ok(())
 }
 
-/// Serves lean connections from a Unix listener.
+/// Serves lean connections from a Unix listener until the router drains.
 pub async fn serve_unix(
     router: Arc<Router>,
     listener: tokio::net::UnixListener,
 ) -> std::io::Result<()> {
-    loop {
-        let (sock, _) = crate::accept::accept("lean server", || listener.accept()).await;
+    while let Some((sock, _)) =
+        router.accept_until_drained("lean server", || listener.accept()).await
+    {
         tokio::spawn(serve_connection(router.clone(), sock));
     }
+    Ok(())
 }
 
 struct Open {
@@ -70,6 +74,7 @@ pub async fn serve_connection<IO>(router: Arc<Router>, io: IO)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let _counted = router.drain().connection();
     let (mut rd, mut wr) = tokio::io::split(io);
     // Preface both ways, then the method table: the client learns the ids.
     let mut preface = [0u8; 8];
@@ -99,6 +104,7 @@ where
     let mut open: HashMap<u32, Open> = HashMap::new();
     let mut decoder = Decoder::new();
     let mut eof = false;
+    let mut draining = router.drain().started_boxed();
 
     'conn: loop {
         // Every whole frame already buffered.
@@ -120,13 +126,16 @@ where
                 break 'conn;
             }
         }
-        if eof && calls.is_empty() {
+        // Draining, a connection closes between calls (the lean frame has
+        // no GOAWAY): the client reconnects for its next one.
+        if (eof || router.drain().is_draining()) && calls.is_empty() {
             break;
         }
         if !eof {
             reader.prepare(&|prefer, need| router.landing(prefer, need));
         }
         tokio::select! {
+            () = draining.as_mut(), if calls.is_empty() && !router.drain().is_draining() => {}
             done = calls.next(), if !calls.is_empty() => {
                 if let Some(id) = done {
                     open.remove(&id);

@@ -441,3 +441,48 @@ fn sigterm_drains_the_engine_and_tells_the_application() {
     assert!(status.success(), "{status}");
     drop(a);
 }
+
+/// The engine's reflection answer to `list_services` (raw bytes; service
+/// names appear in it as strings).
+async fn list_services(addr: &str) -> Vec<u8> {
+    let ch = Channel::connect(addr).await.expect("connect");
+    let mut call = ch
+        .start("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", CallOptions::default())
+        .await
+        .expect("start");
+    // ServerReflectionRequest { list_services: "" }
+    call.send(&[0x3a, 0x00]).await.expect("send");
+    call.close_send();
+    let reply = call.recv().await.expect("reply").expect("a response");
+    while let Ok(Some(_)) = call.recv().await {}
+    reply.to_vec()
+}
+
+fn lists(reply: &[u8], service: &str) -> bool {
+    reply.windows(service.len()).any(|w| w == service.as_bytes())
+}
+
+#[test]
+fn reflection_lists_only_the_services_an_application_serves() {
+    let sock = sock_path("reflection");
+    let (engine, addr) = engine(&sock);
+    let rt = rt();
+    let before = rt.block_on(list_services(&addr));
+    assert!(lists(&before, "grpc.reflection.v1.ServerReflection"), "reflection lists itself");
+    assert!(!lists(&before, "grpc.testing.TestService"), "no application serves it yet");
+    // A service no application has ever served is not implemented here
+    // (gRPC's interop case unimplemented_service relies on it); once one
+    // has, its absence is UNAVAILABLE (see the kill test).
+    assert_eq!(rt.block_on(empty_call(&addr)), Code::Unimplemented);
+
+    let mut a = app(&sock);
+    engine.wait_for("attached for grpc.testing.TestService");
+    let attached = rt.block_on(list_services(&addr));
+    assert!(lists(&attached, "grpc.testing.TestService"));
+    assert!(!lists(&attached, "socialnetwork.SocialNetwork"), "nobody serves that one");
+
+    a.kill();
+    engine.wait_for("detached");
+    let after = rt.block_on(list_services(&addr));
+    assert!(!lists(&after, "grpc.testing.TestService"), "its application is gone");
+}

@@ -70,6 +70,12 @@ impl Health {
         }
     }
 
+    /// The status of `service`, if it has one.
+    pub fn status(&self, service: &str) -> Option<ServingStatus> {
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(service).map(|tx| *tx.borrow())
+    }
+
     fn subscribe(&self, service: &str) -> Option<watch::Receiver<ServingStatus>> {
         let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
         map.get(service).map(|tx| tx.subscribe())

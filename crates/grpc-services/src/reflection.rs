@@ -17,6 +17,8 @@ use protoplane_grpc::metadata::Metadata;
 use protoplane_grpc::schema::Schema;
 use protoplane_grpc::status::{Code, Status};
 
+use crate::health::{Health, ServingStatus};
+
 const PROTO: &str = include_str!("../../../protos/grpc/reflection.proto");
 
 /// The descriptors a reflection service answers from.
@@ -93,6 +95,10 @@ pub struct Reflection {
     schema: Arc<Schema>,
     name: String,
     index: Arc<Index>,
+    /// When set, a service is listed only while this health service does
+    /// not report it NOT_SERVING (a split engine's service with no
+    /// application attached).
+    health: Option<Arc<Health>>,
 }
 
 impl Reflection {
@@ -102,6 +108,18 @@ impl Reflection {
     pub fn new(
         schemas: &[Arc<Schema>],
         services: &[String],
+    ) -> Result<Vec<Arc<Reflection>>, Status> {
+        Reflection::listing_by(schemas, services, None)
+    }
+
+    /// [`Reflection::new`], listing only the services `health` does not
+    /// report NOT_SERVING at the time of each request: a service nobody
+    /// serves at the moment is not offered to tools (its descriptors are
+    /// still answered by name).
+    pub fn listing_by(
+        schemas: &[Arc<Schema>],
+        services: &[String],
+        health: Option<Arc<Health>>,
     ) -> Result<Vec<Arc<Reflection>>, Status> {
         let mut index = Index::default();
         let mut out_schemas = Vec::new();
@@ -129,7 +147,9 @@ impl Reflection {
         let index = Arc::new(index);
         Ok(out_schemas
             .into_iter()
-            .map(|(schema, name)| Arc::new(Reflection { schema, name, index: index.clone() }))
+            .map(|(schema, name)| {
+                Arc::new(Reflection { schema, name, index: index.clone(), health: health.clone() })
+            })
             .collect())
     }
 
@@ -171,7 +191,10 @@ impl Reflection {
         } else if let Some(all) = text(7)? {
             b.set(orig, 7, Value::String(all.as_bytes()))?;
             let list = b.message(root, 6)?;
-            for s in &self.index.services {
+            let listed = |s: &&String| {
+                self.health.as_ref().is_none_or(|h| h.status(s) != Some(ServingStatus::NotServing))
+            };
+            for s in self.index.services.iter().filter(listed) {
                 let e = b.message(list, 1)?;
                 b.set(e, 1, Value::String(s.as_bytes()))?;
             }

@@ -204,7 +204,14 @@ impl Router {
         let mut all = router.service_names();
         all.sort();
         all.dedup();
-        for r in protoplane_grpc_services::reflection::Reflection::new(&schemas, &all)? {
+        // Reflection lists what health does not report NOT_SERVING: in a
+        // split engine, the services some application serves right now.
+        let reflection = protoplane_grpc_services::reflection::Reflection::listing_by(
+            &schemas,
+            &all,
+            Some(health.clone()),
+        )?;
+        for r in reflection {
             router = router.add_service(r);
         }
         Ok((router, health))

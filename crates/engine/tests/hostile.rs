@@ -415,7 +415,11 @@ fn hostile_child() {
             let (_sock, _, fds) = raw_attach(&path, hostile_services());
             // The shared file (control page, rings, this side's half): cut
             // to nothing, then to one page.
-            let shared = std::fs::File::from(fds.into_iter().next().expect("the shared file"));
+            // The other descriptors (the engine's half, the doorbell) stay
+            // open: the application stays attached and is sent requests.
+            let mut fds = fds.into_iter();
+            let shared = std::fs::File::from(fds.next().expect("the shared file"));
+            let _attached: Vec<_> = fds.collect();
             let cut = [0, 4096].map(|len| shared.set_len(len).map_err(|e| e.to_string()));
             report(&format!("truncate {cut:?}"));
             wait_next();
@@ -840,11 +844,19 @@ fn every_listener_outlives_running_out_of_descriptors() {
         hog.push(file);
     }
     hog.truncate(hog.len() - 3);
-    let pending = (
-        std::net::TcpStream::connect(grpc).expect("connect"),
-        std::net::TcpStream::connect(lean).expect("connect"),
-        UnixStream::connect(&f.running.attach).expect("connect"),
-    );
+    // Another thread of the process (the runtimes, the harness) may take a
+    // freed descriptor first: then one more is freed for the client.
+    let mut room = |open: &mut dyn FnMut() -> std::io::Result<()>| loop {
+        match open() {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(24) && hog.pop().is_some() => {}
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    let mut pending = (None, None, None);
+    room(&mut || std::net::TcpStream::connect(grpc).map(|s| pending.0 = Some(s)));
+    room(&mut || std::net::TcpStream::connect(lean).map(|s| pending.1 = Some(s)));
+    room(&mut || UnixStream::connect(&f.running.attach).map(|s| pending.2 = Some(s)));
     // The listeners run into EMFILE (each backs off and retries).
     let before = protoplane_rpc::accept::process_errors();
     f.wait_for(|| protoplane_rpc::accept::process_errors() >= before + 3, "accepts fail");

@@ -3,13 +3,14 @@
 //! binary, so the command line itself depends on no harness, peer or
 //! example; the harnesses start `protoplane`'s own commands (serve, engine,
 //! load) as the processes they measure ([`protoplane`]) and this binary's
-//! hidden workers (`bench-worker`, `bench-echo`, `bench-ring`).
+//! hidden workers (`bench-worker`, `bench-echo`, `bench-ring`,
+//! `bench-cotenant`).
 //!
 //! | command | what | harness |
 //! |---|---|---|
 //! | `bench wire` | the wire engine against prost, buffa and protobuf C++ | [`wire`], [`worker`], [`jobs`] |
 //! | `bench rpc` | the RPC server against tonic, grpc-go and gRPC C++ | [`rpc`] |
-//! | `bench split` | split mode against monolithic: handoff, zero logic, knee | [`split`], [`echo`], [`ring`] |
+//! | `bench split` | split mode against monolithic: handoff, zero logic, knee, a noisy neighbour | [`split`], [`echo`], [`ring`], [`cotenant`] |
 //! | `bench offload` | one-shot commit, co-serialization, per-field decode, functional offload | [`offload`] |
 //! | `bench inc` | in-network computation against server agents only | [`inc`] |
 //!
@@ -24,6 +25,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cotenant;
 mod echo;
 mod inc;
 mod jobs;
@@ -72,6 +74,9 @@ enum BenchCommand {
     /// The ring handoff measurement of `bench split`.
     #[command(name = "bench-ring", hide = true)]
     BenchRing(ring::RingArgs),
+    /// The CPU-bound neighbour of `bench split`'s neighbour experiment.
+    #[command(name = "bench-cotenant", hide = true)]
+    BenchCotenant(cotenant::CotenantArgs),
 }
 
 /// A failure and the exit status it maps to.
@@ -112,6 +117,7 @@ fn run(command: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Offload(args) => print(&offload::run(&args).map_err(Failure::Usage)?),
         BenchCommand::Inc(args) => print(&inc::run(&args).map_err(Failure::Usage)?),
         BenchCommand::BenchEcho(args) => echo::run(&args).map_err(Failure::Usage),
+        BenchCommand::BenchCotenant(args) => cotenant::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchRing(args) => {
             let line = ring::run(&args).map_err(Failure::Usage)?;
             print(&line)

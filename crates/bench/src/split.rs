@@ -16,6 +16,13 @@
 //!   HyperProtoBench bench3 M3 (845 B), bench4 M43 (36 KB) and bench5 M34
 //!   (476 KB) as request and response, monolithic vs split, over gRPC at
 //!   `--in-flight` calls. Writes the plot (SVG) beside the CSV.
+//! * **neighbour** (isolation): the social-network service, monolithic vs
+//!   split, under open-loop load at a fixed `--rate` (64 slots), while a
+//!   CPU-bound co-tenant (`protoplane-bench bench-cotenant`) spins a share
+//!   of every 10 ms on the application's core: p50/p99 and the rate
+//!   achieved against the co-tenant's load. The monolithic server does all
+//!   of its RPC work on the shared core; split leaves it only the handler.
+//!   Writes `neighbour.svg` (p99 and achieved rate against the load).
 //!
 //! Placement: the application (or the monolithic server, or tonic) runs on
 //! `--app-cpu`; the engine on `--engine-cpu`; the load generator on
@@ -64,9 +71,17 @@ pub(crate) struct SplitArgs {
     /// Calls in flight in the knee experiment.
     #[arg(long, default_value_t = 16)]
     in_flight: usize,
-    /// Experiments to run: handoff, zero, knee.
-    #[arg(long, value_delimiter = ',', default_value = "handoff,zero,knee")]
+    /// Experiments to run: handoff, zero, knee, neighbour.
+    #[arg(long, value_delimiter = ',', default_value = "handoff,zero,knee,neighbour")]
     experiments: Vec<String>,
+    /// Offered load of the neighbour experiment, calls/s (open loop)
+    /// [default: 10000].
+    #[arg(long, value_name = "QPS")]
+    rate: Option<f64>,
+    /// Co-tenant loads of the neighbour experiment (shares of the
+    /// application's core) [default: 0,0.25,0.5,0.75,1; --quick: 0,0.75].
+    #[arg(long, value_delimiter = ',')]
+    cotenant_loads: Vec<f64>,
     /// Core of the engine.
     #[arg(long, default_value_t = 0)]
     engine_cpu: usize,
@@ -85,7 +100,7 @@ pub(crate) struct SplitArgs {
     no_tonic: bool,
 }
 
-const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors\n";
+const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors,cotenant_load,offered_qps\n";
 
 /// A command for `prog` pinned to `cpu`, with the allocator settings every
 /// process of the benchmark shares (`crate::same_malloc`).
@@ -96,7 +111,7 @@ fn pinned(cpu: usize, prog: &Path) -> Command {
 }
 
 /// One measurement (one CSV row).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Row {
     experiment: &'static str,
     /// monolithic, split or tonic.
@@ -117,12 +132,16 @@ struct Row {
     /// monolithic.
     app_cpu: f64,
     errors: u64,
+    /// The co-tenant's share of the application's core (neighbour).
+    cotenant_load: f64,
+    /// The open-loop rate offered, calls/s (0: closed loop).
+    offered_qps: f64,
 }
 
 impl Row {
     fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{}\n",
+            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{:.2},{:.0}\n",
             self.experiment,
             self.mode,
             self.transport,
@@ -138,7 +157,9 @@ impl Row {
             self.app_cpu,
             self.engine_cpu * self.qps / 1e6,
             self.app_cpu * self.qps / 1e6,
-            self.errors
+            self.errors,
+            self.cotenant_load,
+            self.offered_qps
         )
     }
 }
@@ -161,6 +182,7 @@ fn load(
     transport: &str,
     load_args: &[String],
     in_flight: usize,
+    rate: Option<f64>,
 ) -> Result<Measured, String> {
     let target = match transport {
         "lean" => servers.lean.clone().ok_or("no lean address")?,
@@ -173,6 +195,7 @@ fn load(
         .args(["--target", &target, "--transport", transport])
         .args(load_args)
         .args(["--concurrency", &in_flight.to_string()])
+        .args(rate.map(|r| format!("--rate={r}")))
         .args(["--duration", &plan.seconds.to_string(), "--quiet", "--json"])
         .arg(&json)
         .stdout(Stdio::null())
@@ -334,6 +357,9 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
     if wants("zero") {
         zero(&plan, &repo, &mut rows, &mut notes)?;
     }
+    if wants("neighbour") {
+        neighbour(&plan, &repo, &mut rows, &mut notes)?;
+    }
     let mut knee_done = false;
     if wants("knee") {
         let hpb = repo.parent().map(|p| p.join("shared/datasets/hyperprotobench"));
@@ -360,6 +386,12 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
         std::fs::write(&svg_path, plot(&plan, &rows))
             .map_err(|e| format!("{}: {e}", svg_path.display()))?;
         notes.push(format!("knee plot: {}", svg_path.display()));
+    }
+    if rows.iter().any(|r| r.experiment == "neighbour") {
+        let svg_path = work.join("neighbour.svg");
+        std::fs::write(&svg_path, plot_neighbour(&plan, &rows))
+            .map_err(|e| format!("{}: {e}", svg_path.display()))?;
+        notes.push(format!("neighbour plot: {}", svg_path.display()));
     }
     let md = report(&plan, &rows, &means, &notes);
     if let Some(p) = &args.markdown {
@@ -414,6 +446,7 @@ fn handoff(
             engine_cpu: 0.0,
             app_cpu: 0.0,
             errors: 0,
+            ..Row::default()
         });
     }
     Ok(means)
@@ -456,27 +489,9 @@ fn zero(
                         c.args(["--port", "0", "--threads", "1"]);
                         monolithic(c)?
                     }
-                    ("split", _) => split(
-                        plan.engine(&[]),
-                        plan.app(&[
-                            "serve".into(),
-                            "--attach".into(),
-                            plan.sock(),
-                            "--spin-us".into(),
-                            plan.args.spin_us.to_string(),
-                        ]),
-                    )?,
-                    _ => monolithic(plan.app(&[
-                        "serve".into(),
-                        "--port".into(),
-                        "0".into(),
-                        "--lean-port".into(),
-                        "0".into(),
-                        "--threads".into(),
-                        "1".into(),
-                    ]))?,
+                    _ => social_server(plan, mode)?,
                 };
-                let m = load(plan, &servers, transport, &load_args, in_flight);
+                let m = load(plan, &servers, transport, &load_args, in_flight, None);
                 drop(servers);
                 let m = match m {
                     Ok(m) => m,
@@ -500,6 +515,135 @@ fn zero(
                     engine_cpu: m.engine_cpu,
                     app_cpu: m.app_cpu,
                     errors: m.errors,
+                    ..Row::default()
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The social-network service (`protoplane serve`): `split` (an engine
+/// and the service attached to it) or monolithic.
+fn social_server(plan: &Plan<'_>, mode: &str) -> Result<Servers, String> {
+    Ok(match mode {
+        "split" => split(
+            plan.engine(&[]),
+            plan.app(&[
+                "serve".into(),
+                "--attach".into(),
+                plan.sock(),
+                "--spin-us".into(),
+                plan.args.spin_us.to_string(),
+            ]),
+        )?,
+        _ => monolithic(plan.app(&[
+            "serve".into(),
+            "--port".into(),
+            "0".into(),
+            "--lean-port".into(),
+            "0".into(),
+            "--threads".into(),
+            "1".into(),
+        ]))?,
+    })
+}
+
+/// The co-tenant: `bench-cotenant` on the application's core, stopped
+/// (its stdin closed, then killed) when dropped.
+struct Cotenant(std::process::Child);
+
+impl Cotenant {
+    fn start(plan: &Plan<'_>, load: f64) -> Result<Cotenant, String> {
+        let mut c = pinned(plan.args.app_cpu, &plan.me);
+        c.args(["bench-cotenant", "--load", &load.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().map(Cotenant).map_err(|e| format!("bench-cotenant: {e}"))
+    }
+}
+
+impl Drop for Cotenant {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn cotenant_loads(args: &SplitArgs) -> Vec<f64> {
+    if !args.cotenant_loads.is_empty() {
+        return args.cotenant_loads.clone();
+    }
+    if args.quick {
+        vec![0.0, 0.75]
+    } else {
+        vec![0.0, 0.25, 0.5, 0.75, 1.0]
+    }
+}
+
+/// Slots of the neighbour experiment's open-loop load: enough that a
+/// stalled server delays calls rather than the generator.
+const NEIGHBOUR_SLOTS: usize = 64;
+
+fn neighbour(
+    plan: &Plan<'_>,
+    repo: &Path,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let loads = cotenant_loads(plan.args);
+    if let Some(l) = loads.iter().find(|l| !(0.0..=1.0).contains(*l)) {
+        return Err(format!("--cotenant-loads: {l} is not a share of a core (0 to 1)"));
+    }
+    let rate = plan.args.rate.unwrap_or(10_000.0);
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(format!("--rate {rate}: calls per second, above 0"));
+    }
+    let (load_args, _) = crate::rpc::social_requests(repo, &plan.work, 200)?;
+    let modes = ["monolithic", "split"];
+    for round in 0..plan.rounds {
+        for (i, &cotenant_load) in loads.iter().enumerate() {
+            for k in 0..modes.len() {
+                let mode = modes[(k + round + i) % modes.len()];
+                progress(&format!(
+                    "neighbour: round {} {mode} co-tenant {:.0}% at {rate:.0} calls/s",
+                    round + 1,
+                    cotenant_load * 100.0
+                ));
+                let servers = social_server(plan, mode)?;
+                let cotenant = if cotenant_load > 0.0 {
+                    Some(Cotenant::start(plan, cotenant_load)?)
+                } else {
+                    None
+                };
+                let m = load(plan, &servers, "grpc", &load_args, NEIGHBOUR_SLOTS, Some(rate));
+                drop(cotenant);
+                drop(servers);
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        notes.push(format!("neighbour: {mode} co-tenant {cotenant_load}: {e}"));
+                        continue;
+                    }
+                };
+                rows.push(Row {
+                    experiment: "neighbour",
+                    mode,
+                    transport: "grpc",
+                    message: "socialnetwork".into(),
+                    in_flight: NEIGHBOUR_SLOTS,
+                    round: round + 1,
+                    qps: m.qps,
+                    p50_us: m.p50,
+                    p99_us: m.p99,
+                    engine_cpu: m.engine_cpu,
+                    app_cpu: m.app_cpu,
+                    errors: m.errors,
+                    cotenant_load,
+                    offered_qps: rate,
+                    ..Row::default()
                 });
             }
         }
@@ -549,7 +693,7 @@ fn knee(
                     };
                     let mut load_args = m.schema_args.clone();
                     load_args.extend(m.call_args.iter().cloned());
-                    let r = load(plan, &servers, "grpc", &load_args, plan.args.in_flight);
+                    let r = load(plan, &servers, "grpc", &load_args, plan.args.in_flight, None);
                     drop(servers);
                     let r = match r {
                         Ok(r) => r,
@@ -573,6 +717,7 @@ fn knee(
                         engine_cpu: r.engine_cpu,
                         app_cpu: r.app_cpu,
                         errors: r.errors,
+                        ..Row::default()
                     });
                 }
             }
@@ -774,11 +919,113 @@ fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]
                (measured QPS, at the points where the split application's core was ≥ 90% busy):\n";
         md += &summary;
     }
+    if rows.iter().any(|r| r.experiment == "neighbour") {
+        md += &neighbour_report(plan, rows);
+    }
     for n in notes {
         md += &format!("\n- {n}");
     }
     md.push('\n');
     md
+}
+
+/// The neighbour experiment's table and targets.
+fn neighbour_report(plan: &Plan<'_>, rows: &[Row]) -> String {
+    let rate = plan.args.rate.unwrap_or(10_000.0);
+    let mut md = format!(
+        "\n### A noisy neighbour on the application's core ({rate:.0} calls/s offered, open loop, gRPC)\n\n"
+    );
+    md += "| co-tenant load | mono QPS | split QPS | mono p50 µs | split p50 µs | mono p99 µs | split p99 µs | split/mono p99 | errors |\n";
+    md += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let mut targets = String::new();
+    for l in cotenant_loads(plan.args) {
+        let at = |mode: &'static str| {
+            move |r: &Row| r.experiment == "neighbour" && r.mode == mode && r.cotenant_load == l
+        };
+        if !rows.iter().any(at("monolithic")) && !rows.iter().any(at("split")) {
+            continue;
+        }
+        let (mq, sq) = (med(rows, at("monolithic"), |r| r.qps), med(rows, at("split"), |r| r.qps));
+        let (mp99, sp99) =
+            (med(rows, at("monolithic"), |r| r.p99_us), med(rows, at("split"), |r| r.p99_us));
+        let errors: u64 = rows
+            .iter()
+            .filter(|r| r.experiment == "neighbour" && r.cotenant_load == l)
+            .map(|r| r.errors)
+            .sum();
+        md += &format!(
+            "| {:.0}% | {mq:.0} | {sq:.0} | {:.0} | {:.0} | {mp99:.0} | {sp99:.0} | {:.2}× | {errors} |\n",
+            l * 100.0,
+            med(rows, at("monolithic"), |r| r.p50_us),
+            med(rows, at("split"), |r| r.p50_us),
+            sp99 / mp99,
+        );
+        if l > 0.0 {
+            targets += &format!(
+                "- co-tenant {:.0}%: split p99 ≤ 0.5× monolithic p99: {} ({:.2}×); rate achieved split / monolithic {:.2}×\n",
+                l * 100.0,
+                verdict(sp99 <= 0.5 * mp99),
+                sp99 / mp99,
+                sq / mq
+            );
+        }
+    }
+    md += "\nThe same offered rate against both; QPS is the rate achieved (calls answered per \
+           second of the run). The target of 1.5× the rate monolithic sustains needs the rate \
+           swept until monolithic falls behind (`--rate`).\n\nTargets:\n";
+    md += &targets;
+    md
+}
+
+/// The neighbour plot: p99 and the rate achieved against the co-tenant's
+/// load, monolithic and split.
+fn plot_neighbour(plan: &Plan<'_>, rows: &[Row]) -> String {
+    let loads = cotenant_loads(plan.args);
+    let xs: Vec<String> = loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
+    let series = |mode: &'static str, f: fn(&Row) -> f64| -> Vec<f64> {
+        loads
+            .iter()
+            .map(|&l| {
+                med(
+                    rows,
+                    |r| r.experiment == "neighbour" && r.mode == mode && r.cotenant_load == l,
+                    f,
+                )
+            })
+            .collect()
+    };
+    type Metric = (&'static str, &'static str, fn(&Row) -> f64);
+    let metrics: [Metric; 3] = [
+        ("p99 latency", "µs", |r| r.p99_us),
+        ("p50 latency", "µs", |r| r.p50_us),
+        ("rate achieved", "calls/s", |r| r.qps),
+    ];
+    let panels: Vec<svg::Panel> = metrics
+        .into_iter()
+        .map(|(name, unit, f)| svg::Panel {
+            title: name.into(),
+            y_label: unit.into(),
+            series: vec![
+                svg::Series {
+                    name: "monolithic".into(),
+                    color: "#d62728",
+                    ys: series("monolithic", f),
+                },
+                svg::Series { name: "split".into(), color: "#1f77b4", ys: series("split", f) },
+            ],
+        })
+        .collect();
+    svg::grid(
+        &format!(
+            "a noisy neighbour on the application's core: {:.0} calls/s offered (median of {} rounds)",
+            plan.args.rate.unwrap_or(10_000.0),
+            plan.rounds
+        ),
+        "co-tenant load on the application's core",
+        &xs,
+        &panels,
+        3,
+    )
 }
 
 /// The knee plot: a column per message; rows QPS, p99, CPU per call.

@@ -195,7 +195,9 @@ fn load(
         .args(["--target", &target, "--transport", transport])
         .args(load_args)
         .args(["--concurrency", &in_flight.to_string()])
-        .args(rate.map(|r| format!("--rate={r}")))
+        // Open loop: the first calls (connections opening, caches cold)
+        // are a warm-up, not a measurement.
+        .args(rate.into_iter().flat_map(|r| [format!("--rate={r}"), "--warmup=0.3".into()]))
         .args(["--duration", &plan.seconds.to_string(), "--quiet", "--json"])
         .arg(&json)
         .stdout(Stdio::null())

@@ -174,6 +174,21 @@ struct Measured {
     app_cpu: f64,
 }
 
+impl Measured {
+    /// A row of this measurement; the caller names what was measured.
+    fn row(&self) -> Row {
+        Row {
+            qps: self.qps,
+            p50_us: self.p50,
+            p99_us: self.p99,
+            engine_cpu: self.engine_cpu,
+            app_cpu: self.app_cpu,
+            errors: self.errors,
+            ..Row::default()
+        }
+    }
+}
+
 /// Runs `protoplane load` against `servers` and reads the CPU each server
 /// process used meanwhile.
 fn load(
@@ -511,13 +526,7 @@ fn zero(
                     busy_us: 0,
                     in_flight,
                     round: round + 1,
-                    qps: m.qps,
-                    p50_us: m.p50,
-                    p99_us: m.p99,
-                    engine_cpu: m.engine_cpu,
-                    app_cpu: m.app_cpu,
-                    errors: m.errors,
-                    ..Row::default()
+                    ..m.row()
                 });
             }
         }
@@ -637,15 +646,9 @@ fn neighbour(
                     message: "socialnetwork".into(),
                     in_flight: NEIGHBOUR_SLOTS,
                     round: round + 1,
-                    qps: m.qps,
-                    p50_us: m.p50,
-                    p99_us: m.p99,
-                    engine_cpu: m.engine_cpu,
-                    app_cpu: m.app_cpu,
-                    errors: m.errors,
                     cotenant_load,
                     offered_qps: rate,
-                    ..Row::default()
+                    ..m.row()
                 });
             }
         }
@@ -713,13 +716,7 @@ fn knee(
                         busy_us: b,
                         in_flight: plan.args.in_flight,
                         round: round + 1,
-                        qps: r.qps,
-                        p50_us: r.p50,
-                        p99_us: r.p99,
-                        engine_cpu: r.engine_cpu,
-                        app_cpu: r.app_cpu,
-                        errors: r.errors,
-                        ..Row::default()
+                        ..r.row()
                     });
                 }
             }

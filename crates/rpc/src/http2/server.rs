@@ -91,9 +91,10 @@ where
         decoder: Decoder::new(),
         eof: false,
         dead: false,
-        draining: None,
+        shutdown: None,
+        shutdown_armed: false,
     };
-    d.draining = Some(d.router.drain().started_boxed());
+    d.shutdown = Some(d.router.drain().started_boxed());
     d.run().await;
 }
 
@@ -199,9 +200,13 @@ struct Driver<IO> {
     decoder: Decoder,
     eof: bool,
     dead: bool,
-    /// Resolves when the router starts draining (then taken: the
-    /// connection has sent its graceful GOAWAY).
-    draining: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// Wakes this connection's task when the router starts draining. It is
+    /// polled once, which leaves the task's waker with the drain (every
+    /// poll of the task has the same one); after that the drain's flag is
+    /// read instead, so a wakeup costs an atomic load, not the notifier's
+    /// lock. Taken once the connection has sent its graceful GOAWAY.
+    shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    shutdown_armed: bool,
 }
 
 /// Slot number of the handshake timer in the timer heap.
@@ -223,12 +228,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             if self.eof {
                 self.drop_stalled();
             }
-            if self.draining.is_some() && self.router.drain().is_draining() {
+            if self.shutdown.is_some() && self.router.drain().is_draining() {
                 // Graceful: the streams taken go on, no new one is.
-                self.draining = None;
+                self.shutdown = None;
                 self.conn.go_away(Reason::NO_ERROR, "server shutting down");
             }
-            let drained = self.draining.is_none() && self.live_calls() == 0;
+            let drained = self.shutdown.is_none() && self.live_calls() == 0;
             if self.dead || (self.eof && self.live_calls() == 0) || drained {
                 break;
             }
@@ -303,8 +308,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         if self.shared.ready.lock().map(|r| !r.is_empty()).unwrap_or(false) {
             progress = true;
         }
-        if let Some(d) = &mut self.draining {
-            if d.as_mut().poll(cx).is_ready() {
+        if let Some(d) = &mut self.shutdown {
+            if !self.shutdown_armed {
+                self.shutdown_armed = true;
+                if d.as_mut().poll(cx).is_ready() {
+                    progress = true;
+                }
+            } else if self.router.drain().is_draining() {
                 progress = true;
             }
         }

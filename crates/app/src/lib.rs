@@ -145,28 +145,75 @@ impl App {
 
     /// Serves on the current runtime; attaches again after the engine goes
     /// away, forever. Returns the engine's refusal, if it refuses.
+    ///
+    /// When another engine takes over (the engine sends `M` on the attach
+    /// connection, see `protoplane_engine::admin`), this attaches to the
+    /// same path (where the new engine now listens) at once and keeps
+    /// serving the old attachment until the old engine closes it: calls in
+    /// flight there finish, new ones arrive through the new one, and the
+    /// handlers never notice.
     pub async fn run(self) -> Result<(), Error> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let mut announced = false;
+        // Attachments to engines being replaced, finishing their calls.
+        let mut leaving = FuturesUnordered::new();
         loop {
-            match self.once().await {
-                Ok(Ended::EngineGone) => {
+            let (moved_tx, mut moved) = tokio::sync::oneshot::channel();
+            let mut current = Box::pin(self.attachment(Some(moved_tx)));
+            let mut asked = false;
+            let ended = loop {
+                tokio::select! {
+                    r = &mut current => break Some(r),
+                    m = &mut moved, if !asked => {
+                        asked = true;
+                        if m.is_ok() {
+                            break None;
+                        }
+                    }
+                    _ = leaving.next(), if !leaving.is_empty() => {}
+                }
+            };
+            match ended {
+                None => {
+                    eprintln!("app: the engine is being replaced; attaching to the new one");
+                    leaving.push(current);
+                    announced = false;
+                }
+                Some(Ok(Ended::EngineGone)) => {
                     eprintln!("app: the engine went away; attaching again");
                     announced = false;
                 }
-                Err(Error::Unreachable(why)) => {
+                Some(Err(Error::Unreachable(why))) => {
                     if !announced {
                         eprintln!("app: waiting for an engine at {}: {why}", self.path.display());
                         announced = true;
                     }
-                    tokio::time::sleep(self.retry).await;
+                    let pause = tokio::time::sleep(self.retry);
+                    tokio::pin!(pause);
+                    loop {
+                        tokio::select! {
+                            _ = &mut pause => break,
+                            _ = leaving.next(), if !leaving.is_empty() => {}
+                        }
+                    }
                 }
-                Err(e) => return Err(e),
+                Some(Err(e)) => return Err(e),
             }
         }
     }
 
     /// One attachment, until the engine goes away.
     pub async fn once(&self) -> Result<Ended, Error> {
+        self.attachment(None).await
+    }
+
+    /// One attachment, until the engine goes away; `moved` is told if the
+    /// engine asks the application to attach to the one taking over (this
+    /// attachment goes on until the old engine closes it).
+    async fn attachment(
+        &self,
+        mut moved: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<Ended, Error> {
         if self.services.is_empty() {
             return Err(Error::Refused("no service to serve".into()));
         }
@@ -206,6 +253,11 @@ impl App {
                 let _ = sock.readable().await;
                 match sock.try_read(&mut b) {
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Ok(1) if b[0] == b'M' => {
+                        if let Some(tx) = moved.take() {
+                            let _ = tx.send(());
+                        }
+                    }
                     _ => return,
                 }
             }

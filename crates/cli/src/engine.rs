@@ -72,6 +72,38 @@ pub(crate) struct EngineArgs {
     /// then tell the applications and exit.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     shutdown_grace: f64,
+    /// The admin socket: `protoplane admin PATH status|reload` and live
+    /// upgrades go through it (owner-only).
+    #[arg(long, value_name = "PATH")]
+    admin: Option<PathBuf>,
+    /// Live upgrade: take the listening sockets and the applications over
+    /// from the engine whose admin socket this is. Its calls in flight
+    /// finish there (up to its --shutdown-grace), new calls come here, no
+    /// application restarts; then it exits.
+    #[arg(long, value_name = "ADMIN_SOCK")]
+    take_over: Option<PathBuf>,
+}
+
+/// `protoplane admin`: one command to a running engine's admin socket.
+#[derive(clap::Args, Debug)]
+pub(crate) struct AdminArgs {
+    /// The engine's admin socket (`protoplane engine --admin PATH`).
+    socket: PathBuf,
+    /// `status`, `reload` (the configuration file's [policy], as SIGHUP
+    /// does) or `take-over` (what `engine --take-over` sends; not for
+    /// people).
+    command: String,
+}
+
+/// `protoplane admin`.
+pub(crate) fn admin(args: &AdminArgs) -> Result<(), String> {
+    let answer =
+        protoplane_engine::admin::request(&args.socket, &args.command).map_err(|e| e.to_string())?;
+    print!("{answer}");
+    if answer.starts_with("error:") {
+        return Err(format!("the engine refused {:?}", args.command));
+    }
+    Ok(())
 }
 
 /// The configuration the flags describe (file first, flags over it).
@@ -81,6 +113,10 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().map(PathBuf::from).unwrap_or_default();
         c.apply_toml(&text, &base).map_err(|e| e.to_string())?;
+        c.file = Some(path.clone());
+    }
+    if let Some(p) = &args.admin {
+        c.admin = Some(p.clone());
     }
     let addr = |port: u16| -> Result<SocketAddr, String> {
         format!("{}:{port}", args.host).parse().map_err(|e| format!("--host: {e}"))
@@ -145,6 +181,23 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
         return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
     }
     let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
+    let mut c = c;
+    c.grace = grace;
+    // A take-over asks before anything binds: the sockets come from the
+    // running engine.
+    let (inherited, handover) = match &args.take_over {
+        Some(path) => {
+            let (i, t) = protoplane_engine::admin::take_over(path).map_err(|e| e.to_string())?;
+            eprintln!(
+                "engine: taking over from {}: {} socket(s), applications for {}",
+                path.display(),
+                i.fds.len(),
+                if i.services.is_empty() { "nothing".to_string() } else { i.services.join(", ") }
+            );
+            (i, Some(t))
+        }
+        None => (Default::default(), None),
+    };
     let cores = c.cores.clone();
     let mut b = if c.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -162,7 +215,8 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     }
     let rt = b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async move {
-        let running = protoplane_engine::start(c).await.map_err(|e| e.to_string())?;
+        let running =
+            protoplane_engine::start_with(c, inherited).await.map_err(|e| e.to_string())?;
         if let Some(a) = running.grpc {
             println!("grpc listening on {a}");
         }
@@ -170,9 +224,37 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
             println!("lean listening on {a}");
         }
         println!("attach at {}", running.attach.display());
+        if let Some(a) = &running.admin {
+            println!("admin at {}", a.display());
+        }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        let signal = stop_signal().await?;
+        if let Some(t) = handover {
+            // The old engine drains for up to its own grace period; give
+            // it that and a margin before calling the hand-over lost.
+            let wait = grace + std::time::Duration::from_secs(30);
+            tokio::task::spawn_blocking(move || match t.ready(wait) {
+                Ok(said) => eprintln!("engine: the old engine: {said}"),
+                Err(e) => eprintln!("engine: {e}"),
+            });
+        }
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("SIGHUP: {e}"))?;
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        let signal = loop {
+            tokio::select! {
+                s = &mut stop => break s?,
+                _ = hup.recv() => match running.reload() {
+                    Ok(said) => eprintln!("engine: SIGHUP: reloaded: {said}"),
+                    Err(e) => eprintln!("engine: SIGHUP: reload refused, nothing changed: {e}"),
+                },
+                _ = running.replaced() => {
+                    eprintln!("engine: handed over to the new engine; exiting");
+                    return Ok(());
+                }
+            }
+        };
         eprintln!("engine: {signal}: draining (up to {grace:?})");
         let s = running.shutdown(grace).await;
         eprintln!(

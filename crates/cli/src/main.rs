@@ -44,6 +44,8 @@ enum Command {
     /// Run the engine: transports, framing, decode and encode for
     /// applications attached over shared memory.
     Engine(engine::EngineArgs),
+    /// Sends a command to a running engine's admin socket (status, reload).
+    Admin(engine::AdminArgs),
     /// Serve gRPC's interop test service (grpc.testing.TestService).
     #[command(name = "interop-server")]
     InteropServer(interop::server::ServerArgs),
@@ -153,6 +155,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Controller(args) => inc::run_controller(&args).map_err(Failure::Usage),
         Command::Inc(args) => external::run(external::INC, &args.args).map_err(Failure::Usage),
         Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
+        Command::Admin(args) => engine::admin(&args).map_err(Failure::Usage),
         Command::Sim(args) => {
             let report = sim::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())

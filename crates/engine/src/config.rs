@@ -56,6 +56,19 @@
 //!
 //! [offload.handlers]              # a built-in handler by name, per method
 //! "/shop.Accounts/SignIn" = "login-token"
+//!
+//! [policy]                        # per call, changed at run time: see `crate::policy`
+//! default = "allow"
+//! [[policy.rules]]
+//! action = "deny"
+//! methods = ["/socialnetwork.SocialNetwork/Login"]
+//! clients = ["metadata:x-tenant=guest"]
+//! [policy.limits."socialnetwork.SocialNetwork"]
+//! rate = 5000
+//! concurrency = 256
+//!
+//! [admin]
+//! socket = "/tmp/protoplane-admin.sock"  # reload, status, take-over: see `crate::admin`
 //! ```
 //!
 //! Unknown sections and keys are refused by name, so a typo never passes
@@ -73,6 +86,7 @@ use crate::admission::{Admission, Principal};
 use crate::budget::Budgets;
 use crate::device::DeviceOptions;
 use crate::functional::FunctionalOffload;
+use crate::policy::PolicySpec;
 use crate::proxy::Limits;
 
 /// Everything the engine is told.
@@ -124,6 +138,18 @@ pub struct Config {
     pub admission: Admission,
     /// What each attached application may cost the engine.
     pub budgets: Budgets,
+    /// What the engine decides about each call before it reaches an
+    /// application (`[policy]`, see [`crate::policy`]); replaced at run
+    /// time by [`crate::Running::reload`].
+    pub policy: PolicySpec,
+    /// The TOML file this came from, which [`crate::Running::reload`]
+    /// reads again.
+    pub file: Option<PathBuf>,
+    /// The admin socket (`[admin] socket`): reload, status, take-over.
+    pub admin: Option<PathBuf>,
+    /// How long calls in flight may take to finish when another engine
+    /// takes over from this one.
+    pub grace: Duration,
 }
 
 impl Default for Config {
@@ -150,6 +176,10 @@ impl Default for Config {
             device: DeviceOptions::default(),
             admission: Admission::default(),
             budgets: Budgets::default(),
+            policy: PolicySpec::default(),
+            file: None,
+            admin: None,
+            grace: Duration::from_secs(10),
         }
     }
 }
@@ -188,6 +218,17 @@ fn method_path(p: String, key: &str) -> Result<String, String> {
     }
 }
 
+/// A configuration's `[policy]` (the default if it has none) and the rest
+/// of it.
+pub fn split_policy(text: &str) -> Result<(PolicySpec, toml::Table), String> {
+    let mut doc: toml::Table = text.parse().map_err(|e| format!("config: {e}"))?;
+    let spec = match doc.remove("policy") {
+        Some(p) => PolicySpec::from_toml(table(&p, "policy")?)?,
+        None => PolicySpec::default(),
+    };
+    Ok((spec, doc))
+}
+
 impl Config {
     /// Applies a TOML configuration (paths relative to `base`).
     pub fn apply_toml(&mut self, text: &str, base: &Path) -> Result<(), crate::Error> {
@@ -208,6 +249,10 @@ impl Config {
         let mut key_file = None;
         for (section, body) in &doc {
             let body = table(body, section)?;
+            if section == "policy" {
+                self.policy = PolicySpec::from_toml(body)?;
+                continue;
+            }
             for (key, v) in body {
                 let k = format!("{section}.{key}");
                 match (section.as_str(), key.as_str()) {
@@ -250,6 +295,7 @@ impl Config {
                     ("listen", "lean") => self.lean_tcp = Some(addr(v, &k)?),
                     ("listen", "lean_unix") => self.lean_unix = Some(path(string(v, &k)?)),
                     ("listen", "attach") => self.attach = path(string(v, &k)?),
+                    ("admin", "socket") => self.admin = Some(path(string(v, &k)?)),
                     ("schemas", "protos") => {
                         for p in list(v, &k)? {
                             self.protos.push(path(string(&p, &k)?));

@@ -31,6 +31,7 @@
 //! sealed against writes before the application gets it: nothing the
 //! application does can change a block while the engine builds it.
 
+pub mod admin;
 pub mod admission;
 pub mod attachment;
 pub mod budget;
@@ -38,6 +39,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod functional;
+pub mod policy;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod proxy;
@@ -60,6 +62,7 @@ pub use budget::Budgets;
 pub use config::Config;
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Refusal};
+pub use policy::{Policies, PolicySpec};
 pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
 pub use proxy::{Limits, SplitService};
 pub use registry::{Detached, Registry};
@@ -83,9 +86,33 @@ pub struct Running {
     pub counters: Arc<Counters>,
     /// The attach socket's counters.
     pub admission: Arc<AdmissionStats>,
+    /// The per-call policy, replaced by [`Running::reload`].
+    pub policies: Arc<Policies>,
+    /// The admin socket, if it has one.
+    pub admin: Option<PathBuf>,
+    core: Arc<Core>,
+}
+
+/// What the admin socket and [`Running`] share.
+#[derive(Debug)]
+pub(crate) struct Core {
     /// The router of both transports: its drain is the engine's graceful
-    /// shutdown.
+    /// shutdown, and stops the attach and admin sockets too.
     router: Arc<protoplane_rpc::Router>,
+    registry: Arc<Registry>,
+    policies: Arc<Policies>,
+    /// The configuration file, and what it said outside `[policy]` when
+    /// the engine started (a reload reports changes there as needing a
+    /// restart).
+    file: Option<(PathBuf, toml::Table)>,
+    /// Copies of the listening sockets, for a take-over.
+    listeners: Vec<(&'static str, std::os::fd::OwnedFd)>,
+    /// How long a take-over lets calls in flight finish.
+    grace: Duration,
+    /// Set when the applications are to attach again elsewhere.
+    moving: tokio::sync::watch::Sender<bool>,
+    /// Set once another engine took over and this one is done.
+    replaced: tokio::sync::watch::Sender<bool>,
 }
 
 /// What [`Running::shutdown`] did.
@@ -109,12 +136,119 @@ impl Running {
     /// application is detached with the reason "the engine is shutting
     /// down" (it attaches again to the next engine that listens).
     pub async fn shutdown(&self, grace: Duration) -> Shutdown {
-        let drain = self.router.drain();
+        let drain = self.core.router.drain();
         drain.start();
         let drained = tokio::time::timeout(grace, drain.finished()).await.is_ok();
         let connections_left = drain.connections();
         let applications = self.registry.detach_all("the engine is shutting down");
         Shutdown { drained, connections_left, applications }
+    }
+}
+
+impl Running {
+    /// Reads the configuration file again and installs its `[policy]`
+    /// (see [`Core::reload`]).
+    pub fn reload(&self) -> Result<String, Error> {
+        self.core.reload()
+    }
+
+    /// Resolves once another engine took over ([`admin`]) and this one
+    /// handed over every call: the process may exit.
+    pub async fn replaced(&self) {
+        let mut rx = self.core.replaced.subscribe();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Core {
+    /// Reads the configuration file again and installs its `[policy]`
+    /// (none: no policy), between two calls: a call already admitted
+    /// finishes under the policy that admitted it. An invalid file changes
+    /// nothing. Other sections are read at start only; the answer says if
+    /// they changed.
+    pub(crate) fn reload(&self) -> Result<String, Error> {
+        let Some((path, baseline)) = &self.file else {
+            return Err(Error::Config("no configuration file to reload (--config)".into()));
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| Error::Read { path: path.clone(), source })?;
+        let (spec, rest) = config::split_policy(&text).map_err(Error::Config)?;
+        self.policies.install(spec).map_err(Error::Config)?;
+        let mut said = format!(
+            "policy version {} from {}",
+            self.policies.version(),
+            path.display()
+        );
+        if rest != *baseline {
+            said.push_str(
+                "; sections other than [policy] changed and take effect at the next start \
+                 (or take-over)",
+            );
+        }
+        Ok(said)
+    }
+
+    /// `status` on the admin socket.
+    fn status(&self) -> String {
+        let mut out = String::new();
+        let services = self.registry.services();
+        out.push_str(&format!(
+            "applications {} serving {}\n",
+            self.registry.applications(),
+            if services.is_empty() { "nothing".to_string() } else { services.join(", ") }
+        ));
+        out.push_str(&format!(
+            "client connections {}{}\n",
+            self.router.drain().connections(),
+            if self.router.drain().is_draining() { " (draining)" } else { "" }
+        ));
+        out.push_str(&self.policies.report());
+        out
+    }
+
+    /// `take-over` on the admin socket: see [`admin`].
+    async fn hand_over(self: Arc<Self>, mut sock: tokio::net::UnixStream) {
+        use tokio::io::AsyncWriteExt;
+        let drain = self.router.drain();
+        if drain.is_draining() {
+            let _ = sock.write_all(b"error: this engine is stopping\n").await;
+            return;
+        }
+        let copies: Result<Vec<_>, _> = self
+            .listeners
+            .iter()
+            .map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd)))
+            .collect();
+        let services = self.registry.services();
+        let sent = copies.and_then(|c| admin::send_listeners(&sock, &c, &services));
+        if let Err(e) = sent {
+            let _ = sock.write_all(format!("error: handing over the sockets: {e}\n").as_bytes()).await;
+            return;
+        }
+        match admin::ready(&mut sock).await {
+            Ok(()) => {}
+            Err(why) => {
+                eprintln!("engine: take-over abandoned ({why}); serving on");
+                return;
+            }
+        }
+        eprintln!("engine: another engine took over: handing over (up to {:?})", self.grace);
+        drain.start();
+        self.moving.send_replace(true);
+        let drained = tokio::time::timeout(self.grace, drain.finished()).await.is_ok();
+        let left = drain.connections();
+        let apps = self.registry.detach_all("the engine was replaced");
+        let said = format!(
+            "done: {}, {left} client connection(s) cut, {apps} application(s) moved\n",
+            if drained { "every call answered" } else { "grace period over" },
+        );
+        eprintln!("engine: {}", said.trim_end());
+        let _ = sock.write_all(said.as_bytes()).await;
+        self.replaced.send_replace(true);
     }
 }
 
@@ -136,16 +270,44 @@ struct Ctx {
     seats: admission::Seats,
     /// What each application may cost.
     budgets: Budgets,
+    /// The engine's drain: the attach socket stops taking applications
+    /// when it starts.
+    drain: protoplane_rpc::drain::Drain,
+    /// Set when the applications are to attach to the engine taking over.
+    moving: tokio::sync::watch::Sender<bool>,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
 /// then serves in spawned tasks until the runtime stops.
 pub async fn start(config: Config) -> Result<Running, Error> {
+    start_with(config, admin::Inherited::default()).await
+}
+
+/// A listening TCP socket handed over by another engine.
+fn tcp_from(fd: std::os::fd::OwnedFd, kind: &str) -> Result<tokio::net::TcpListener, Error> {
+    let listen = |source| Error::Listen { at: format!("{kind} listener (handed over)"), source };
+    let l = std::net::TcpListener::from(fd);
+    l.set_nonblocking(true).map_err(listen)?;
+    tokio::net::TcpListener::from_std(l).map_err(listen)
+}
+
+/// A listening Unix socket handed over by another engine.
+fn unix_from(fd: std::os::fd::OwnedFd, kind: &str) -> Result<tokio::net::UnixListener, Error> {
+    let listen = |source| Error::Listen { at: format!("{kind} socket (handed over)"), source };
+    let l = std::os::unix::net::UnixListener::from(fd);
+    l.set_nonblocking(true).map_err(listen)?;
+    tokio::net::UnixListener::from_std(l).map_err(listen)
+}
+
+/// [`start`], serving on the listening sockets another engine handed over
+/// (see [`admin`]) where there are some, binding the rest.
+pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Result<Running, Error> {
     let registry = Arc::new(Registry::new());
     let limits = Arc::new(config.limits.clone());
     let waiting = Arc::new(AtomicUsize::new(0));
     let mut router = Router::new(config.server.clone());
     let mut proxied = Vec::new();
+    let mut split = Vec::new();
     let offloaded = config.offload.resolve(&config.schemas)?;
     let mut counters = Counters::default();
     let all: Vec<_> = config.schemas.iter().map(|s| s.tables()).collect();
@@ -188,8 +350,17 @@ pub async fn start(config: Config) -> Result<Running, Error> {
                     counters.insert(m.path.clone(), s.clone());
                 }
             }
-            router = router.add_service(Arc::new(svc));
+            split.push(svc);
         }
+    }
+    let paths: Vec<String> =
+        config.schemas.iter().flat_map(|s| s.methods().iter().map(|m| m.path.clone())).collect();
+    let policies = Arc::new(Policies::new(config.policy.clone(), paths).map_err(Error::Config)?);
+    for svc in &mut split {
+        svc.set_policies(policies.clone());
+    }
+    for svc in split {
+        router = router.add_service(Arc::new(svc));
     }
     let (router, health) =
         router.with_standard_services().map_err(|e| Error::Schema(e.to_string()))?;
@@ -199,19 +370,39 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     registry.set_health(health);
     let router = Arc::new(router);
 
-    let mut running = Running {
-        grpc: None,
-        lean: None,
-        attach: config.attach.clone(),
-        registry: registry.clone(),
-        counters: Arc::new(counters),
-        admission: Arc::new(AdmissionStats::default()),
-        router: router.clone(),
+    let file = match &config.file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|source| Error::Read { path: p.clone(), source })?;
+            Some((p.clone(), config::split_policy(&text).map_err(Error::Config)?.1))
+        }
+        None => None,
     };
-    if let Some(addr) = config.grpc {
-        let listen = |source| Error::Listen { at: addr.to_string(), source };
-        let l = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
-        running.grpc = Some(l.local_addr().map_err(listen)?);
+    let mut listeners: Vec<(&'static str, std::os::fd::OwnedFd)> = Vec::new();
+    let mut keep = |kind: &'static str, fd: std::os::fd::BorrowedFd<'_>| -> Result<(), Error> {
+        let copy = fd.try_clone_to_owned().map_err(|source| Error::Listen {
+            at: format!("{kind} listener"),
+            source,
+        })?;
+        listeners.push((kind, copy));
+        Ok(())
+    };
+    use std::os::fd::AsFd;
+    let mut grpc = None;
+    let mut lean = None;
+    let grpc_listener = match inherited.take("grpc") {
+        Some(fd) => Some(tcp_from(fd, "grpc")?),
+        None => match config.grpc {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| {
+                Error::Listen { at: addr.to_string(), source }
+            })?),
+            None => None,
+        },
+    };
+    if let Some(l) = grpc_listener {
+        let listen = |source| Error::Listen { at: "grpc listener".into(), source };
+        grpc = Some(l.local_addr().map_err(listen)?);
+        keep("grpc", l.as_fd())?;
         let r = router.clone();
         match &config.tls {
             Some((cert, key)) => {
@@ -232,19 +423,90 @@ pub async fn start(config: Config) -> Result<Running, Error> {
             }
         }
     }
-    if let Some(addr) = config.lean_tcp {
-        let listen = |source| Error::Listen { at: addr.to_string(), source };
-        let l = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
-        running.lean = Some(l.local_addr().map_err(listen)?);
+    let lean_listener = match inherited.take("lean") {
+        Some(fd) => Some(tcp_from(fd, "lean")?),
+        None => match config.lean_tcp {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| {
+                Error::Listen { at: addr.to_string(), source }
+            })?),
+            None => None,
+        },
+    };
+    if let Some(l) = lean_listener {
+        let listen = |source| Error::Listen { at: "lean listener".into(), source };
+        lean = Some(l.local_addr().map_err(listen)?);
+        keep("lean", l.as_fd())?;
         tokio::spawn(protoplane_rpc::lean::server::serve_tcp(router.clone(), l));
     }
-    if let Some(path) = &config.lean_unix {
-        let l = admission::bind_unix(path)?;
+    let lean_unix = match inherited.take("lean_unix") {
+        Some(fd) => Some(unix_from(fd, "lean_unix")?),
+        None => config.lean_unix.as_deref().map(admission::bind_unix).transpose()?,
+    };
+    if let Some(l) = lean_unix {
+        keep("lean_unix", l.as_fd())?;
         tokio::spawn(protoplane_rpc::lean::server::serve_unix(router.clone(), l));
     }
-
     // Never taken from a live engine; a stale socket file is replaced.
-    let listener = admission::bind_unix(&config.attach)?;
+    let listener = match inherited.take("attach") {
+        Some(fd) => unix_from(fd, "attach")?,
+        None => admission::bind_unix(&config.attach)?,
+    };
+    let attach = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(PathBuf::from))
+        .unwrap_or_else(|| config.attach.clone());
+    keep("attach", listener.as_fd())?;
+    let admin_listener = match inherited.take("admin") {
+        Some(fd) => Some(unix_from(fd, "admin")?),
+        None => match &config.admin {
+            Some(path) => {
+                let l = admission::bind_unix(path)?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|source| Error::Listen { at: path.display().to_string(), source })?;
+                Some(l)
+            }
+            None => None,
+        },
+    };
+    let admin_path = admin_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .and_then(|a| a.as_pathname().map(PathBuf::from));
+    if let Some(l) = &admin_listener {
+        keep("admin", l.as_fd())?;
+    }
+    if !inherited.services.is_empty() {
+        registry.expect(std::mem::take(&mut inherited.services), admin::HANDOVER_WAIT);
+    }
+    let (moving, _) = tokio::sync::watch::channel(false);
+    let (replaced, _) = tokio::sync::watch::channel(false);
+    let core = Arc::new(Core {
+        router: router.clone(),
+        registry: registry.clone(),
+        policies: policies.clone(),
+        file,
+        listeners,
+        grace: config.grace,
+        moving: moving.clone(),
+        replaced,
+    });
+    if let Some(l) = admin_listener {
+        tokio::spawn(admin::serve(l, core.clone()));
+    }
+    let running = Running {
+        grpc,
+        lean,
+        attach,
+        registry: registry.clone(),
+        counters: Arc::new(counters),
+        admission: Arc::new(AdmissionStats::default()),
+        policies,
+        admin: admin_path,
+        core,
+    };
+
     // The largest chunk holds a largest message's wire bytes plus its
     // block (a view-mode block is far smaller than its wire bytes; an
     // owned-mode response block is about as large as its encoding).
@@ -269,6 +531,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         pending: admission::Pending::default(),
         seats: admission::Seats::default(),
         budgets: config.budgets.clone(),
+        drain: router.drain().clone(),
+        moving,
     });
     tokio::spawn(admit_all(listener, ctx));
     Ok(running)
@@ -278,8 +542,13 @@ pub async fn start(config: Config) -> Result<Running, Error> {
 /// of its own, evicting the oldest beyond `max_pending` (see [`admission`]).
 async fn admit_all(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
     loop {
-        let (sock, _) =
-            protoplane_rpc::accept::accept("engine attach socket", || listener.accept()).await;
+        let accepted = tokio::select! {
+            a = protoplane_rpc::accept::accept("engine attach socket", || listener.accept()) => a,
+            // Draining (shutdown or take-over): the socket stays open for
+            // an engine taking over, and this one takes no more.
+            _ = ctx.drain.started() => return,
+        };
+        let (sock, _) = accepted;
         ctx.admission_stats.connections.fetch_add(1, Ordering::Relaxed);
         let id = ctx.pending.admit(ctx.admission.max_pending, &ctx.admission_stats);
         let c = ctx.clone();
@@ -322,13 +591,35 @@ async fn serve_attached(
     );
     ctx.registry.add(att.clone());
     let watcher = att.clone();
+    let mut moving = ctx.moving.subscribe();
     let watch = tokio::spawn(async move {
-        // The socket carries nothing after the handshake: its end (the
-        // process exited or was killed) or any byte detaches.
+        // From the application the socket carries nothing after the
+        // handshake: its end (the process exited or was killed) or any
+        // byte detaches. From the engine it carries one byte, `M`, when
+        // another engine takes over: attach there too (see [`admin`]).
         let mut b = [0u8; 1];
-        let why = match live.read(&mut b).await {
-            Ok(0) | Err(_) => "the application's connection closed (exited or killed)",
-            Ok(_) => "the application sent bytes on its attach socket",
+        let mut told = false;
+        let why = loop {
+            tokio::select! {
+                r = live.read(&mut b) => break match r {
+                    Ok(0) | Err(_) => "the application's connection closed (exited or killed)",
+                    Ok(_) => "the application sent bytes on its attach socket",
+                },
+                changed = moving.changed(), if !told => {
+                    if changed.is_err() {
+                        told = true; // the engine is going; nothing to tell
+                        continue;
+                    }
+                    if !*moving.borrow_and_update() {
+                        continue;
+                    }
+                    told = true;
+                    use tokio::io::AsyncWriteExt;
+                    if live.write_all(b"M").await.is_err() {
+                        break "the application's connection closed (exited or killed)";
+                    }
+                }
+            }
         };
         watcher.detach(why);
     });

@@ -28,6 +28,7 @@ use crate::attachment::events::Inbound;
 use crate::attachment::{Attachment, PostError};
 use crate::device::Placed;
 use crate::functional::{self, MethodStats, Offloaded};
+use crate::policy::{CallInfo, Permit, Policies};
 use crate::registry::Registry;
 use protoplane_seam::engine::timeout_ns;
 use protoplane_seam::OpenRepr;
@@ -66,6 +67,8 @@ pub struct SplitService {
     raw_above: Option<usize>,
     /// Field placement (RPCAcc), when attachments have a device.
     placed: Option<Arc<Placed>>,
+    /// The engine's policy, checked before anything else.
+    policies: Option<Arc<Policies>>,
 }
 
 impl std::fmt::Debug for SplitService {
@@ -95,6 +98,7 @@ impl SplitService {
             offloaded: vec![None; n],
             raw_above: None,
             placed: None,
+            policies: None,
         }
     }
 
@@ -130,6 +134,12 @@ impl SplitService {
     /// every request in the shared region, as received.
     pub fn set_placement(&mut self, placed: Option<Arc<Placed>>) {
         self.placed = placed;
+    }
+
+    /// Checks every call against `policies` ([`crate::policy`]) before it
+    /// goes anywhere, offloaded calls included.
+    pub fn set_policies(&mut self, policies: Arc<Policies>) {
+        self.policies = Some(policies);
     }
 
     /// The placement (move fields to and from the device at run time
@@ -178,11 +188,22 @@ impl SplitService {
         request: Request<Streaming>,
         mut responder: Responder,
     ) -> Result<Metadata, Status> {
-        let client_streaming = self
+        let desc = self
             .schema
             .method(method)
-            .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?
-            .client_streaming;
+            .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?;
+        let client_streaming = desc.client_streaming;
+        // Held until the call ends: it counts against the concurrency
+        // limits that admitted it.
+        let _permit = match &self.policies {
+            Some(p) => p.admit(&CallInfo {
+                path: &desc.path,
+                service: &self.name,
+                metadata: &request.metadata,
+                peer: request.peer.as_deref(),
+            })?,
+            None => Permit::default(),
+        };
         if let Some(h) = self.offloaded.get(method as usize).and_then(Option::clone) {
             return self.answer_here(method, h, request, responder).await;
         }
@@ -191,7 +212,12 @@ impl SplitService {
         // was received into (a lean landing) takes it without a copy.
         let first = if client_streaming { None } else { Some(requests.single().await?) };
         let holder = first.as_ref().map(|m| m.wire().as_ref());
-        let att = self.registry.pick_for(&self.name, holder).ok_or_else(|| {
+        let mut att = self.registry.pick_for(&self.name, holder);
+        if att.is_none() && self.registry.wait_attached(&self.name).await {
+            // Its application is attaching (this engine is taking over).
+            att = self.registry.pick_for(&self.name, holder);
+        }
+        let att = att.ok_or_else(|| {
             match self.registry.ever_served(&self.name) {
                 true => Status::new(
                     Code::Unavailable,

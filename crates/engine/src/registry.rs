@@ -22,6 +22,11 @@ pub struct Registry {
     seen: Mutex<std::collections::HashSet<String>>,
     /// The last [`DETACHED_KEPT`] detachments, oldest first.
     detached: Mutex<std::collections::VecDeque<Detached>>,
+    /// Services whose applications are on their way (a take-over), and
+    /// until when calls for them wait for one.
+    expected: Mutex<Option<(Vec<String>, std::time::Instant)>>,
+    /// Woken when an instance attaches.
+    arrived: tokio::sync::Notify,
 }
 
 /// Detachments the registry remembers (for operators and tests).
@@ -71,6 +76,41 @@ impl Registry {
         for s in &att.services {
             self.report(s, true);
         }
+        self.arrived.notify_waiters();
+    }
+
+    /// Calls for `services` that find no instance wait for one to attach,
+    /// for up to `within` from now (a take-over: the applications are
+    /// attaching to this engine).
+    pub fn expect(&self, services: Vec<String>, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        *self.expected.lock().unwrap_or_else(|e| e.into_inner()) = Some((services, until));
+    }
+
+    /// Waits for an instance of `service` while one is expected; whether
+    /// one is attached.
+    pub async fn wait_attached(&self, service: &str) -> bool {
+        loop {
+            let arrived = self.arrived.notified();
+            if self.attached(service) > 0 {
+                return true;
+            }
+            let until = match &*self.expected.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some((list, until)) if list.iter().any(|s| s == service) => *until,
+                _ => return false,
+            };
+            if tokio::time::timeout_at(until.into(), arrived).await.is_err() {
+                return self.attached(service) > 0;
+            }
+        }
+    }
+
+    /// The services some instance serves now, sorted.
+    pub fn services(&self) -> Vec<String> {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<String> = map.keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// Detaches every attached application with `why` (each one's drain

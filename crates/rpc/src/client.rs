@@ -96,13 +96,34 @@ impl Default for ChannelOptions {
     }
 }
 
-/// One HTTP/2 connection to a gRPC server.
+/// An HTTP/2 connection to a gRPC server, dialled again when it is gone.
+///
+/// A channel made by [`Channel::connect`] keeps its target: once its
+/// connection is closed or the server sent GOAWAY (a graceful shutdown, a
+/// restart, another engine taking over), the next call dials a new one
+/// (one dial for all the calls that need it), and a call the old
+/// connection refused before its request left (GOAWAY, closed) is started
+/// again on the new one once (gRFC A6's transparent retry: the server
+/// never saw it). Calls already running on the old connection finish
+/// there. A channel made with [`Channel::over`] has no target and stays on
+/// its one stream.
 #[derive(Clone, Debug)]
 pub struct Channel {
-    link: Link,
+    /// The connection calls start on now.
+    link: Arc<std::sync::Mutex<Link>>,
+    /// Where to dial again, for channels that can.
+    redial: Option<Arc<Redial>>,
     authority: String,
     scheme: &'static str,
     opts: Arc<ChannelOptions>,
+}
+
+/// A channel's target, and the lock that makes one dial serve every call
+/// waiting for it.
+#[derive(Debug)]
+struct Redial {
+    addr: String,
+    dialling: tokio::sync::Mutex<()>,
 }
 
 /// The connection under a channel.
@@ -117,6 +138,25 @@ enum Link {
 /// the calls still running end.
 #[derive(Debug)]
 struct NativeHandle(Arc<native::Link>);
+
+impl Link {
+    /// Whether new calls may start on it.
+    fn usable(&self) -> bool {
+        match self {
+            Link::Native(h) => h.0.usable(),
+            #[cfg(feature = "h2")]
+            Link::H2(_) => true,
+        }
+    }
+
+    fn same(&self, other: &Link) -> bool {
+        match (self, other) {
+            (Link::Native(a), Link::Native(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "h2")]
+            _ => false,
+        }
+    }
+}
 
 impl Drop for NativeHandle {
     fn drop(&mut self) {
@@ -180,6 +220,12 @@ impl Channel {
     }
 
     async fn establish(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
+        let mut ch = Channel::dial(addr.clone(), opts).await?;
+        ch.redial = Some(Arc::new(Redial { addr, dialling: tokio::sync::Mutex::new(()) }));
+        Ok(ch)
+    }
+
+    async fn dial(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
         let sock = TcpStream::connect(&addr)
             .await
             .map_err(|e| unavailable(format!("connect to {addr}: {e}")))?;
@@ -230,14 +276,64 @@ impl Channel {
             #[cfg(feature = "h2")]
             GrpcTransport::H2 => Link::H2(crate::h2::client::handshake(io, &opts).await?),
         };
-        Ok(Channel { link, authority, scheme, opts: Arc::new(opts) })
+        Ok(Channel {
+            link: Arc::new(std::sync::Mutex::new(link)),
+            redial: None,
+            authority,
+            scheme,
+            opts: Arc::new(opts),
+        })
+    }
+
+    fn current(&self) -> Link {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces `old` with a new connection to the target, unless another
+    /// call did already.
+    async fn redial(&self, r: &Redial, old: &Link) -> Result<(), Status> {
+        let _one = r.dialling.lock().await;
+        if !self.current().same(old) {
+            return Ok(());
+        }
+        let limit = self.opts.connect_timeout;
+        let fresh = tokio::time::timeout(limit, Channel::dial(r.addr.clone(), (*self.opts).clone()))
+            .await
+            .map_err(|_| unavailable(format!("connect to {}: timed out", r.addr)))??;
+        *self.link.lock().unwrap_or_else(|e| e.into_inner()) = fresh.current();
+        Ok(())
     }
 
     /// Starts a call on `path` (`/package.Service/Method`).
     pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        let Some(r) = &self.redial else {
+            return self.start_on(&self.current(), path, call).await;
+        };
+        let mut link = self.current();
+        if !link.usable() {
+            self.redial(r, &link).await?;
+            link = self.current();
+        }
+        match self.start_on(&link, path, call.clone()).await {
+            // Refused before the request left: once more, on a new
+            // connection.
+            Err(st) if st.code == Code::Unavailable && !link.usable() => {
+                self.redial(r, &link).await?;
+                self.start_on(&self.current(), path, call).await
+            }
+            other => other,
+        }
+    }
+
+    async fn start_on(
+        &self,
+        link: &Link,
+        path: &str,
+        call: CallOptions,
+    ) -> Result<ClientCall, Status> {
         let deadline = call.timeout.map(|t| Instant::now() + t);
         let grpc_timeout = call.timeout.map(timeout::format);
-        let io = match &self.link {
+        let io = match link {
             Link::Native(link) => {
                 if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(Status::new(Code::InvalidArgument, format!("bad path {path:?}")));

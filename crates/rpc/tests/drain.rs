@@ -1,7 +1,9 @@
 //! Graceful shutdown over real sockets: once a router drains, its
 //! listeners refuse new connections, a call in flight is answered, a new
-//! call on an HTTP/2 connection that got GOAWAY is refused UNAVAILABLE, and
-//! the drain finishes when the last connection closes.
+//! call on an HTTP/2 connection that got GOAWAY goes to a new connection
+//! (refused UNAVAILABLE while nothing listens; served by a server started
+//! on the same address), and the drain finishes when the last connection
+//! closes.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -111,16 +113,11 @@ async fn grpc_call_in_flight_is_answered(transport: GrpcTransport) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(refused, "the listener still accepts after the drain started");
-    // Our HTTP/2 sends one GOAWAY naming the last stream it took: a new
-    // call on that connection is refused, not served. (The h2 crate first
-    // sends a GOAWAY naming every stream and a PING, and the final one
-    // after the PING's answer, so a call racing with the drain may still
-    // be taken there: RFC 9113 §6.8 allows both.)
-    if transport == GrpcTransport::Native {
-        let next = bounded(BOUND, "a call after GOAWAY", hold(&ch)).await;
-        assert_eq!(next.expect_err("refused").code, Code::Unavailable);
-        assert_eq!(svc.started.load(Ordering::SeqCst), 1, "no handler ran for it");
-    }
+    // A new call is not served here: the connection got GOAWAY, so the
+    // channel dials again, and the listener is closed.
+    let next = bounded(BOUND, "a call after GOAWAY", hold(&ch)).await;
+    assert_eq!(next.expect_err("refused").code, Code::Unavailable);
+    assert_eq!(svc.started.load(Ordering::SeqCst), 1, "no handler ran for it");
     assert_eq!(router.drain().connections(), 1, "the connection waits for its call");
 
     // The call in flight is answered, then the connection closes.
@@ -158,6 +155,48 @@ async fn lean_answers_the_call_in_flight_then_closes() {
     assert!(answered.is_ok(), "{answered:?}");
     bounded(BOUND, "the drain finishes", router.drain().finished()).await;
     assert!(refuses_connections(addr).await, "the listener is closed");
+}
+
+/// A server restarted on the same address (or another engine taking its
+/// listener over): the channel's calls in flight finish on the old
+/// connection and its next call dials the new server, with no call failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_dials_again_after_goaway() {
+    let (old, old_svc) = held(GrpcTransport::Native);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn({
+        let r = old.clone();
+        async move { r.serve(listener).await }
+    });
+    let ch = Channel::connect(&addr.to_string()).await.expect("connect");
+    let in_flight = tokio::spawn({
+        let ch = ch.clone();
+        async move { hold(&ch).await }
+    });
+    eventually(BOUND, "the handler runs", || old_svc.started.load(Ordering::SeqCst) == 1).await;
+    old.drain().start();
+    eventually(BOUND, "the old listener closes", || {
+        std::net::TcpStream::connect(addr).is_err()
+    })
+    .await;
+    let (new, new_svc) = held(GrpcTransport::Native);
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("the same address");
+    tokio::spawn({
+        let r = new.clone();
+        async move { r.serve(listener).await }
+    });
+    new_svc.release.add_permits(2);
+    for i in 0..2 {
+        let next = bounded(BOUND, "a call after the restart", hold(&ch)).await;
+        assert!(next.is_ok(), "call {i}: {next:?}");
+    }
+    assert_eq!(new_svc.started.load(Ordering::SeqCst), 2, "both on the new server");
+    assert_eq!(old_svc.started.load(Ordering::SeqCst), 1, "none on the old one");
+    old_svc.release.add_permits(1);
+    let answered = bounded(BOUND, "the call in flight", in_flight).await.expect("task");
+    assert!(answered.is_ok(), "the old connection's call finished there: {answered:?}");
+    bounded(BOUND, "the old server drains", old.drain().finished()).await;
 }
 
 #[tokio::test]

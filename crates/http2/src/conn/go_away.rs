@@ -1,10 +1,20 @@
 //! GOAWAY (RFC 9113 §6.8): ours (graceful with NO_ERROR: open streams
 //! go on, new ones are refused) and the peer's (no new stream may be
 //! opened, ever).
+//!
+//! A graceful shutdown goes in two phases, as §6.8 advises: GOAWAY with
+//! the largest stream id and a PING ([`GRACEFUL_PING`]), then, once the
+//! PING's acknowledgement shows the client has read the first GOAWAY (and
+//! so opens no more streams here), the final GOAWAY naming the last
+//! stream taken. A stream the client opened while the first was in flight
+//! is served, not refused: no call is lost to the race.
 
 use crate::frame::{self, Head, Reason};
 
 use super::{Conn, ConnError, Event};
+
+/// The payload of a graceful shutdown's PING.
+pub(super) const GRACEFUL_PING: [u8; 8] = *b"pp-drain";
 
 impl Conn {
     /// Whether a GOAWAY has been sent (no new streams are accepted).
@@ -18,6 +28,24 @@ impl Conn {
         if !self.goaway_sent {
             self.goaway_sent = true;
             frame::write_goaway(&mut self.out.buf, self.last_peer_stream, reason, debug.as_bytes());
+        }
+    }
+
+    /// Starts a graceful shutdown in two phases (see above): streams the
+    /// peer opens before it acknowledges the PING are still taken. Does
+    /// nothing once a GOAWAY went out.
+    pub fn go_away_gracefully(&mut self) {
+        if !self.goaway_sent && !self.goaway_announced {
+            self.goaway_announced = true;
+            frame::write_goaway(&mut self.out.buf, 0x7fff_ffff, Reason::NO_ERROR, b"shutting down");
+            frame::write_ping(&mut self.out.buf, GRACEFUL_PING, false);
+        }
+    }
+
+    /// The PING of a graceful shutdown came back: the final GOAWAY.
+    pub(super) fn on_graceful_ping_ack(&mut self) {
+        if self.goaway_announced {
+            self.go_away(Reason::NO_ERROR, "server shutting down");
         }
     }
 

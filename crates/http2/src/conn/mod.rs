@@ -220,6 +220,8 @@ pub struct Conn {
     closed: Recent,
     out: Output,
     goaway_sent: bool,
+    /// A graceful GOAWAY's first phase is out: its PING is unanswered.
+    goaway_announced: bool,
     goaway_received: Option<u32>,
     reset_credit: u32,
     idle_frames: u32,
@@ -272,6 +274,7 @@ impl Conn {
             closed: Recent::new(),
             out: Output::default(),
             goaway_sent: false,
+            goaway_announced: false,
             goaway_received: None,
             reset_credit: cfg.reset_budget,
             idle_frames: 0,

@@ -1,5 +1,5 @@
-//! PING (RFC 9113 §6.7): answered at once. We send none, so an
-//! acknowledgement is no progress either.
+//! PING (RFC 9113 §6.7): answered at once. We send one only in a graceful
+//! shutdown (see `go_away`); an acknowledgement is no progress either.
 
 use crate::frame::{self, flag, Head, Reason};
 
@@ -17,6 +17,8 @@ impl Conn {
         self.idle_frame()?;
         if !head.has(flag::ACK) {
             frame::write_ping(&mut self.out.buf, p, true);
+        } else if p == super::go_away::GRACEFUL_PING {
+            self.on_graceful_ping_ack();
         }
         Ok(())
     }

@@ -77,3 +77,32 @@ fn goaway_frames_are_checked() {
         assert_conn_error(&p.server, reason);
     }
 }
+
+#[test]
+fn a_two_phase_goaway_serves_the_stream_that_raced_it() {
+    let mut p = Pair::connected();
+    p.server.conn.go_away_gracefully();
+    // The server's first GOAWAY and PING are on the wire; the client,
+    // not having read them, opens a stream (raw: its own `Conn` would
+    // refuse once it has read the GOAWAY).
+    let first = p.server.conn.output().take_all();
+    assert!(!p.server.conn.is_closing(), "new streams are still taken");
+    p.inject(
+        Side::Client,
+        &raw(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &request_block("/s/m", &[])),
+    );
+    assert!(p.server.resets_sent().is_empty(), "the racing stream is not refused");
+    assert!(p.server.seen.iter().any(|s| matches!(s, Seen::Open { stream: 1, .. })));
+    // Now the client reads the first phase and acknowledges the PING ...
+    p.client.input.extend_from_slice(&first);
+    p.drive();
+    assert!(p.client.conn.peer_gone_away(), "the client opens nothing more");
+    // ... and the server's final GOAWAY names the racing stream as taken.
+    assert!(p.server.conn.is_closing());
+    assert_eq!(p.server.goaway_sent().map(|g| (g.0, g.1)), Some((1, Reason::NO_ERROR)));
+    p.inject(
+        Side::Client,
+        &raw(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &request_block("/s/m", &[])),
+    );
+    assert_eq!(p.server.resets_sent(), vec![(3, Reason::REFUSED_STREAM)]);
+}

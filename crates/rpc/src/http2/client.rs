@@ -190,6 +190,13 @@ impl Link {
         link
     }
 
+    /// Whether a new stream may be opened: the connection has not failed
+    /// and the server has not sent GOAWAY.
+    pub(crate) fn usable(&self) -> bool {
+        let st = self.lock();
+        st.error.is_none() && !st.conn.peer_gone_away()
+    }
+
     /// The last channel on the connection is gone.
     pub(crate) fn abandon(&self) {
         self.abandoned.store(true, Ordering::Release);

@@ -231,9 +231,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             if self.shutdown.is_some() && self.router.drain().is_draining() {
                 // Graceful: the streams taken go on, no new one is.
                 self.shutdown = None;
-                self.conn.go_away(Reason::NO_ERROR, "server shutting down");
+                self.conn.go_away_gracefully();
             }
-            let drained = self.shutdown.is_none() && self.live_calls() == 0;
+            // Drained once the final GOAWAY is out (the client read the
+            // first one and opens nothing more here) and the calls ended.
+            let drained = self.shutdown.is_none() && self.conn.is_closing() && self.live_calls() == 0;
             if self.dead || (self.eof && self.live_calls() == 0) || drained {
                 break;
             }

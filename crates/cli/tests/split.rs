@@ -11,109 +11,14 @@
 //! * SIGTERM: the engine lets a call in flight finish with its
 //!   application, tells the application and exits 0.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{app, empty_call, engine, rt, sock_path, Proc};
 use protoplane_grpc::Code;
 use protoplane_rpc::{CallOptions, Channel};
-
-const BIN: &str = env!("CARGO_BIN_EXE_protoplane");
-
-/// A child process killed when dropped.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn protoplane");
-        let (tx, lines) = mpsc::channel();
-        for out in [
-            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().expect("stderr")),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        Proc { child, lines }
-    }
-
-    /// Waits for a line containing `what`; returns it.
-    fn wait_for(&self, what: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(what) => return l,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!("no line with {what:?}");
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn engine(sock: &str) -> (Proc, String) {
-    let e = Proc::start(&["engine", "--grpc-port", "0", "--attach", sock]);
-    let line = e.wait_for("grpc listening on");
-    let addr = line.rsplit(' ').next().unwrap_or_default().to_string();
-    (e, addr)
-}
-
-fn app(sock: &str) -> Proc {
-    Proc::start(&["interop-server", "--attach", sock])
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
-}
-
-/// An EmptyCall; its status code.
-async fn empty_call(addr: &str) -> Code {
-    let ch = match Channel::connect(addr).await {
-        Ok(c) => c,
-        Err(st) => return st.code,
-    };
-    let opts = CallOptions { timeout: Some(Duration::from_secs(5)), ..CallOptions::default() };
-    let mut call = match ch.start("/grpc.testing.TestService/EmptyCall", opts).await {
-        Ok(c) => c,
-        Err(st) => return st.code,
-    };
-    if let Err(st) = call.send(&[]).await {
-        return st.code;
-    }
-    call.close_send();
-    while let Ok(Some(_)) = call.recv().await {}
-    call.finish_status().await.code
-}
-
-fn sock_path(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("pp-split-{}-{name}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join("engine.sock").to_string_lossy().into_owned()
-}
 
 #[test]
 fn a_killed_application_fails_its_calls_and_a_restarted_one_serves() {

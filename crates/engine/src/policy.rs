@@ -956,6 +956,41 @@ mod tests {
     }
 
     #[test]
+    fn client_certificates_are_matched_by_name() {
+        use rcgen::{CertificateParams, DnType, KeyPair};
+        let mut params =
+            CertificateParams::new(vec!["ops.example.com".to_string(), "10.0.0.1".to_string()])
+                .expect("params");
+        params.distinguished_name.push(DnType::CommonName, "admin");
+        params.distinguished_name.push(DnType::OrganizationName, "Example");
+        let key = KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("certificate");
+        let peer = Peer {
+            addr: None,
+            certificates: vec![bytes::Bytes::copy_from_slice(cert.der())],
+        };
+        let md = Metadata::new();
+        let allows = |client: &str, peer: Option<&Peer>| {
+            let p = policies(&format!(
+                "[policy]\ndefault = \"deny\"\n[[policy.rules]]\naction = \"allow\"\nclients = [{client:?}]"
+            ))
+            .expect("policy");
+            p.admit(&CallInfo { path: "/a.S/One", service: "a.S", metadata: &md, peer }).is_ok()
+        };
+        for yes in ["cn:admin", "subject:O=Example", "subject:cn=admin", "san:ops.example.com"] {
+            assert!(allows(yes, Some(&peer)), "{yes}");
+        }
+        assert!(allows("san:10.0.0.1", Some(&peer)));
+        for no in ["cn:root", "subject:O=Other", "san:evil.example.com", "anonymous"] {
+            assert!(!allows(no, Some(&peer)), "{no}");
+        }
+        assert!(allows("anonymous", None));
+        assert!(!allows("cn:admin", None), "no certificate, no name");
+        let garbage = Peer { addr: None, certificates: vec![bytes::Bytes::from_static(b"junk")] };
+        assert!(!allows("cn:admin", Some(&garbage)), "an unreadable certificate names nobody");
+    }
+
+    #[test]
     fn bad_policies_are_refused_by_name() {
         let bad = |t: &str| policies(t).expect_err(t);
         assert!(bad("[policy]\ndefualt = \"allow\"").contains("unknown key policy.defualt"));

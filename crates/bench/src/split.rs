@@ -71,8 +71,14 @@ pub(crate) struct SplitArgs {
     /// Calls in flight in the knee experiment.
     #[arg(long, default_value_t = 16)]
     in_flight: usize,
-    /// Experiments to run: handoff, zero, knee, neighbour.
-    #[arg(long, value_delimiter = ',', default_value = "handoff,zero,knee,neighbour")]
+    /// Experiments to run: handoff, zero, knee, neighbour, upgrade (a live
+    /// engine take-over under load), policy (the engine's CPU per call
+    /// with and without a policy).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "handoff,zero,knee,neighbour,upgrade,policy"
+    )]
     experiments: Vec<String>,
     /// Offered load of the neighbour experiment, calls/s (open loop)
     /// [default: 10000].
@@ -100,7 +106,7 @@ pub(crate) struct SplitArgs {
     no_tonic: bool,
 }
 
-const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors,cotenant_load,offered_qps\n";
+const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors,cotenant_load,offered_qps,failed_calls,max_gap_ms\n";
 
 /// A command for `prog` pinned to `cpu`, with the allocator settings every
 /// process of the benchmark shares (`crate::same_malloc`).
@@ -136,12 +142,15 @@ struct Row {
     cotenant_load: f64,
     /// The open-loop rate offered, calls/s (0: closed loop).
     offered_qps: f64,
+    /// The longest time between two OK calls ending, ms (NaN: not
+    /// measured, as in the handoff rows).
+    max_gap_ms: f64,
 }
 
 impl Row {
     fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{:.2},{:.0}\n",
+            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{:.2},{:.0},{},{}\n",
             self.experiment,
             self.mode,
             self.transport,
@@ -159,7 +168,11 @@ impl Row {
             self.app_cpu * self.qps / 1e6,
             self.errors,
             self.cotenant_load,
-            self.offered_qps
+            self.offered_qps,
+            // Every failed call: the same count as `errors`, named as the
+            // upgrade experiment's target names it.
+            self.errors,
+            if self.max_gap_ms.is_finite() { format!("{:.1}", self.max_gap_ms) } else { String::new() }
         )
     }
 }
@@ -172,6 +185,7 @@ struct Measured {
     errors: u64,
     engine_cpu: f64,
     app_cpu: f64,
+    max_gap_ms: f64,
 }
 
 impl Measured {
@@ -184,6 +198,7 @@ impl Measured {
             engine_cpu: self.engine_cpu,
             app_cpu: self.app_cpu,
             errors: self.errors,
+            max_gap_ms: self.max_gap_ms,
             ..Row::default()
         }
     }
@@ -239,6 +254,7 @@ fn load(
         errors,
         engine_cpu: per_call(e0, e1),
         app_cpu: per_call(a0, a1),
+        max_gap_ms: v["max_gap_ms"].as_f64().unwrap_or(f64::NAN),
     })
 }
 
@@ -376,6 +392,12 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
     }
     if wants("neighbour") {
         neighbour(&plan, &repo, &mut rows, &mut notes)?;
+    }
+    if wants("upgrade") {
+        upgrade(&plan, &repo, &mut rows, &mut notes)?;
+    }
+    if wants("policy") {
+        policy(&plan, &repo, &mut rows, &mut notes)?;
     }
     let mut knee_done = false;
     if wants("knee") {
@@ -656,6 +678,256 @@ fn neighbour(
     Ok(())
 }
 
+/// Calls in flight in the upgrade and policy experiments.
+const MANAGED_IN_FLIGHT: usize = 64;
+
+/// The live upgrade: the social-network service split, 64 calls in flight
+/// over gRPC (closed loop), and, in `take-over` runs, a second engine
+/// started with `--take-over` at 40% of the run; `steady` runs are the
+/// same without it. Failed calls and the longest gap between two OK calls
+/// ending are the measurement.
+fn upgrade(
+    plan: &Plan<'_>,
+    repo: &Path,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let (load_args, _) = crate::rpc::social_requests(repo, &plan.work, 200)?;
+    let seconds = plan.seconds.max(1.0);
+    let admin = plan.work.join("admin.sock");
+    let modes = ["steady", "take-over"];
+    for round in 0..plan.rounds {
+        for k in 0..modes.len() {
+            let mode = modes[(k + round) % modes.len()];
+            progress(&format!("upgrade: round {} {mode}", round + 1));
+            let extra = ["--admin".to_string(), admin.display().to_string()];
+            let servers = split(
+                plan.engine(&extra),
+                plan.app(&[
+                    "serve".into(),
+                    "--attach".into(),
+                    plan.sock(),
+                    "--spin-us".into(),
+                    plan.args.spin_us.to_string(),
+                ]),
+            )?;
+            let log = plan.work.join("take-over.log");
+            let (m, handed) = std::thread::scope(|scope| {
+                let running = scope.spawn(|| load_for(plan, &servers, &load_args, seconds));
+                let mut new = None;
+                if mode == "take-over" {
+                    std::thread::sleep(std::time::Duration::from_secs_f64(seconds * 0.4));
+                    let mut c = plan.engine(&[]);
+                    c.args(["--take-over", &admin.display().to_string()]);
+                    // The flags of the first engine; the attach socket and
+                    // the listeners come from it, not from these.
+                    let out = std::fs::File::create(&log).ok();
+                    c.stdout(Stdio::null())
+                        .stderr(out.map_or_else(Stdio::null, Stdio::from))
+                        .stdin(Stdio::null());
+                    new = c.spawn().ok();
+                }
+                let m = running.join().unwrap_or_else(|_| Err("the load thread panicked".into()));
+                if let Some(mut n) = new {
+                    let _ = n.kill();
+                    let _ = n.wait();
+                }
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                (m, mode == "steady" || said.contains("the old engine: done"))
+            });
+            let _ = std::fs::remove_file(&log);
+            drop(servers);
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    notes.push(format!("upgrade: {mode}: {e}"));
+                    continue;
+                }
+            };
+            if !handed {
+                notes.push(format!(
+                    "upgrade: round {}: the new engine did not report the hand-over done",
+                    round + 1
+                ));
+            }
+            rows.push(Row {
+                experiment: "upgrade",
+                mode: if handed { mode } else { "take-over-incomplete" },
+                transport: "grpc",
+                message: "socialnetwork".into(),
+                in_flight: MANAGED_IN_FLIGHT,
+                round: round + 1,
+                // Two engines share a take-over run: no per-call split.
+                engine_cpu: 0.0,
+                ..m.row()
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [`load`] for `seconds`, closed loop, over gRPC, for the upgrade runs.
+fn load_for(
+    plan: &Plan<'_>,
+    servers: &Servers,
+    load_args: &[String],
+    seconds: f64,
+) -> Result<Measured, String> {
+    let p = Plan {
+        seconds,
+        exe: plan.exe.clone(),
+        me: plan.me.clone(),
+        work: plan.work.clone(),
+        ..*plan
+    };
+    load(&p, servers, "grpc", load_args, MANAGED_IN_FLIGHT, None)
+}
+
+/// The policy's cost: the social-network service split, 64 calls in
+/// flight over gRPC, the engine with no policy against the engine with
+/// one that checks every call (two access rules, a rate limit, a
+/// concurrency limit and a priority share, none of them refusing).
+fn policy(
+    plan: &Plan<'_>,
+    repo: &Path,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let (load_args, _) = crate::rpc::social_requests(repo, &plan.work, 200)?;
+    let config = plan.work.join("policy.toml");
+    std::fs::write(&config, POLICY).map_err(|e| format!("{}: {e}", config.display()))?;
+    let modes = ["split", "split+policy"];
+    for round in 0..plan.rounds {
+        for k in 0..modes.len() {
+            let mode = modes[(k + round) % modes.len()];
+            progress(&format!("policy: round {} {mode}", round + 1));
+            let extra = match mode {
+                "split" => Vec::new(),
+                _ => vec!["--config".to_string(), config.display().to_string()],
+            };
+            let servers = split(
+                plan.engine(&extra),
+                plan.app(&[
+                    "serve".into(),
+                    "--attach".into(),
+                    plan.sock(),
+                    "--spin-us".into(),
+                    plan.args.spin_us.to_string(),
+                ]),
+            )?;
+            let m = load(plan, &servers, "grpc", &load_args, MANAGED_IN_FLIGHT, None);
+            drop(servers);
+            match m {
+                Ok(m) => rows.push(Row {
+                    experiment: "policy",
+                    mode,
+                    transport: "grpc",
+                    message: "socialnetwork".into(),
+                    in_flight: MANAGED_IN_FLIGHT,
+                    round: round + 1,
+                    ..m.row()
+                }),
+                Err(e) => notes.push(format!("policy: {mode}: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The policy of the `policy` experiment: every call is checked by both
+/// rules (the first looks at its metadata), the rate and concurrency
+/// limits of its application and the engine's priority share; none
+/// refuses at this load.
+const POLICY: &str = r#"
+[policy]
+max_calls = 100000
+
+[[policy.rules]]
+action = "deny"
+methods = ["/socialnetwork.SocialNetwork/*"]
+clients = ["metadata:x-tenant=blocked"]
+
+[[policy.rules]]
+action = "allow"
+methods = ["/socialnetwork.SocialNetwork/*"]
+
+[policy.limits."socialnetwork.SocialNetwork"]
+rate = 100000000
+burst = 100000000
+concurrency = 100000
+priority = "high"
+"#;
+
+fn upgrade_report(rows: &[Row]) -> String {
+    let mut md = String::from(
+        "\n### Live engine upgrade (`engine --take-over`, 64 calls in flight, gRPC, closed loop)\n\n",
+    );
+    md += "| run | rounds | QPS | p99 µs | failed calls (sum) | longest gap ms (median) | longest gap ms (max) |\n";
+    md += "|---|---:|---:|---:|---:|---:|---:|\n";
+    let mut verdicts = String::new();
+    for mode in ["steady", "take-over", "take-over-incomplete"] {
+        let rs: Vec<&Row> =
+            rows.iter().filter(|r| r.experiment == "upgrade" && r.mode == mode).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let failed: u64 = rs.iter().map(|r| r.errors).sum();
+        let gaps: Vec<f64> = rs.iter().map(|r| r.max_gap_ms).filter(|g| g.is_finite()).collect();
+        let worst = gaps.iter().copied().fold(f64::NAN, f64::max);
+        md += &format!(
+            "| {mode} | {} | {:.0} | {:.0} | {failed} | {:.1} | {:.1} |\n",
+            rs.len(),
+            median(rs.iter().map(|r| r.qps).collect()),
+            median(rs.iter().map(|r| r.p99_us).collect()),
+            median(gaps.clone()),
+            worst
+        );
+        if mode == "take-over" {
+            verdicts += &format!(
+                "- 0 failed calls across a take-over: {} ({failed})\n",
+                verdict(failed == 0)
+            );
+            verdicts += &format!(
+                "- longest gap between two completed calls ≤ 250 ms: {} (worst {worst:.1} ms)\n",
+                verdict(worst <= 250.0)
+            );
+        }
+    }
+    if rows.iter().any(|r| r.experiment == "upgrade" && r.mode == "take-over-incomplete") {
+        verdicts += "- a take-over did not complete in every round: **not met**\n";
+    }
+    md + "\nTargets:\n" + &verdicts
+}
+
+fn policy_report(rows: &[Row]) -> String {
+    let mut md = String::from(
+        "\n### Policy cost (ACL + rate + concurrency + priority on every call, 64 in flight, gRPC)\n\n",
+    );
+    md += "| engine | rounds | QPS | engine CPU µs/call | application CPU µs/call |\n|---|---:|---:|---:|---:|\n";
+    let cpu = |mode: &str| {
+        let rs: Vec<&Row> =
+            rows.iter().filter(|r| r.experiment == "policy" && r.mode == mode).collect();
+        (
+            rs.len(),
+            median(rs.iter().map(|r| r.qps).collect()),
+            median(rs.iter().map(|r| r.engine_cpu).collect()),
+            median(rs.iter().map(|r| r.app_cpu).collect()),
+        )
+    };
+    let (without, with) = (cpu("split"), cpu("split+policy"));
+    for (name, c) in [("no policy", without), ("with the policy", with)] {
+        md += &format!("| {name} | {} | {:.0} | {:.3} | {:.3} |\n", c.0, c.1, c.2, c.3);
+    }
+    let extra = with.2 / without.2 - 1.0;
+    md += &format!(
+        "\nTarget: the policy costs ≤ 5% of the engine's CPU per call: {} ({:+.1}%; the machine's \
+         noise between two runs of the same engine is of this order, see the rounds in the CSV)\n",
+        verdict(extra <= 0.05),
+        extra * 100.0
+    );
+    md
+}
+
 fn busy_list(args: &SplitArgs) -> Vec<u64> {
     if !args.busy_us.is_empty() {
         return args.busy_us.clone();
@@ -920,6 +1192,12 @@ fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]
     }
     if rows.iter().any(|r| r.experiment == "neighbour") {
         md += &neighbour_report(plan, rows);
+    }
+    if rows.iter().any(|r| r.experiment == "upgrade") {
+        md += &upgrade_report(rows);
+    }
+    if rows.iter().any(|r| r.experiment == "policy") {
+        md += &policy_report(rows);
     }
     for n in notes {
         md += &format!("\n- {n}");

@@ -218,6 +218,9 @@ pub struct LoadReport {
     /// Why the run stopped early (a lost connection that would not come
     /// back), if it did.
     pub aborted: Option<String>,
+    /// The longest time between two OK calls ending, ms (to 0.1 ms; a
+    /// server's blackout shows here); `None` with fewer than two calls.
+    pub max_gap_ms: Option<f64>,
     /// Latencies of the OK calls, µs (for in-process users that merge runs
     /// or want other percentiles).
     #[allow(dead_code)]
@@ -338,6 +341,9 @@ impl LoadReport {
                 let _ = writeln!(s, "generator    CPU time unavailable (no /proc/self/stat)");
             }
         }
+        if let Some(g) = self.max_gap_ms {
+            let _ = writeln!(s, "longest gap  {g:.1} ms between two OK calls ending");
+        }
         if self.reconnects > 0 {
             let _ = writeln!(s, "reconnected  {} times (connections lost)", self.reconnects);
         }
@@ -385,6 +391,7 @@ impl LoadReport {
             "reconnects": self.reconnects,
             "abandoned": self.abandoned,
             "aborted": self.aborted,
+            "max_gap_ms": self.max_gap_ms,
         })
     }
 
@@ -772,6 +779,56 @@ struct Shared {
     progress: bool,
     stop: AtomicBool,
     aborted: Mutex<Option<String>>,
+    /// When measured calls ended OK (set once the schedule is known).
+    completions: std::sync::OnceLock<Completions>,
+}
+
+/// When OK calls completed, in [`Completions::BUCKET`] buckets from the
+/// start of the measurement: the longest stretch with none (a server's
+/// blackout: a restart, a live upgrade) is [`Completions::max_gap`]. One
+/// bit per bucket, shared by every slot; a run longer than its span
+/// ([`Completions::MAX_SPAN`] at most) records only its first part.
+struct Completions {
+    from: Instant,
+    bits: Vec<AtomicU64>,
+}
+
+impl Completions {
+    const BUCKET: Duration = Duration::from_micros(100);
+    const MAX_SPAN: Duration = Duration::from_secs(600);
+
+    fn new(from: Instant, span: Duration) -> Completions {
+        let n = span.min(Self::MAX_SPAN).as_nanos() / Self::BUCKET.as_nanos() + 1;
+        Completions { from, bits: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    fn mark(&self, at: Instant) {
+        let Some(d) = at.checked_duration_since(self.from) else { return };
+        let i = (d.as_nanos() / Self::BUCKET.as_nanos()) as usize;
+        if let Some(w) = self.bits.get(i / 64) {
+            w.fetch_or(1 << (i % 64), Relaxed);
+        }
+    }
+
+    /// The longest time between two recorded completions, to one bucket
+    /// (an upper bound); `None` with fewer than two buckets marked.
+    fn max_gap(&self) -> Option<Duration> {
+        let mut last = None;
+        let mut widest = None;
+        for (w, word) in self.bits.iter().enumerate() {
+            let mut v = word.load(Relaxed);
+            while v != 0 {
+                let i = w * 64 + v.trailing_zeros() as usize;
+                v &= v - 1;
+                if let Some(l) = last {
+                    let gap = (i - l) as u32;
+                    widest = Some(widest.map_or(gap, |g: u32| g.max(gap)));
+                }
+                last = Some(i);
+            }
+        }
+        widest.map(|g| Self::BUCKET * g)
+    }
 }
 
 impl Shared {
@@ -878,6 +935,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         progress: cfg.progress,
         stop: AtomicBool::new(false),
         aborted: Mutex::new(None),
+        completions: std::sync::OnceLock::new(),
     });
 
     // The slots are spawned first and released together through `gate`,
@@ -916,6 +974,10 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             Plan::Open { t0, rate, warm, limit, end }
         }
     };
+    let span = end.map_or(Completions::MAX_SPAN, |e| {
+        e.saturating_duration_since(measure_from) + Duration::from_secs(2)
+    });
+    let _ = shared.completions.set(Completions::new(measure_from, span));
     let _ = gate_tx.send(Some(plan));
 
     let progress =
@@ -997,6 +1059,9 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         _ => None,
     };
     let lat = latency_of(&hist);
+    let max_gap_ms = shared.completions.get().and_then(Completions::max_gap).map(|g| {
+        g.as_secs_f64() * 1e3
+    });
     let aborted = shared.aborted.lock().ok().and_then(|a| a.clone());
     let mut reconnects = 0;
     for l in &shared.links {
@@ -1027,6 +1092,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         reconnects,
         abandoned,
         aborted,
+        max_gap_ms,
         histogram: hist,
     })
 }
@@ -1143,6 +1209,9 @@ async fn slot_task(
             if code == Code::Ok {
                 st.ok += 1;
                 record_latency(&mut st.hist, finished.saturating_duration_since(start));
+                if let Some(c) = shared.completions.get() {
+                    c.mark(finished);
+                }
             } else {
                 st.errors[code as usize] += 1;
             }
@@ -1391,6 +1460,23 @@ mod tests {
         assert!(err.starts_with("message 1: malformed length prefix"), "{err}");
     }
 
+    #[test]
+    fn the_longest_stretch_without_a_completion_is_found() {
+        let t0 = Instant::now();
+        let c = Completions::new(t0, Duration::from_secs(1));
+        assert_eq!(c.max_gap(), None);
+        for ms in [0u64, 1, 2, 3, 250, 251, 900] {
+            c.mark(t0 + Duration::from_millis(ms) + Duration::from_micros(10));
+        }
+        // Before the start and past the span: not recorded.
+        c.mark(t0 + Duration::from_secs(5));
+        assert_eq!(c.max_gap(), Some(Duration::from_millis(649)));
+        let d = Completions::new(t0, Duration::from_secs(1));
+        d.mark(t0 + Duration::from_micros(50));
+        d.mark(t0 + Duration::from_micros(150));
+        assert_eq!(d.max_gap(), Some(Duration::from_micros(100)), "one bucket apart");
+    }
+
     fn synthetic_report() -> LoadReport {
         let mut h = new_histogram().expect("histogram");
         for v in 1..=1000 {
@@ -1423,6 +1509,7 @@ mod tests {
             reconnects: 0,
             abandoned: 0,
             aborted: None,
+            max_gap_ms: Some(1.5),
             histogram: h,
         }
     }

@@ -717,10 +717,14 @@ fn upgrade(
                 let mut new = None;
                 if mode == "take-over" {
                     std::thread::sleep(std::time::Duration::from_secs_f64(seconds * 0.4));
-                    let mut c = plan.engine(&[]);
-                    c.args(["--take-over", &admin.display().to_string()]);
                     // The flags of the first engine; the attach socket and
-                    // the listeners come from it, not from these.
+                    // the listeners come from it (its socket file stays:
+                    // not `Plan::engine`, which clears a stale one).
+                    let mut c = pinned(plan.args.engine_cpu, &plan.exe);
+                    c.args(["engine", "--threads", "1", "--take-over"])
+                        .arg(&admin)
+                        .args(["--cores", &plan.args.engine_cpu.to_string()])
+                        .args(["--spin-us", &plan.args.spin_us.to_string()]);
                     let out = std::fs::File::create(&log).ok();
                     c.stdout(Stdio::null())
                         .stderr(out.map_or_else(Stdio::null, Stdio::from))

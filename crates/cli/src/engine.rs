@@ -217,18 +217,23 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     rt.block_on(async move {
         let running =
             protoplane_engine::start_with(c, inherited).await.map_err(|e| e.to_string())?;
+        // What listens where, one line each, "attach at" last (scripts read
+        // up to it and may close the pipe then: a write error here is
+        // ignored, never a panic).
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
         if let Some(a) = running.grpc {
-            println!("grpc listening on {a}");
+            let _ = writeln!(out, "grpc listening on {a}");
         }
         if let Some(a) = running.lean {
-            println!("lean listening on {a}");
+            let _ = writeln!(out, "lean listening on {a}");
         }
-        println!("attach at {}", running.attach.display());
         if let Some(a) = &running.admin {
-            println!("admin at {}", a.display());
+            let _ = writeln!(out, "admin at {}", a.display());
         }
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        let _ = writeln!(out, "attach at {}", running.attach.display());
+        let _ = out.flush();
+        drop(out);
         if let Some(t) = handover {
             // The old engine drains for up to its own grace period; give
             // it that and a margin before calling the hand-over lost.

@@ -811,21 +811,35 @@ impl Completions {
     }
 
     /// The longest time between two recorded completions, to one bucket
-    /// (an upper bound); `None` with fewer than two buckets marked.
-    fn max_gap(&self) -> Option<Duration> {
-        let mut last = None;
+    /// (an upper bound), counting the stretches from the start of the
+    /// measurement to the first one and, if the run had a planned end
+    /// (`until`), from the last one to it: a server that stops answering
+    /// for good shows here too. `None` with nothing marked.
+    fn max_gap(&self, until: Option<Instant>) -> Option<Duration> {
+        let mut last = Some(0);
         let mut widest = None;
+        let mut any = false;
         for (w, word) in self.bits.iter().enumerate() {
             let mut v = word.load(Relaxed);
             while v != 0 {
                 let i = w * 64 + v.trailing_zeros() as usize;
                 v &= v - 1;
+                any = true;
                 if let Some(l) = last {
                     let gap = (i - l) as u32;
                     widest = Some(widest.map_or(gap, |g: u32| g.max(gap)));
                 }
                 last = Some(i);
             }
+        }
+        if !any {
+            return None;
+        }
+        if let (Some(l), Some(u)) = (last, until) {
+            let end = u.saturating_duration_since(self.from).as_nanos() / Self::BUCKET.as_nanos();
+            let end = (end as usize).min(self.bits.len() * 64 - 1);
+            let gap = end.saturating_sub(l) as u32;
+            widest = Some(widest.map_or(gap, |g: u32| g.max(gap)));
         }
         widest.map(|g| Self::BUCKET * g)
     }
@@ -1059,7 +1073,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         _ => None,
     };
     let lat = latency_of(&hist);
-    let max_gap_ms = shared.completions.get().and_then(Completions::max_gap).map(|g| {
+    let max_gap_ms = shared.completions.get().and_then(|c| c.max_gap(end)).map(|g| {
         g.as_secs_f64() * 1e3
     });
     let aborted = shared.aborted.lock().ok().and_then(|a| a.clone());
@@ -1464,17 +1478,33 @@ mod tests {
     fn the_longest_stretch_without_a_completion_is_found() {
         let t0 = Instant::now();
         let c = Completions::new(t0, Duration::from_secs(1));
-        assert_eq!(c.max_gap(), None);
+        assert_eq!(c.max_gap(None), None);
         for ms in [0u64, 1, 2, 3, 250, 251, 900] {
             c.mark(t0 + Duration::from_millis(ms) + Duration::from_micros(10));
         }
-        // Before the start and past the span: not recorded.
+        // Past the span: not recorded.
         c.mark(t0 + Duration::from_secs(5));
-        assert_eq!(c.max_gap(), Some(Duration::from_millis(649)));
+        assert_eq!(c.max_gap(None), Some(Duration::from_millis(649)));
+        // A planned end long after the last completion: the silence counts.
+        assert_eq!(
+            c.max_gap(Some(t0 + Duration::from_millis(1000))),
+            Some(Duration::from_millis(649))
+        );
+        let quiet_end = Completions::new(t0, Duration::from_secs(2));
+        quiet_end.mark(t0 + Duration::from_millis(10));
+        quiet_end.mark(t0 + Duration::from_millis(11));
+        assert_eq!(
+            quiet_end.max_gap(Some(t0 + Duration::from_millis(1011))),
+            Some(Duration::from_millis(1000)),
+            "the server stopped answering"
+        );
         let d = Completions::new(t0, Duration::from_secs(1));
         d.mark(t0 + Duration::from_micros(50));
         d.mark(t0 + Duration::from_micros(150));
-        assert_eq!(d.max_gap(), Some(Duration::from_micros(100)), "one bucket apart");
+        assert_eq!(d.max_gap(None), Some(Duration::from_micros(100)), "one bucket apart");
+        let late = Completions::new(t0, Duration::from_secs(1));
+        late.mark(t0 + Duration::from_millis(300));
+        assert_eq!(late.max_gap(None), Some(Duration::from_millis(300)), "from the start");
     }
 
     fn synthetic_report() -> LoadReport {

@@ -17,6 +17,12 @@
 #       grpc.testing.TestService`, client_tests.py runs against the engine's
 #       gRPC port (its cases reported as `split NAME`). Skipped with
 #       --server-cmd, which replaces the server only (a).
+#   (d) split mode with a policy: the engine started with a [policy]
+#       (policy_client.py writes it) and the interop service attached;
+#       policy_client.py checks with grpcio that a rule denies, a rate and
+#       a concurrency limit refuse (RESOURCE_EXHAUSTED, RetryInfo), and
+#       `protoplane admin SOCK reload` installs a new policy with a stream
+#       open.  Part of --only split.
 #
 # One line per case, `PASS name (1.234s)` or `FAIL name (1.234s)`, then a
 # summary; exit status 1 if anything failed.  Logs of the last run are kept in
@@ -272,6 +278,49 @@ elif want split; then
     else
         failed=$((failed + 1))
     fi
+fi
+
+# --- (d) the engine's policy, seen by grpcio clients (split mode) ------------
+if want split && [[ -z "$SERVER_CMD" ]]; then
+    echo "==> (d) grpcio clients against an engine with a [policy] (deny, limits, reload)"
+    POL_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pp-policy.XXXXXX")"
+    "$PY" "$HERE/policy_client.py" --write-config "$POL_DIR/engine.toml"
+    if start_server policy-engine "$PROTOPLANE" engine --grpc-port 0 --attach "$POL_DIR/engine.sock" \
+        --config "$POL_DIR/engine.toml" --admin "$POL_DIR/admin.sock"; then
+        POL_ENGINE=$SERVER_PID
+        POL_PORT=$SERVER_PORT
+        "$PROTOPLANE" interop-server --attach "$POL_DIR/engine.sock" >"$LOGS/policy-app.stdout" \
+            2>"$LOGS/policy-app.stderr" </dev/null &
+        POL_APP=$!
+        PIDS+=("$POL_APP")
+        attached=0
+        deadline=$((SECONDS + STARTUP_TIMEOUT))
+        while [[ $SECONDS -lt $deadline ]]; do
+            if grep -q 'attached for grpc.testing.TestService' "$LOGS/policy-engine.stderr"; then attached=1; break; fi
+            kill -0 "$POL_APP" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [[ $attached -eq 1 ]]; then
+            timeout 120 "$PY" "$HERE/policy_client.py" --target "127.0.0.1:$POL_PORT" \
+                --config "$POL_DIR/engine.toml" --admin "$POL_DIR/admin.sock" --protoplane "$PROTOPLANE" \
+                | tee "$LOGS/policy_client.log"
+            passed=$((passed + $(grep -c '^PASS ' "$LOGS/policy_client.log")))
+            failed=$((failed + $(grep -c '^FAIL ' "$LOGS/policy_client.log")))
+            if ! grep -q '^policy_client: ' "$LOGS/policy_client.log"; then
+                echo "FAIL policy_client.py did not finish"
+                failed=$((failed + 1))
+            fi
+            alive policy-engine "$POL_ENGINE"
+        else
+            echo "FAIL policy: the application did not attach; engine stderr:"
+            tail -n 20 "$LOGS/policy-engine.stderr" | indent
+            failed=$((failed + 1))
+        fi
+        stop "$POL_APP" "$POL_ENGINE"
+    else
+        failed=$((failed + 1))
+    fi
+    rm -rf "$POL_DIR"
 fi
 
 summary="$passed passed, $failed failed"

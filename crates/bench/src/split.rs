@@ -860,7 +860,12 @@ fn policy_check_us() -> Result<f64, String> {
     let path = paths.first().cloned().ok_or("the social-network schema has no method")?;
     let policies = Policies::new(spec, paths).map_err(|e| format!("policy: {e}"))?;
     let metadata = protoplane_grpc::Metadata::new();
-    let call = CallInfo { path: &path, service: "socialnetwork.SocialNetwork", metadata: &metadata, peer: None };
+    let call = CallInfo {
+        path: &path,
+        service: "socialnetwork.SocialNetwork",
+        metadata: &metadata,
+        peer: None,
+    };
     const N: u32 = 200_000;
     let mut batches = Vec::new();
     for _ in 0..5 {

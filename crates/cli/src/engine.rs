@@ -97,8 +97,8 @@ pub(crate) struct AdminArgs {
 
 /// `protoplane admin`.
 pub(crate) fn admin(args: &AdminArgs) -> Result<(), String> {
-    let answer =
-        protoplane_engine::admin::request(&args.socket, &args.command).map_err(|e| e.to_string())?;
+    let answer = protoplane_engine::admin::request(&args.socket, &args.command)
+        .map_err(|e| e.to_string())?;
     print!("{answer}");
     if answer.starts_with("error:") {
         return Err(format!("the engine refused {:?}", args.command));

@@ -29,7 +29,8 @@ const SERVICE: &str = "/grpc.testing.TestService/";
 /// One unary call of `method` with an empty request and `metadata`: its
 /// status.
 async fn unary(ch: &Channel, method: &str, metadata: Metadata) -> Status {
-    let opts = CallOptions { metadata, timeout: Some(Duration::from_secs(10)), ..Default::default() };
+    let opts =
+        CallOptions { metadata, timeout: Some(Duration::from_secs(10)), ..Default::default() };
     let mut call = match ch.start(&format!("{SERVICE}{method}"), opts).await {
         Ok(c) => c,
         Err(st) => return st,
@@ -275,13 +276,10 @@ fn a_new_engine_takes_over_under_load_with_no_failed_call() {
         .into_iter()
         .collect();
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), &failed[..failed.len().min(5)]);
-    assert!(
-        application.child.try_wait().expect("wait").is_none(),
-        "the application kept running"
-    );
+    assert!(application.child.try_wait().expect("wait").is_none(), "the application kept running");
     assert_eq!(application.child.id(), app_pid);
     application.wait_for("the engine is being replaced");
-    let _ = rt.block_on(async {
+    rt.block_on(async {
         let ch = Channel::connect(&addr).await.expect("connect");
         assert_eq!(unary(&ch, "EmptyCall", Metadata::new()).await.code, Code::Ok);
     });

@@ -108,7 +108,8 @@ pub fn take_over(path: &Path) -> Result<(Inherited, TakeOver), Error> {
             path.display()
         )));
     }
-    let kinds: Vec<&str> = words.next().unwrap_or("").split(',').filter(|k| !k.is_empty()).collect();
+    let kinds: Vec<&str> =
+        words.next().unwrap_or("").split(',').filter(|k| !k.is_empty()).collect();
     let services = match (words.next(), words.next()) {
         (Some("services"), Some(s)) => {
             s.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()
@@ -135,7 +136,10 @@ impl TakeOver {
             Error::Config(format!("take-over through {}: {e}", self.path.display()))
         };
         self.sock.get_mut().write_all(b"ready\n").map_err(fail)?;
-        self.sock.get_mut().set_read_timeout(Some(wait.max(Duration::from_secs(1)))).map_err(fail)?;
+        self.sock
+            .get_mut()
+            .set_read_timeout(Some(wait.max(Duration::from_secs(1))))
+            .map_err(fail)?;
         let mut said = String::new();
         (&mut self.sock).take(4096).read_line(&mut said).map_err(fail)?;
         Ok(said.trim_end().to_string())

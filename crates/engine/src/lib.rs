@@ -39,9 +39,9 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod functional;
-pub mod policy;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod policy;
 pub mod proxy;
 pub mod registry;
 
@@ -62,8 +62,8 @@ pub use budget::Budgets;
 pub use config::Config;
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Refusal};
-pub use policy::{Policies, PolicySpec};
 pub use functional::{Counters, FunctionalOffload, MethodStats, OffloadRequest, Offloaded};
+pub use policy::{Policies, PolicySpec};
 pub use proxy::{Limits, SplitService};
 pub use registry::{Detached, Registry};
 
@@ -178,11 +178,8 @@ impl Core {
             .map_err(|source| Error::Read { path: path.clone(), source })?;
         let (spec, rest) = config::split_policy(&text).map_err(Error::Config)?;
         self.policies.install(spec).map_err(Error::Config)?;
-        let mut said = format!(
-            "policy version {} from {}",
-            self.policies.version(),
-            path.display()
-        );
+        let mut said =
+            format!("policy version {} from {}", self.policies.version(), path.display());
         if rest != *baseline {
             said.push_str(
                 "; sections other than [policy] changed and take effect at the next start \
@@ -218,15 +215,13 @@ impl Core {
             let _ = sock.write_all(b"error: this engine is stopping\n").await;
             return;
         }
-        let copies: Result<Vec<_>, _> = self
-            .listeners
-            .iter()
-            .map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd)))
-            .collect();
+        let copies: Result<Vec<_>, _> =
+            self.listeners.iter().map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd))).collect();
         let services = self.registry.services();
         let sent = copies.and_then(|c| admin::send_listeners(&sock, &c, &services));
         if let Err(e) = sent {
-            let _ = sock.write_all(format!("error: handing over the sockets: {e}\n").as_bytes()).await;
+            let _ =
+                sock.write_all(format!("error: handing over the sockets: {e}\n").as_bytes()).await;
             return;
         }
         match admin::ready(&mut sock).await {
@@ -380,10 +375,9 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
     };
     let mut listeners: Vec<(&'static str, std::os::fd::OwnedFd)> = Vec::new();
     let mut keep = |kind: &'static str, fd: std::os::fd::BorrowedFd<'_>| -> Result<(), Error> {
-        let copy = fd.try_clone_to_owned().map_err(|source| Error::Listen {
-            at: format!("{kind} listener"),
-            source,
-        })?;
+        let copy = fd
+            .try_clone_to_owned()
+            .map_err(|source| Error::Listen { at: format!("{kind} listener"), source })?;
         listeners.push((kind, copy));
         Ok(())
     };
@@ -393,9 +387,11 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
     let grpc_listener = match inherited.take("grpc") {
         Some(fd) => Some(tcp_from(fd, "grpc")?),
         None => match config.grpc {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| {
-                Error::Listen { at: addr.to_string(), source }
-            })?),
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| Error::Listen { at: addr.to_string(), source })?,
+            ),
             None => None,
         },
     };
@@ -426,9 +422,11 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
     let lean_listener = match inherited.take("lean") {
         Some(fd) => Some(tcp_from(fd, "lean")?),
         None => match config.lean_tcp {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| {
-                Error::Listen { at: addr.to_string(), source }
-            })?),
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| Error::Listen { at: addr.to_string(), source })?,
+            ),
             None => None,
         },
     };

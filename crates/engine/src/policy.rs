@@ -347,7 +347,8 @@ impl PolicySpec {
 
     fn rule(v: &toml::Value, at: &str) -> Result<Rule, String> {
         let t = v.as_table().ok_or_else(|| format!("{at} must be a table"))?;
-        let mut r = Rule { action: Action::Allow, methods: vec![Methods::Any], clients: Vec::new() };
+        let mut r =
+            Rule { action: Action::Allow, methods: vec![Methods::Any], clients: Vec::new() };
         let mut has_action = false;
         for (key, v) in t {
             let k = format!("{at}.{key}");
@@ -610,13 +611,15 @@ pub struct Policies {
 /// the concurrency limits that admitted it.
 #[derive(Debug, Default)]
 pub struct Permit {
-    held: Vec<Arc<Counters>>,
+    /// The application's and the method's counters (no allocation per
+    /// call).
+    held: [Option<Arc<Counters>>; 2],
     engine: Option<Arc<AtomicU64>>,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        for c in &self.held {
+        for c in self.held.iter().flatten() {
             c.open.fetch_sub(1, Ordering::Relaxed);
         }
         if let Some(e) = &self.engine {
@@ -777,11 +780,11 @@ impl Policies {
             }
         }
         let mut now = None;
-        for scope in [call.service, call.path] {
+        for (k, scope) in [call.service, call.path].into_iter().enumerate() {
             let Some(l) = p.limits.get(scope) else { continue };
             if let Some(max) = l.concurrency {
                 let before = l.state.open.fetch_add(1, Ordering::Relaxed);
-                permit.held.push(l.state.clone());
+                permit.held[k] = Some(l.state.clone());
                 if before >= max {
                     self.stats.concurrency_limited.fetch_add(1, Ordering::Relaxed);
                     return Err(exhausted(
@@ -965,10 +968,8 @@ mod tests {
         params.distinguished_name.push(DnType::OrganizationName, "Example");
         let key = KeyPair::generate().expect("key");
         let cert = params.self_signed(&key).expect("certificate");
-        let peer = Peer {
-            addr: None,
-            certificates: vec![bytes::Bytes::copy_from_slice(cert.der())],
-        };
+        let peer =
+            Peer { addr: None, certificates: vec![bytes::Bytes::copy_from_slice(cert.der())] };
         let md = Metadata::new();
         let allows = |client: &str, peer: Option<&Peer>| {
             let p = policies(&format!(
@@ -996,8 +997,9 @@ mod tests {
         assert!(bad("[policy]\ndefualt = \"allow\"").contains("unknown key policy.defualt"));
         assert!(bad("[[policy.rules]]\nmethods = [\"*\"]").contains("needs action"));
         assert!(bad("[[policy.rules]]\naction = \"maybe\"").contains("\"allow\" or \"deny\""));
-        assert!(bad("[[policy.rules]]\naction = \"deny\"\nmethods = [\"a.S\"]")
-            .contains("a method"));
+        assert!(
+            bad("[[policy.rules]]\naction = \"deny\"\nmethods = [\"a.S\"]").contains("a method")
+        );
         assert!(bad("[[policy.rules]]\naction = \"deny\"\nclients = [\"who:me\"]")
             .contains("metadata:KEY"));
         assert!(bad("[[policy.rules]]\naction = \"deny\"\nmethods = [\"/a.S/Nine\"]")
@@ -1005,6 +1007,8 @@ mod tests {
         assert!(bad("[policy.limits.\"z.Z\"]\nrate = 1").contains("serves no"));
         assert!(bad("[policy.limits.\"a.S\"]\nrate = -1").contains("above 0"));
         assert!(bad("[policy.limits.\"a.S\"]\nburst = 4").contains("burst needs a rate"));
-        assert!(bad("[policy.limits.\"/a.S/One\"]\npriority = \"high\"").contains("per application"));
+        assert!(
+            bad("[policy.limits.\"/a.S/One\"]\npriority = \"high\"").contains("per application")
+        );
     }
 }

@@ -217,14 +217,11 @@ impl SplitService {
             // Its application is attaching (this engine is taking over).
             att = self.registry.pick_for(&self.name, holder);
         }
-        let att = att.ok_or_else(|| {
-            match self.registry.ever_served(&self.name) {
-                true => Status::new(
-                    Code::Unavailable,
-                    format!("no application attached for {}", self.name),
-                ),
-                false => Status::new(Code::Unimplemented, format!("unknown service {}", self.name)),
+        let att = att.ok_or_else(|| match self.registry.ever_served(&self.name) {
+            true => {
+                Status::new(Code::Unavailable, format!("no application attached for {}", self.name))
             }
+            false => Status::new(Code::Unimplemented, format!("unknown service {}", self.name)),
         })?;
         if att.in_flight() >= self.limits.max_in_flight {
             return Err(Status::new(

@@ -1073,9 +1073,8 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         _ => None,
     };
     let lat = latency_of(&hist);
-    let max_gap_ms = shared.completions.get().and_then(|c| c.max_gap(end)).map(|g| {
-        g.as_secs_f64() * 1e3
-    });
+    let max_gap_ms =
+        shared.completions.get().and_then(|c| c.max_gap(end)).map(|g| g.as_secs_f64() * 1e3);
     let aborted = shared.aborted.lock().ok().and_then(|a| a.clone());
     let mut reconnects = 0;
     for l in &shared.links {

@@ -297,9 +297,10 @@ impl Channel {
             return Ok(());
         }
         let limit = self.opts.connect_timeout;
-        let fresh = tokio::time::timeout(limit, Channel::dial(r.addr.clone(), (*self.opts).clone()))
-            .await
-            .map_err(|_| unavailable(format!("connect to {}: timed out", r.addr)))??;
+        let fresh =
+            tokio::time::timeout(limit, Channel::dial(r.addr.clone(), (*self.opts).clone()))
+                .await
+                .map_err(|_| unavailable(format!("connect to {}: timed out", r.addr)))??;
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) = fresh.current();
         Ok(())
     }

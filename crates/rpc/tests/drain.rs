@@ -176,10 +176,8 @@ async fn a_channel_dials_again_after_goaway() {
     });
     eventually(BOUND, "the handler runs", || old_svc.started.load(Ordering::SeqCst) == 1).await;
     old.drain().start();
-    eventually(BOUND, "the old listener closes", || {
-        std::net::TcpStream::connect(addr).is_err()
-    })
-    .await;
+    eventually(BOUND, "the old listener closes", || std::net::TcpStream::connect(addr).is_err())
+        .await;
     let (new, new_svc) = held(GrpcTransport::Native);
     let listener = tokio::net::TcpListener::bind(addr).await.expect("the same address");
     tokio::spawn({

@@ -106,4 +106,3 @@ pub fn sock_path(name: &str) -> String {
     let _ = std::fs::create_dir_all(&dir);
     dir.join("engine.sock").to_string_lossy().into_owned()
 }
-

@@ -235,7 +235,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             }
             // Drained once the final GOAWAY is out (the client read the
             // first one and opens nothing more here) and the calls ended.
-            let drained = self.shutdown.is_none() && self.conn.is_closing() && self.live_calls() == 0;
+            let drained =
+                self.shutdown.is_none() && self.conn.is_closing() && self.live_calls() == 0;
             if self.dead || (self.eof && self.live_calls() == 0) || drained {
                 break;
             }

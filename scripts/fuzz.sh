@@ -18,7 +18,9 @@
 #    and the line reader they arrive through on a peer's JSON lines, and
 #    the NetFilter parser) and inc_face (the RPC face cutting fields out of
 #    a server's response bytes) and cu (compute units against hostile task
-#    descriptors), each for SECONDS_PER_TARGET seconds.
+#    descriptors) and attach (the attach handshake) and versions (an
+#    application's descriptor set judged against the engine's schema),
+#    each for SECONDS_PER_TARGET seconds.
 #
 # Prints per target how many inputs libFuzzer executed. Exits non-zero if any
 # target crashed, leaked, timed out or ran out of memory; the reproducer is
@@ -33,7 +35,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face cu attach)
+targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face cu attach versions)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

@@ -307,9 +307,11 @@ fn main() {
     let inc_control = inc_control_seeds(corpus);
     let inc_face = inc_face_seeds(corpus);
     let attach = attach_seeds(corpus);
+    let versions = versions_seeds(corpus);
 
     for dir in [
         &attach,
+        &versions,
         &wire,
         &gen_wire,
         &blocks,
@@ -328,6 +330,26 @@ fn main() {
     }
 }
 
+/// Seeds of the `versions` target: descriptor sets an application could
+/// send — the target's own engine schema, one with a field added, one
+/// with a field number reused, one with a method's streaming changed.
+fn versions_seeds(corpus: &Path) -> Dir {
+    use prost::Message as _;
+    let mut dir = Dir::new(corpus, "versions");
+    let base = protoplane_engine::fuzzing::VERSIONS_PROTO;
+    for (name, text) in [
+        ("same", base.to_string()),
+        ("added", base.replace("int64 version = 2;", "int64 version = 2; string author = 3;")),
+        ("reused", base.replace("int64 version = 2;", "string version = 2;")),
+        ("streaming", base.replace("rpc Get(Key)", "rpc Get(stream Key)")),
+    ] {
+        let src = [protoplane_schema::ProtoSource { name: "kv.proto", text: &text }];
+        let set = protoplane_schema::compile_proto_sources(&src, &["kv.proto"]).expect("compiles");
+        dir.put(name, &set.encode_to_vec());
+    }
+    dir
+}
+
 /// Seeds of the `attach` target: credentials (uid, gid) then one
 /// handshake message — a HELLO for two services, one listing a service
 /// twice, one of an older version, and an ACCEPT.
@@ -343,9 +365,10 @@ fn attach_seeds(corpus: &Path) -> Dir {
     };
     let services = |names: &[&str]| names.iter().map(|n| (n.to_string(), 7u64)).collect();
     let hellos = [
-        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]) }),
-        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]) }),
-        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]) }),
+        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false }),
+        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false }),
+        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false }),
+        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true }),
     ];
     for (name, h) in hellos {
         for (uid, gid) in [(0, 0), (1000, 7)] {

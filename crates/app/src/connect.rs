@@ -21,11 +21,18 @@ use crate::Error;
 pub(crate) type Connected = (UnixStream, Layout, Arc<Mapping>, Bell);
 
 /// Attaches to the engine at `path`.
-pub(crate) fn connect(path: &Path, hello: &Hello) -> Result<Connected, Error> {
+pub(crate) fn connect(path: &Path, hello: &Hello, sets: &[Vec<u8>]) -> Result<Connected, Error> {
     let un = |e: std::io::Error| Error::Unreachable(e.to_string());
     let sock = UnixStream::connect(path).map_err(un)?;
     sock.set_read_timeout(Some(Duration::from_secs(10))).map_err(un)?;
-    attach::send(&sock, &hello.encode(), &[]).map_err(un)?;
+    let files: Vec<std::os::fd::OwnedFd> = match hello.schemas {
+        true => {
+            sets.iter().map(|s| attach::schema_file(s)).collect::<Result<_, _>>().map_err(un)?
+        }
+        false => Vec::new(),
+    };
+    let refs: Vec<&std::os::fd::OwnedFd> = files.iter().collect();
+    attach::send(&sock, &hello.encode(), &refs).map_err(un)?;
     let (msg, fds) = attach::recv(&sock).map_err(un)?;
     let answer = Answer::decode(&msg).map_err(|e| Error::Refused(e.to_string()))?;
     let layout = match answer {
@@ -46,4 +53,10 @@ pub(crate) fn connect(path: &Path, hello: &Hello) -> Result<Connected, Error> {
     let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).map_err(un)?;
     let bell = Bell::from_fd(bell).map_err(un)?;
     Ok((sock, layout, Arc::new(map), bell))
+}
+
+/// `schema`'s files as a serialized `FileDescriptorSet`, for the HELLO.
+pub(crate) fn descriptor_set(schema: &protoplane_grpc::Schema) -> Vec<u8> {
+    use prost::Message as _;
+    prost_types::FileDescriptorSet { file: schema.files().to_vec() }.encode_to_vec()
 }

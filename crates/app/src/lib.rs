@@ -225,9 +225,23 @@ impl App {
                 .iter()
                 .map(|s| (s.name().to_string(), s.schema().tables().digest()))
                 .collect(),
+            schemas: false,
         };
+        // One file per distinct schema, as many as a message carries.
+        let hello =
+            Hello { schemas: hello.digests().len() <= protoplane_shm::sys::MAX_FDS, ..hello };
+        // Each distinct schema's descriptor set travels with the HELLO, so
+        // an engine built from another version of it serves this one with
+        // these tables (see `protoplane_shm::attach`).
+        let sets: Vec<Vec<u8>> = hello
+            .digests()
+            .iter()
+            .filter_map(|d| self.services.iter().find(|s| s.schema().tables().digest() == *d))
+            .map(|s| connect::descriptor_set(s.schema()))
+            .collect();
         let path = self.path.clone();
-        let joined = tokio::task::spawn_blocking(move || connect::connect(&path, &hello)).await;
+        let joined =
+            tokio::task::spawn_blocking(move || connect::connect(&path, &hello, &sets)).await;
         let (sock, layout, map, bell) = joined.map_err(|e| Error::Unreachable(e.to_string()))??;
         let session = Session::new(
             self.services.clone(),

@@ -305,6 +305,7 @@ mod tests {
             version: VERSION,
             pid: 1,
             services: names.iter().map(|n| (n.to_string(), 7)).collect(),
+            schemas: false,
         }
     }
 

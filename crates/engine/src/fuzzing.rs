@@ -183,3 +183,42 @@ impl Engine {
         self.responses.consumed()
     }
 }
+
+/// The engine's schema of the `versions` fuzz target (and its seeds).
+pub const VERSIONS_PROTO: &str = r#"
+syntax = "proto3";
+package kv;
+message Key { string name = 1; }
+message Meta { int64 version = 1; map<string, Meta> children = 2; }
+message Value { string name = 1; int64 version = 2; Meta meta = 3; repeated Key keys = 4; }
+service Store {
+  rpc Get(Key) returns (Value);
+  rpc Put(Value) returns (Key);
+  rpc Watch(Key) returns (stream Value);
+}
+"#;
+
+/// The `versions` target: an application's descriptor set (any bytes)
+/// built into a schema and judged against [`VERSIONS_PROTO`]. Never
+/// panics; a schema that builds is compatible with itself, every service
+/// of it; a verdict against the engine's schema is the same both times it
+/// is asked.
+pub fn versions(data: &[u8]) {
+    use std::sync::OnceLock;
+    static OURS: OnceLock<Arc<protoplane_grpc::Schema>> = OnceLock::new();
+    let ours = OURS.get_or_init(|| {
+        let src = [protoplane_schema::ProtoSource { name: "kv.proto", text: VERSIONS_PROTO }];
+        Arc::new(protoplane_grpc::Schema::from_proto_sources(&src, &["kv.proto"]).expect("schema"))
+    });
+    let Ok(theirs) = protoplane_grpc::Schema::from_descriptor_set(data) else { return };
+    let theirs = Arc::new(theirs);
+    for s in theirs.services() {
+        assert!(
+            crate::versions::compatible(&theirs, &theirs, s).is_ok(),
+            "a schema is compatible with itself ({s})"
+        );
+        let once = crate::versions::compatible(ours, &theirs, s).map(|_| ());
+        let twice = crate::versions::compatible(ours, &theirs, s).map(|_| ());
+        assert_eq!(once, twice);
+    }
+}

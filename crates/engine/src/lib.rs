@@ -44,6 +44,7 @@ pub mod fuzzing;
 pub mod policy;
 pub mod proxy;
 pub mod registry;
+pub mod versions;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -270,6 +271,8 @@ struct Ctx {
     drain: protoplane_rpc::drain::Drain,
     /// Set when the applications are to attach to the engine taking over.
     moving: tokio::sync::watch::Sender<bool>,
+    /// Schemas applications brought (other versions of the engine's).
+    versions: versions::Versions,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -531,6 +534,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         budgets: config.budgets.clone(),
         drain: router.drain().clone(),
         moving,
+        versions: versions::Versions::default(),
     });
     tokio::spawn(admit_all(listener, ctx));
     Ok(running)
@@ -638,9 +642,23 @@ async fn handshake(
     ctx: &Ctx,
 ) -> Result<(Arc<Attachment>, Receiver), String> {
     let peer = admission::credentials(sock).map_err(|e| format!("peer credentials: {e}"))?;
-    let (msg, _) = admission::recv(sock).await.map_err(|e| format!("reading the request: {e}"))?;
+    let (msg, fds) =
+        admission::recv(sock).await.map_err(|e| format!("reading the request: {e}"))?;
     let hello = Hello::decode(&msg).map_err(|e| e.to_string())?;
     ctx.admission.check(&hello, &peer).map_err(|r| r.to_string())?;
+    let digests = hello.digests();
+    if hello.schemas && fds.len() != digests.len() {
+        return Err(format!(
+            "{} descriptor set(s) for {} distinct schema(s)",
+            fds.len(),
+            digests.len()
+        ));
+    }
+    let mut sets: Vec<Option<std::os::fd::OwnedFd>> = match hello.schemas {
+        true => fds.into_iter().map(Some).collect(),
+        false => Vec::new(),
+    };
+    let mut versions = Vec::with_capacity(hello.services.len());
     for (name, digest) in &hello.services {
         let schema = ctx
             .schemas
@@ -648,11 +666,32 @@ async fn handshake(
             .find(|s| s.services().contains(name))
             .ok_or_else(|| format!("the engine has no schema for service {name}"))?;
         let ours = schema.tables().digest();
-        if ours != *digest {
-            return Err(format!(
-                "service {name}: schema tables differ (application {digest:016x}, engine {ours:016x}); build both from the same .proto files"
-            ));
+        if ours == *digest {
+            versions.push(None);
+            continue;
         }
+        // Another version of the service: served with the application's
+        // own tables if it sent them and they are compatible.
+        let at = digests.iter().position(|d| d == digest).unwrap_or(usize::MAX);
+        let theirs = match sets.get_mut(at).map(Option::take) {
+            Some(Some(fd)) => {
+                let bytes = protoplane_shm::attach::read_schema_file(fd)
+                    .map_err(|e| format!("service {name}: the descriptor set: {e}"))?;
+                ctx.versions.schema(*digest, &bytes)?
+            }
+            // A second service of the same schema: built already.
+            Some(None) => ctx.versions.schema(*digest, &[])?,
+            None => {
+                return Err(format!(
+                    "service {name}: schema tables differ (application {digest:016x}, engine {ours:016x}) \
+                     and the application sent no descriptor set; build both from the same .proto files"
+                ))
+            }
+        };
+        let v = versions::compatible(schema, &theirs, name).map_err(|why| {
+            format!("service {name}: incompatible with the engine's schema: {why}")
+        })?;
+        versions.push(Some(Arc::new(v)));
     }
     let Some(seat) = ctx.seats.take(ctx.admission.max_applications) else {
         return Err(format!(
@@ -664,6 +703,21 @@ async fn handshake(
     // timed out) from here on; once attached it is the application's until
     // it detaches.
     let attached = attach_region(sock, ctx, &hello, &peer).await?;
+    if versions.iter().any(Option::is_some) {
+        eprintln!(
+            "engine: application {} brings its own version of {}",
+            attached.0.id,
+            hello
+                .services
+                .iter()
+                .zip(&versions)
+                .filter(|(_, v)| v.is_some())
+                .map(|((n, d), _)| format!("{n} (tables {d:016x})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    attached.0.set_versions(versions);
     seat.keep();
     Ok(attached)
 }

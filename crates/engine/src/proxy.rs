@@ -230,6 +230,19 @@ impl SplitService {
             ));
         }
         let service = att.services.iter().position(|s| *s == self.name).unwrap_or(0) as u8;
+        // The instance's own version of the service, if it brought one: its
+        // method ids and tables, not the engine's (`crate::versions`).
+        let version = att.version(service).cloned();
+        let engine_method = method;
+        let method = match &version {
+            Some(v) => v.method(method).ok_or_else(|| {
+                Status::new(
+                    Code::Unimplemented,
+                    format!("this instance's version of {} does not serve the method", self.name),
+                )
+            })?,
+            None => method,
+        };
         let (call, mut rx) = att.open_call()?;
         let mut guard = Guard { att: att.clone(), call, method, service, done: false };
 
@@ -251,11 +264,11 @@ impl SplitService {
         let mut requests_done = !client_streaming;
         if let Some(m) = first {
             let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..open };
-            self.post(&att, d, Some(&m), &side).await?;
+            self.post(&att, version.as_deref(), engine_method, d, Some(&m), &side).await?;
         } else {
-            self.post(&att, open, None, &side).await?;
+            self.post(&att, version.as_deref(), engine_method, open, None, &side).await?;
         }
-        if let Some(s) = self.stats.get(method as usize) {
+        if let Some(s) = self.stats.get(engine_method as usize) {
             s.to_app.fetch_add(1, Ordering::Relaxed);
         }
         loop {
@@ -270,7 +283,19 @@ impl SplitService {
                     Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
                     Some(Inbound::Message { bytes, encoded, compress }) => {
                         responder.set_compression(compress);
-                        if let (false, Some(dev)) = (encoded, att.device()) {
+                        if let (false, Some(v)) = (encoded, &version) {
+                            // Laid out with the application's tables.
+                            let ty = v.schema.method(method).map_or(u32::MAX, |m| m.output);
+                            let mut out = Vec::with_capacity(bytes.len());
+                            protoplane_wire::Encoder::new().encode_into(
+                                v.schema.tables(),
+                                ty,
+                                protoplane_wire::Source::owned(&bytes),
+                                &protoplane_wire::EncodeOptions::default(),
+                                &mut out,
+                            )?;
+                            responder.send_encoded(bytes::Bytes::from(out)).await?;
+                        } else if let (false, Some(dev)) = (encoded, att.device()) {
                             // Device handles resolve here, in the engine
                             // (co-serialization): then the call's device
                             // memory can go.
@@ -293,11 +318,12 @@ impl SplitService {
                     match m {
                         Some(m) => {
                             let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
-                            self.post(&att, d, Some(&m), &[]).await?;
+                            self.post(&att, version.as_deref(), engine_method, d, Some(&m), &[]).await?;
                         }
                         None => {
                             requests_done = true;
-                            self.post(&att, Descriptor { flags: desc::END, ..d }, None, &[]).await?;
+                            let end = Descriptor { flags: desc::END, ..d };
+                            self.post(&att, version.as_deref(), engine_method, end, None, &[]).await?;
                         }
                     }
                 }
@@ -308,24 +334,35 @@ impl SplitService {
     /// Posts a descriptor with its message (decoded straight into the
     /// region if the transport left it raw), waiting a bounded time for
     /// room.
+    /// `version`: the instance's own version of the service (its method id
+    /// is in `d`; `engine_method` is the engine's, for the counters).
     async fn post(
         &self,
         att: &Arc<Attachment>,
+        version: Option<&crate::versions::Version>,
+        engine_method: u32,
         d: Descriptor,
         m: Option<&protoplane_grpc::Message>,
         side: &[u8],
     ) -> Result<(), Status> {
         let mut waited: Option<(Instant, WaitSlot)> = None;
+        // The tables and request type the block is laid out with.
+        let (tables, input) = match version {
+            Some(v) => (v.schema.tables(), v.schema.method(d.method).map(|m| m.input)),
+            None => (self.schema.tables(), None),
+        };
         // Placement-aware decode, once: device-placed fields into the
         // call's device memory, the rest into a private block that crosses
-        // in one copy (the one-shot commit).
-        let placed = match (m.filter(|m| m.is_raw()), att.device(), &self.placed) {
-            (Some(m), Some(dev), Some(p)) => match p.for_type(m.type_index()) {
-                Some(ts) => Some(dev.decode(d.call, &ts, m.type_index(), m.wire())?),
-                None => None,
-            },
-            _ => None,
-        };
+        // in one copy (the one-shot commit). Not for another version: the
+        // placement tables are the engine's.
+        let placed =
+            match (m.filter(|m| m.is_raw() && version.is_none()), att.device(), &self.placed) {
+                (Some(m), Some(dev), Some(p)) => match p.for_type(m.type_index()) {
+                    Some(ts) => Some(dev.decode(d.call, &ts, m.type_index(), m.wire())?),
+                    None => None,
+                },
+                _ => None,
+            };
         loop {
             let posted = match m {
                 Some(_) if placed.is_some() => {
@@ -334,14 +371,17 @@ impl SplitService {
                 Some(m) if m.is_raw() && self.raw_above.is_some_and(|n| m.wire().len() > n) => {
                     // Oversized: the application decodes it itself.
                     let r = att.post(d, &[], m.wire(), side);
-                    if let (Ok(()), Some(s)) = (&r, self.stats.get(d.method as usize)) {
+                    if let (Ok(()), Some(s)) = (&r, self.stats.get(engine_method as usize)) {
                         s.raw_to_app.fetch_add(1, Ordering::Relaxed);
                     }
                     r
                 }
                 Some(m) if m.is_raw() => {
-                    att.post_request(d, self.schema.tables(), m.type_index(), m.wire(), side)
+                    att.post_request(d, tables, input.unwrap_or(m.type_index()), m.wire(), side)
                 }
+                // Decoded by the transport with the engine's tables: another
+                // version decodes it itself.
+                Some(m) if version.is_some() => att.post(d, &[], m.wire(), side),
                 Some(m) => att.post(d, m.block(), m.wire(), side),
                 None => att.post(d, &[], &[], side),
             };

@@ -1,8 +1,12 @@
 //! The attach handshake, over a Unix stream socket.
 //!
 //! ```text
-//! app -> engine   HELLO   "PPATTACH" | version u16 | 0 u16 | pid u32
+//! app -> engine   HELLO   "PPATTACH" | version u16 | flags u16 | pid u32
 //!                         | n u16 | n x (name len u16 | name | table-set digest u64)
+//!                         + with flag SCHEMAS (1): one descriptor per distinct
+//!                           digest, in the order the digests first appear: a
+//!                           file (a sealed memfd) holding that schema's
+//!                           serialized FileDescriptorSet
 //! engine -> app   ACCEPT  "PPATT-OK" | version u16 | 0 u16 | attachment id u32 | layout
 //!                         + descriptors: the region's shared memfd (sealed against
 //!                           resizing), its engine-half memfd (sealed against writes
@@ -12,10 +16,11 @@
 //! ```
 //!
 //! Versions must be equal. The digest is that of the service's whole table
-//! set (`TableSet::digest`): the engine refuses a service whose schema it
-//! has not loaded or loaded differently, because type and method indices in
-//! descriptors only mean the same thing when both sides built the same
-//! tables. After ACCEPT the socket carries nothing more; it stays open for
+//! set (`TableSet::digest`). Type and method indices in descriptors only
+//! mean the same thing when both sides built the same tables: a service
+//! whose digest differs from the engine's is served with the tables of the
+//! schema the application sent (the engine checks it is wire-compatible
+//! with its own), or refused if it sent none. After ACCEPT the socket carries nothing more; it stays open for
 //! the attachment's life, and its end is how each side learns the other is
 //! gone (a crash closes it too).
 
@@ -48,6 +53,28 @@ pub struct Hello {
     pub pid: u32,
     /// Services served: full name and table-set digest.
     pub services: Vec<(String, u64)>,
+    /// Descriptor sets travel with it ([`SCHEMAS`]).
+    pub schemas: bool,
+}
+
+/// HELLO flag: a descriptor set per distinct digest is attached.
+pub const SCHEMAS: u16 = 1;
+
+/// Largest descriptor set an application may send.
+pub const MAX_SCHEMA: usize = 16 << 20;
+
+impl Hello {
+    /// The distinct digests of its services, in the order they first
+    /// appear: the order of the descriptor sets attached.
+    pub fn digests(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for (_, d) in &self.services {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
+    }
 }
 
 /// The engine's answer.
@@ -106,7 +133,7 @@ impl Hello {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = HELLO.to_vec();
         out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(if self.schemas { SCHEMAS } else { 0 }).to_le_bytes());
         out.extend_from_slice(&self.pid.to_le_bytes());
         out.extend_from_slice(&(self.services.len() as u16).to_le_bytes());
         for (name, digest) in &self.services {
@@ -126,7 +153,8 @@ impl Hello {
             return err("not an attach request");
         }
         let version = u16_at(b, 8)?;
-        if u16_at(b, 10)? != 0 {
+        let flags = u16_at(b, 10)?;
+        if flags & !SCHEMAS != 0 {
             return err("reserved bits set");
         }
         let pid = u32_at(b, 12)?;
@@ -152,7 +180,7 @@ impl Hello {
         if at != b.len() {
             return err("bytes after the last service");
         }
-        Ok(Hello { version, pid, services })
+        Ok(Hello { version, pid, services, schemas: flags & SCHEMAS != 0 })
     }
 }
 
@@ -202,6 +230,40 @@ impl Answer {
     }
 }
 
+/// A sealed file holding `bytes` (a descriptor set), to attach to HELLO.
+pub fn schema_file(bytes: &[u8]) -> io::Result<OwnedFd> {
+    use std::io::Write as _;
+    let fd = sys::memfd("protoplane-schema", 0)?;
+    let mut f = std::fs::File::from(fd.try_clone()?);
+    f.write_all(bytes)?;
+    sys::seal_writes(&fd)?;
+    Ok(fd)
+}
+
+/// Reads a descriptor set an application attached: a regular file (a
+/// memfd) of at most [`MAX_SCHEMA`] bytes. Anything else (a pipe, a socket,
+/// a device, which could block or never end) is refused without reading.
+pub fn read_schema_file(fd: OwnedFd) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::File::from(fd);
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the schema is not a regular file"));
+    }
+    let len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+    if len > MAX_SCHEMA {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a schema of {len} bytes (at most {MAX_SCHEMA})"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    // The file may shrink meanwhile (an application that did not seal
+    // it): a short read is an error, never a hang.
+    f.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
 /// Sends one handshake message with descriptors.
 pub fn send(sock: &impl AsFd, msg: &[u8], fds: &[&OwnedFd]) -> io::Result<()> {
     sys::send_with_fds(sock, msg, fds)
@@ -231,16 +293,23 @@ mod tests {
             version: VERSION,
             pid: 42,
             services: vec![("a.B".into(), 7), ("grpc.testing.TestService".into(), u64::MAX)],
+            schemas: false,
         };
         let bytes = h.encode();
-        assert_eq!(Hello::decode(&bytes), Ok(h));
+        assert_eq!(Hello::decode(&bytes), Ok(h.clone()));
+        let with = Hello { schemas: true, ..h };
+        assert_eq!(Hello::decode(&with.encode()), Ok(with.clone()));
+        assert_eq!(with.digests(), vec![7, u64::MAX]);
+        let mut other = with.encode();
+        other[10] = 2;
+        assert!(Hello::decode(&other).is_err(), "an unknown flag");
         for cut in 0..bytes.len() {
             assert!(Hello::decode(&bytes[..cut]).is_err(), "cut {cut}");
         }
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(Hello::decode(&extra).is_err());
-        let none = Hello { version: 1, pid: 1, services: vec![] }.encode();
+        let none = Hello { version: 1, pid: 1, services: vec![], schemas: false }.encode();
         assert!(Hello::decode(&none).is_err());
     }
 

@@ -610,7 +610,7 @@ pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
 }
 
 /// Most descriptors one message carries.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 8;
 
 /// Sends `data` with `fds` attached (`SCM_RIGHTS`).
 pub fn send_with_fds(sock: &impl AsFd, data: &[u8], fds: &[&OwnedFd]) -> io::Result<()> {

@@ -112,6 +112,9 @@ pub struct Attachment {
     pub stats: Stats,
     /// Its device region and compute units, when the engine offloads.
     device: OnceLock<Arc<Device>>,
+    /// Per service index: the application's own version of it, when its
+    /// tables differ from the engine's ([`crate::versions`]).
+    versions: OnceLock<Vec<Option<Arc<crate::versions::Version>>>>,
     /// What it may cost the engine.
     budgets: Budgets,
 }
@@ -189,6 +192,7 @@ impl Attachment {
             closed: AtomicBool::new(false),
             stats: Stats::default(),
             device: OnceLock::new(),
+            versions: OnceLock::new(),
             budgets,
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
@@ -214,6 +218,18 @@ impl Attachment {
     /// Its device, if the engine offloads.
     pub fn device(&self) -> Option<&Arc<Device>> {
         self.device.get()
+    }
+
+    /// Sets which of its services it serves with its own schema (once, at
+    /// attach).
+    pub fn set_versions(&self, versions: Vec<Option<Arc<crate::versions::Version>>>) {
+        let _ = self.versions.set(versions);
+    }
+
+    /// Its own version of service `service` (an index into `services`),
+    /// when that differs from the engine's.
+    pub fn version(&self, service: u8) -> Option<&Arc<crate::versions::Version>> {
+        self.versions.get()?.get(service as usize)?.as_ref()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -314,6 +314,25 @@ mod tests {
     }
 
     #[test]
+    fn schema_files_are_read_only_when_they_are_small_regular_files() {
+        let f = schema_file(b"descriptor set").expect("memfd");
+        assert_eq!(read_schema_file(f).expect("read"), b"descriptor set");
+        // A pipe (which could block forever) is refused without a read.
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both were just created and are owned by nobody else.
+        let (r, _w) = unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        };
+        assert!(read_schema_file(r).is_err());
+        let big = sys::memfd("big", MAX_SCHEMA + 1).expect("memfd");
+        let why = read_schema_file(big).expect_err("too large").to_string();
+        assert!(why.contains("at most"), "{why}");
+    }
+
+    #[test]
     fn answers_round_trip() {
         let layout = Layout { ring_slots: 64, classes: vec![Class { size: 4096, count: 4 }] };
         let a = Answer::Accept { version: VERSION, id: 9, layout };

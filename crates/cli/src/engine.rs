@@ -89,14 +89,19 @@ pub(crate) struct EngineArgs {
 pub(crate) struct AdminArgs {
     /// The engine's admin socket (`protoplane engine --admin PATH`).
     socket: PathBuf,
-    /// `status`, `reload` (the configuration file's [policy], as SIGHUP
-    /// does) or `take-over` (what `engine --take-over` sends; not for
-    /// people).
+    /// `status` or `reload` (the configuration file's [policy], as SIGHUP
+    /// does). A take-over is `protoplane engine --take-over ADMIN_SOCK`.
     command: String,
 }
 
 /// `protoplane admin`.
 pub(crate) fn admin(args: &AdminArgs) -> Result<(), String> {
+    if args.command == "take-over" {
+        return Err(
+            "a take-over is `protoplane engine --take-over ADMIN_SOCK` (the new engine asks)"
+                .into(),
+        );
+    }
     let answer = protoplane_engine::admin::request(&args.socket, &args.command)
         .map_err(|e| e.to_string())?;
     print!("{answer}");

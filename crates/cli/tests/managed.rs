@@ -8,9 +8,10 @@
 //!   RetryInfo; SIGHUP installs a changed policy while a stream stays open
 //!   and is answered; an invalid file sent through the admin socket
 //!   changes nothing;
-//! * live upgrade: a second engine started with `--take-over` under load
-//!   takes the listener and the application over; no call fails, the old
-//!   engine exits 0 and the application keeps running.
+//! * live upgrade: a take-over abandoned before it is ready changes
+//!   nothing; a second engine started with `--take-over` under load takes
+//!   the listener and the application over; no call fails, the old engine
+//!   exits 0 and the application keeps running.
 
 mod common;
 
@@ -247,6 +248,20 @@ fn a_new_engine_takes_over_under_load_with_no_failed_call() {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
+    wait_calls(200);
+
+    // A take-over that goes away before it is ready changes nothing: the
+    // engine serves on, and a real one later works.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(admin).expect("admin socket");
+        s.write_all(b"take-over\n").expect("ask");
+        let mut first = [0u8; 256];
+        let n = s.read(&mut first).expect("the listeners line");
+        let said = String::from_utf8_lossy(&first[..n]);
+        assert!(said.starts_with("listeners ") && said.contains("grpc.testing"), "{said}");
+    }
+    old.wait_for("take-over abandoned");
     wait_calls(200);
 
     let new = Proc::start(&["engine", "--take-over", admin, "--attach", &sock]);

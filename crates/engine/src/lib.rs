@@ -114,6 +114,8 @@ pub(crate) struct Core {
     moving: tokio::sync::watch::Sender<bool>,
     /// Set once another engine took over and this one is done.
     replaced: tokio::sync::watch::Sender<bool>,
+    /// A take-over is under way (one at a time).
+    handing_over: std::sync::atomic::AtomicBool,
 }
 
 /// What [`Running::shutdown`] did.
@@ -216,6 +218,21 @@ impl Core {
             let _ = sock.write_all(b"error: this engine is stopping\n").await;
             return;
         }
+        if self.handing_over.swap(true, Ordering::SeqCst) {
+            let _ = sock.write_all(b"error: another engine is taking over already\n").await;
+            return;
+        }
+        // Until `ready`, nothing changed here: a take-over that goes no
+        // further lets the next one try.
+        struct Unless<'a>(&'a std::sync::atomic::AtomicBool, bool);
+        impl Drop for Unless<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.store(false, Ordering::SeqCst);
+                }
+            }
+        }
+        let mut pending = Unless(&self.handing_over, false);
         let copies: Result<Vec<_>, _> =
             self.listeners.iter().map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd))).collect();
         let services = self.registry.services();
@@ -226,12 +243,13 @@ impl Core {
             return;
         }
         match admin::ready(&mut sock).await {
-            Ok(()) => {}
+            Ok(()) => pending.1 = true,
             Err(why) => {
                 eprintln!("engine: take-over abandoned ({why}); serving on");
                 return;
             }
         }
+        drop(pending);
         eprintln!("engine: another engine took over: handing over (up to {:?})", self.grace);
         drain.start();
         self.moving.send_replace(true);
@@ -492,6 +510,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         grace: config.grace,
         moving: moving.clone(),
         replaced,
+        handing_over: std::sync::atomic::AtomicBool::new(false),
     });
     if let Some(l) = admin_listener {
         tokio::spawn(admin::serve(l, core.clone()));

@@ -121,6 +121,7 @@ mod hostile {
             version: VERSION,
             pid: std::process::id(),
             services: vec![("grpc.testing.TestService".into(), schema.tables().digest())],
+            schemas: false,
         };
         attach::send(&sock, &hello.encode(), &[]).expect("hello");
         let (msg, fds) = attach::recv(&sock).expect("answer");
@@ -322,6 +323,13 @@ fn sigterm_drains_the_engine_and_tells_the_application() {
         let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
         assert!(sent.success());
         engine.wait_for("SIGTERM: draining");
+        // The listener closes at once: new connections are refused, not
+        // left waiting in a backlog nobody accepts from.
+        let until = Instant::now() + Duration::from_secs(3);
+        while tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            assert!(Instant::now() < until, "the engine still takes connections while draining");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // The call in flight goes on with its application...
         call.send(&one).await.expect("send during the drain");
         let second = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;

@@ -106,8 +106,9 @@ pub(crate) struct Core {
     /// the engine started (a reload reports changes there as needing a
     /// restart).
     file: Option<(PathBuf, toml::Table)>,
-    /// Copies of the listening sockets, for a take-over.
-    listeners: Vec<(&'static str, std::os::fd::OwnedFd)>,
+    /// Copies of the listening sockets, for a take-over; dropped when the
+    /// engine drains (so the kernel refuses new connections at once).
+    listeners: std::sync::Mutex<Vec<(&'static str, std::os::fd::OwnedFd)>>,
     /// How long a take-over lets calls in flight finish.
     grace: Duration,
     /// Set when the applications are to attach again elsewhere.
@@ -141,6 +142,7 @@ impl Running {
     pub async fn shutdown(&self, grace: Duration) -> Shutdown {
         let drain = self.core.router.drain();
         drain.start();
+        self.core.close_listeners();
         let drained = tokio::time::timeout(grace, drain.finished()).await.is_ok();
         let connections_left = drain.connections();
         let applications = self.registry.detach_all("the engine is shutting down");
@@ -192,6 +194,11 @@ impl Core {
         Ok(said)
     }
 
+    /// Drops this engine's copies of its listening sockets.
+    fn close_listeners(&self) {
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// `status` on the admin socket.
     fn status(&self) -> String {
         let mut out = String::new();
@@ -233,8 +240,13 @@ impl Core {
             }
         }
         let mut pending = Unless(&self.handing_over, false);
-        let copies: Result<Vec<_>, _> =
-            self.listeners.iter().map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd))).collect();
+        let copies: Result<Vec<_>, _> = self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, fd)| fd.try_clone().map(|fd| (*k, fd)))
+            .collect();
         let services = self.registry.services();
         let sent = copies.and_then(|c| admin::send_listeners(&sock, &c, &services));
         if let Err(e) = sent {
@@ -252,6 +264,8 @@ impl Core {
         drop(pending);
         eprintln!("engine: another engine took over: handing over (up to {:?})", self.grace);
         drain.start();
+        // The new engine has its own copies now.
+        self.close_listeners();
         self.moving.send_replace(true);
         let drained = tokio::time::timeout(self.grace, drain.finished()).await.is_ok();
         let left = drain.connections();
@@ -506,7 +520,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         registry: registry.clone(),
         policies: policies.clone(),
         file,
-        listeners,
+        listeners: std::sync::Mutex::new(listeners),
         grace: config.grace,
         moving: moving.clone(),
         replaced,

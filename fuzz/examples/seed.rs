@@ -339,7 +339,7 @@ fn versions_seeds(corpus: &Path) -> Dir {
     let base = protoplane_engine::fuzzing::VERSIONS_PROTO;
     for (name, text) in [
         ("same", base.to_string()),
-        ("added", base.replace("int64 version = 2;", "int64 version = 2; string author = 3;")),
+        ("added", base.replace("int64 version = 2;", "int64 version = 2; string author = 9;")),
         ("reused", base.replace("int64 version = 2;", "string version = 2;")),
         ("streaming", base.replace("rpc Get(Key)", "rpc Get(stream Key)")),
     ] {

@@ -560,16 +560,7 @@ fn zero(
 /// and the service attached to it) or monolithic.
 fn social_server(plan: &Plan<'_>, mode: &str) -> Result<Servers, String> {
     Ok(match mode {
-        "split" => split(
-            plan.engine(&[]),
-            plan.app(&[
-                "serve".into(),
-                "--attach".into(),
-                plan.sock(),
-                "--spin-us".into(),
-                plan.args.spin_us.to_string(),
-            ]),
-        )?,
+        "split" => split_social(plan, &[])?,
         _ => monolithic(plan.app(&[
             "serve".into(),
             "--port".into(),
@@ -580,6 +571,19 @@ fn social_server(plan: &Plan<'_>, mode: &str) -> Result<Servers, String> {
             "1".into(),
         ]))?,
     })
+}
+
+/// The social-network service attached to an engine started with
+/// `engine_extra` flags.
+fn split_social(plan: &Plan<'_>, engine_extra: &[String]) -> Result<Servers, String> {
+    let app = plan.app(&[
+        "serve".into(),
+        "--attach".into(),
+        plan.sock(),
+        "--spin-us".into(),
+        plan.args.spin_us.to_string(),
+    ]);
+    Ok(split(plan.engine(engine_extra), app)?)
 }
 
 /// The co-tenant: `bench-cotenant` on the application's core, stopped
@@ -701,16 +705,7 @@ fn upgrade(
             let mode = modes[(k + round) % modes.len()];
             progress(&format!("upgrade: round {} {mode}", round + 1));
             let extra = ["--admin".to_string(), admin.display().to_string()];
-            let servers = split(
-                plan.engine(&extra),
-                plan.app(&[
-                    "serve".into(),
-                    "--attach".into(),
-                    plan.sock(),
-                    "--spin-us".into(),
-                    plan.args.spin_us.to_string(),
-                ]),
-            )?;
+            let servers = split_social(plan, &extra)?;
             let log = plan.work.join("take-over.log");
             let (m, handed) = std::thread::scope(|scope| {
                 let running = scope.spawn(|| load_for(plan, &servers, &load_args, seconds));
@@ -809,16 +804,7 @@ fn policy(
                 "split" => Vec::new(),
                 _ => vec!["--config".to_string(), config.display().to_string()],
             };
-            let servers = split(
-                plan.engine(&extra),
-                plan.app(&[
-                    "serve".into(),
-                    "--attach".into(),
-                    plan.sock(),
-                    "--spin-us".into(),
-                    plan.args.spin_us.to_string(),
-                ]),
-            )?;
+            let servers = split_social(plan, &extra)?;
             let m = load(plan, &servers, "grpc", &load_args, MANAGED_IN_FLIGHT, None);
             drop(servers);
             match m {

@@ -313,12 +313,23 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     start_with(config, admin::Inherited::default()).await
 }
 
-/// A listening TCP socket handed over by another engine.
-fn tcp_from(fd: std::os::fd::OwnedFd, kind: &str) -> Result<tokio::net::TcpListener, Error> {
-    let listen = |source| Error::Listen { at: format!("{kind} listener (handed over)"), source };
-    let l = std::net::TcpListener::from(fd);
-    l.set_nonblocking(true).map_err(listen)?;
-    tokio::net::TcpListener::from_std(l).map_err(listen)
+/// The TCP listener of `kind`: the one another engine handed over, else
+/// one bound at `addr` (none without an address).
+async fn tcp_listener(
+    inherited: &mut admin::Inherited,
+    kind: &str,
+    addr: Option<std::net::SocketAddr>,
+) -> Result<Option<tokio::net::TcpListener>, Error> {
+    if let Some(fd) = inherited.take(kind) {
+        let listen =
+            |source| Error::Listen { at: format!("{kind} listener (handed over)"), source };
+        let l = std::net::TcpListener::from(fd);
+        l.set_nonblocking(true).map_err(listen)?;
+        return tokio::net::TcpListener::from_std(l).map(Some).map_err(listen);
+    }
+    let Some(addr) = addr else { return Ok(None) };
+    let l = tokio::net::TcpListener::bind(addr).await;
+    l.map(Some).map_err(|source| Error::Listen { at: addr.to_string(), source })
 }
 
 /// A listening Unix socket handed over by another engine.
@@ -419,18 +430,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
     use std::os::fd::AsFd;
     let mut grpc = None;
     let mut lean = None;
-    let grpc_listener = match inherited.take("grpc") {
-        Some(fd) => Some(tcp_from(fd, "grpc")?),
-        None => match config.grpc {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| Error::Listen { at: addr.to_string(), source })?,
-            ),
-            None => None,
-        },
-    };
-    if let Some(l) = grpc_listener {
+    if let Some(l) = tcp_listener(&mut inherited, "grpc", config.grpc).await? {
         let listen = |source| Error::Listen { at: "grpc listener".into(), source };
         grpc = Some(l.local_addr().map_err(listen)?);
         keep("grpc", l.as_fd())?;
@@ -454,18 +454,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
             }
         }
     }
-    let lean_listener = match inherited.take("lean") {
-        Some(fd) => Some(tcp_from(fd, "lean")?),
-        None => match config.lean_tcp {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| Error::Listen { at: addr.to_string(), source })?,
-            ),
-            None => None,
-        },
-    };
-    if let Some(l) = lean_listener {
+    if let Some(l) = tcp_listener(&mut inherited, "lean", config.lean_tcp).await? {
         let listen = |source| Error::Listen { at: "lean listener".into(), source };
         lean = Some(l.local_addr().map_err(listen)?);
         keep("lean", l.as_fd())?;

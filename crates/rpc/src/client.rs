@@ -131,7 +131,7 @@ struct Redial {
 enum Link {
     Native(Arc<NativeHandle>),
     #[cfg(feature = "h2")]
-    H2(h2::client::SendRequest<Bytes>),
+    H2(Arc<h2::client::SendRequest<Bytes>>),
 }
 
 /// The last clone of a channel going away lets its connection close once
@@ -145,13 +145,21 @@ impl Link {
         match self {
             Link::Native(h) => h.0.usable(),
             #[cfg(feature = "h2")]
-            Link::H2(_) => true,
+            // h2 reports a GOAWAY received (or any connection error) as
+            // an error from `poll_ready`; a fresh clone has no stream
+            // pending, so the answer is immediate.
+            Link::H2(send) => {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                !matches!((**send).clone().poll_ready(&mut cx), std::task::Poll::Ready(Err(_)))
+            }
         }
     }
 
     fn same(&self, other: &Link) -> bool {
         match (self, other) {
             (Link::Native(a), Link::Native(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "h2")]
+            (Link::H2(a), Link::H2(b)) => Arc::ptr_eq(a, b),
             #[cfg(feature = "h2")]
             _ => false,
         }
@@ -274,7 +282,7 @@ impl Channel {
                 Link::Native(Arc::new(NativeHandle(link)))
             }
             #[cfg(feature = "h2")]
-            GrpcTransport::H2 => Link::H2(crate::h2::client::handshake(io, &opts).await?),
+            GrpcTransport::H2 => Link::H2(Arc::new(crate::h2::client::handshake(io, &opts).await?)),
         };
         Ok(Channel {
             link: Arc::new(std::sync::Mutex::new(link)),
@@ -283,6 +291,16 @@ impl Channel {
             scheme,
             opts: Arc::new(opts),
         })
+    }
+
+    /// Whether the connection calls start on now takes new ones: false
+    /// once its server sent GOAWAY or it closed (the next call on a
+    /// channel with a target then dials again). A call started before the
+    /// channel has seen the GOAWAY may still go to the old server, which
+    /// serves it (HTTP/2's graceful shutdown counts streams it received
+    /// before its final GOAWAY as accepted).
+    pub fn takes_calls(&self) -> bool {
+        self.current().usable()
     }
 
     fn current(&self) -> Link {

@@ -113,6 +113,10 @@ async fn grpc_call_in_flight_is_answered(transport: GrpcTransport) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(refused, "the listener still accepts after the drain started");
+    // The server's GOAWAY reaches the channel: calls started from now on
+    // are not the old connection's (one started earlier would have been
+    // accepted and served, as HTTP/2's graceful shutdown says).
+    eventually(BOUND, "the channel sees GOAWAY", || !ch.takes_calls()).await;
     // A new call is not served here: the connection got GOAWAY, so the
     // channel dials again, and the listener is closed.
     let next = bounded(BOUND, "a call after GOAWAY", hold(&ch)).await;
@@ -178,6 +182,7 @@ async fn a_channel_dials_again_after_goaway() {
     old.drain().start();
     eventually(BOUND, "the old listener closes", || std::net::TcpStream::connect(addr).is_err())
         .await;
+    eventually(BOUND, "the channel sees GOAWAY", || !ch.takes_calls()).await;
     let (new, new_svc) = held(GrpcTransport::Native);
     let listener = tokio::net::TcpListener::bind(addr).await.expect("the same address");
     tokio::spawn({

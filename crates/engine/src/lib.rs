@@ -866,7 +866,7 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, ctx: &Ctx) {
         }
         bell.prepare_park();
         if !responses.is_empty() || att.owes() || att.is_closed() {
-            if !bell.unpark() {
+            if !bell.cancel_park() {
                 att.detach("the application closed its doorbell");
                 break;
             }
@@ -876,12 +876,12 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, ctx: &Ctx) {
         // this loop is parked do not wake it (that would cost every call a
         // wake-up), so it looks four times per stall timeout.
         let tick = (stall / 4).min(budget_tick);
-        tokio::select! {
-            _ = bell.wait() => {}
-            _ = att.wake.notified() => {}
-            _ = tokio::time::sleep(tick.max(Duration::from_millis(1))) => {}
-        }
-        if !bell.unpark() {
+        let rang = tokio::select! {
+            _ = bell.wait() => true,
+            _ = att.wake.notified() => false,
+            _ = tokio::time::sleep(tick.max(Duration::from_millis(1))) => false,
+        };
+        if !(if rang { bell.unpark() } else { bell.cancel_park() }) {
             att.detach("the application closed its doorbell");
             break;
         }

@@ -389,9 +389,24 @@ impl AsyncDoorbell {
     }
 
     /// Lowers the flag and clears the bell. `false`: the other side closed
-    /// its end (it is gone).
+    /// its end (it is gone). After [`AsyncDoorbell::wait`] returned: the
+    /// bell fired (rung, or closed).
     pub fn unpark(&self) -> bool {
         self.word().store(0, Ordering::Relaxed);
+        self.fd.get_ref().0.clear() != Cleared::Closed
+    }
+
+    /// Lowers the flag when the consumer did not wait after all (its ring
+    /// filled meanwhile) or stopped waiting for another reason than the
+    /// bell: the bell is read (a system call) only if the producer rang it,
+    /// which it does only after taking the flag down itself. A producer
+    /// that rings without taking the flag leaves a byte behind: the next
+    /// wait returns at once and [`AsyncDoorbell::unpark`] reads it, so
+    /// nothing is lost either way. `false`: the other side closed its end.
+    pub fn cancel_park(&self) -> bool {
+        if self.word().swap(0, Ordering::AcqRel) != 0 {
+            return true;
+        }
         self.fd.get_ref().0.clear() != Cleared::Closed
     }
 
@@ -407,6 +422,7 @@ impl AsyncDoorbell {
 mod tests {
     use super::*;
     use crate::sys::memfd;
+    use std::time::Duration;
 
     fn pair(slots: u32) -> (Producer, Consumer, Arc<Mapping>) {
         let fd = memfd("ring", 64 * slots as usize + 4096).expect("memfd");
@@ -527,6 +543,41 @@ mod tests {
         assert!(consumer.unpark(), "the producer is there");
         assert_eq!(far.clear(), Cleared::Quiet, "unpark cleared it");
         drop(producer);
+        assert!(!consumer.unpark(), "the producer's end closed");
+    }
+
+    #[test]
+    fn a_cancelled_park_reads_the_bell_only_when_rung() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let _in = rt.enter();
+        let fd = memfd("bell", 4096).expect("memfd");
+        let map = Arc::new(Mapping::map(&fd).expect("map"));
+        let (near, far) = Bell::pair().expect("bell");
+        let producer = Doorbell::new(map.clone(), 64, Arc::new(near)).expect("flag");
+        let consumer =
+            Doorbell::new(map, 64, Arc::new(far)).expect("flag").into_async().expect("async");
+        // Not rung: the flag comes down, nothing to read.
+        consumer.prepare_park();
+        assert!(consumer.cancel_park());
+        assert!(!producer.notify(), "the consumer is not parked");
+        // Rung between prepare and cancel: the byte is read, so the next
+        // park waits for a new ring.
+        consumer.prepare_park();
+        assert!(producer.notify());
+        assert!(consumer.cancel_park());
+        consumer.prepare_park();
+        let quiet = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(20), consumer.wait()).await.is_err()
+        });
+        assert!(quiet, "the ring was read: no wake-up is left over");
+        // The producer gone after a last ring: the ring is read first, and
+        // the next wait ends at once and sees the end.
+        assert!(producer.notify());
+        drop(producer);
+        assert!(consumer.cancel_park());
+        consumer.prepare_park();
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), consumer.wait()).await })
+            .expect("a closed end wakes the consumer");
         assert!(!consumer.unpark(), "the producer's end closed");
     }
 }

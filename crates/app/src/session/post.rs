@@ -163,7 +163,7 @@ impl Session {
         loop {
             match self.responses.push(&d) {
                 Ok(()) => {
-                    self.engine_bell.notify();
+                    self.ring_engine();
                     return Ok(());
                 }
                 Err(_) => {

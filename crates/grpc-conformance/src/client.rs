@@ -243,7 +243,7 @@ impl Plan {
                 && schema::int(v, 13).map_err(e)? == STREAM_FULL_DUPLEX,
             target: format!("{host}:{port}"),
             channel,
-            call: CallOptions { metadata, timeout, compress },
+            call: CallOptions { metadata, timeout, compress, ..CallOptions::default() },
             requests,
             delay,
             cancel,

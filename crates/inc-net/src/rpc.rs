@@ -210,7 +210,7 @@ impl IncChannel {
             timeout: request
                 .deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now().into_std())),
-            compress: false,
+            ..CallOptions::default()
         };
         let server = async {
             if !plan.rpc {

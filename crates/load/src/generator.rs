@@ -941,7 +941,11 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
     let shared = Arc::new(Shared {
         pairs,
         links,
-        opts: CallOptions { metadata: cfg.metadata.clone(), timeout: cfg.timeout, compress: false },
+        opts: CallOptions {
+            metadata: cfg.metadata.clone(),
+            timeout: cfg.timeout,
+            ..CallOptions::default()
+        },
         ticket: AtomicU64::new(0),
         quota: AtomicU64::new(0),
         done: AtomicU64::new(0),

@@ -21,6 +21,7 @@ use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, Source};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use crate::backoff::{Attempts, Backoff};
 use crate::http2::client::{self as native, Fields};
 use crate::server::GrpcTransport;
 use protoplane_grpc::call::{Message, Request};
@@ -47,8 +48,11 @@ pub struct ChannelOptions {
     /// TLS: the server name to verify and the roots to trust (PEM). `None`
     /// for plaintext (h2c with prior knowledge).
     pub tls: Option<ClientTls>,
-    /// Time allowed for TCP connect, TLS and HTTP/2 handshakes.
+    /// Time allowed for one connection attempt: TCP connect, TLS and
+    /// HTTP/2 handshakes (gRPC's `MIN_CONNECT_TIMEOUT`, 20 s).
     pub connect_timeout: Duration,
+    /// How attempts to connect again are spaced after one fails.
+    pub backoff: Backoff,
     /// The HTTP/2 implementation: protoplane's own (the default) or the
     /// `h2` crate, kept for comparison.
     pub transport: GrpcTransport,
@@ -91,12 +95,22 @@ impl Default for ChannelOptions {
             connection_window: 4 << 20,
             tls: None,
             connect_timeout: Duration::from_secs(20),
+            backoff: Backoff::default(),
             transport: GrpcTransport::Native,
         }
     }
 }
 
 /// An HTTP/2 connection to a gRPC server, dialled again when it is gone.
+///
+/// Reconnection follows gRPC's connection-backoff rules ([`Backoff`]): a
+/// lost connection is dialled again at once, by the next call; a failed
+/// attempt makes the channel back off (1 s, then 1.6 times longer each
+/// time, ±20%, at most 120 s). While it backs off, a call fails at once
+/// with UNAVAILABLE naming the last error, unless its
+/// [`CallOptions::wait_for_ready`] is set: then it waits for a connection
+/// until its deadline. [`Channel::connectivity`] says where the channel
+/// is.
 ///
 /// A channel made by [`Channel::connect`] keeps its target: once its
 /// connection is closed or the server sent GOAWAY (a graceful shutdown, a
@@ -118,17 +132,47 @@ pub struct Channel {
     opts: Arc<ChannelOptions>,
 }
 
-/// A channel's target, and the lock that makes one dial serve every call
-/// waiting for it.
+/// A channel's target, the lock that makes one dial serve every call
+/// waiting for it, and the backoff between failed attempts.
 #[derive(Debug)]
 struct Redial {
     addr: String,
     dialling: tokio::sync::Mutex<()>,
+    attempts: std::sync::Mutex<Attempts>,
+}
+
+impl Redial {
+    fn new(addr: String, backoff: Backoff) -> Redial {
+        Redial {
+            addr,
+            dialling: tokio::sync::Mutex::new(()),
+            attempts: std::sync::Mutex::new(Attempts::new(backoff)),
+        }
+    }
+
+    fn attempts(&self) -> std::sync::MutexGuard<'_, Attempts> {
+        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where a channel is, in gRPC's connectivity states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connectivity {
+    /// No connection, and none being made: the next call dials.
+    Idle,
+    /// A connection attempt is under way.
+    Connecting,
+    /// Calls start on a live connection.
+    Ready,
+    /// The last attempt failed; the channel waits before the next.
+    TransientFailure,
 }
 
 /// The connection under a channel.
 #[derive(Clone, Debug)]
 enum Link {
+    /// Not connected yet (a lazy channel before its first call).
+    Idle,
     Native(Arc<NativeHandle>),
     #[cfg(feature = "h2")]
     H2(Arc<h2::client::SendRequest<Bytes>>),
@@ -143,6 +187,7 @@ impl Link {
     /// Whether new calls may start on it.
     fn usable(&self) -> bool {
         match self {
+            Link::Idle => false,
             Link::Native(h) => h.0.usable(),
             #[cfg(feature = "h2")]
             // h2 reports a GOAWAY received (or any connection error) as
@@ -157,10 +202,10 @@ impl Link {
 
     fn same(&self, other: &Link) -> bool {
         match (self, other) {
+            (Link::Idle, Link::Idle) => true,
             (Link::Native(a), Link::Native(b)) => Arc::ptr_eq(a, b),
             #[cfg(feature = "h2")]
             (Link::H2(a), Link::H2(b)) => Arc::ptr_eq(a, b),
-            #[cfg(feature = "h2")]
             _ => false,
         }
     }
@@ -173,14 +218,53 @@ impl Drop for NativeHandle {
 }
 
 /// Per-call settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use protoplane_rpc::CallOptions;
+///
+/// let opts = CallOptions::default().with_timeout(Duration::from_millis(250)).wait_for_ready();
+/// assert_eq!(opts.timeout, Some(Duration::from_millis(250)));
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct CallOptions {
     /// Custom metadata sent with the request headers.
     pub metadata: Metadata,
-    /// How long the client waits for the whole call.
+    /// How long the client waits for the whole call (sent as
+    /// `grpc-timeout`). A call made while a handler runs also ends by that
+    /// handler's own deadline, whichever comes first
+    /// ([`crate::deadline::current`]).
     pub timeout: Option<Duration>,
     /// gzip-compress the request messages.
     pub compress: bool,
+    /// While the channel has no connection and backs off after a failed
+    /// attempt, wait for one (until the deadline) instead of failing at
+    /// once with UNAVAILABLE (gRPC's `wait_for_ready`).
+    pub wait_for_ready: bool,
+}
+
+impl CallOptions {
+    /// The same options with a timeout for the whole call.
+    pub fn with_timeout(mut self, timeout: Duration) -> CallOptions {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The same options, waiting for the channel to be ready.
+    pub fn wait_for_ready(mut self) -> CallOptions {
+        self.wait_for_ready = true;
+        self
+    }
+
+    /// When the call must end: its own timeout from `now`, or the deadline
+    /// of the handler it is made from, whichever is first.
+    fn deadline(&self, now: Instant) -> Option<Instant> {
+        let own = self.timeout.map(|t| now + t);
+        match (own, crate::deadline::current()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 pub(crate) fn unavailable(what: impl std::fmt::Display) -> Status {
@@ -228,9 +312,49 @@ impl Channel {
     }
 
     async fn establish(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
+        let backoff = opts.backoff;
         let mut ch = Channel::dial(addr.clone(), opts).await?;
-        ch.redial = Some(Arc::new(Redial { addr, dialling: tokio::sync::Mutex::new(()) }));
+        ch.redial = Some(Arc::new(Redial::new(addr, backoff)));
         Ok(ch)
+    }
+
+    /// A channel to `target` that connects at its first call (tonic's
+    /// `connect_lazy`; gRPC's default): made at once, whether or not the
+    /// server is up. Its calls then connect, back off and wait as
+    /// [`Channel`] says.
+    pub fn lazy(target: &str, opts: ChannelOptions) -> Channel {
+        let addr = target
+            .strip_prefix("http://")
+            .or_else(|| target.strip_prefix("https://"))
+            .unwrap_or(target)
+            .trim_end_matches('/')
+            .to_string();
+        let scheme = if opts.tls.is_some() { "https" } else { "http" };
+        Channel {
+            link: Arc::new(std::sync::Mutex::new(Link::Idle)),
+            redial: Some(Arc::new(Redial::new(addr.clone(), opts.backoff))),
+            authority: addr,
+            scheme,
+            opts: Arc::new(opts),
+        }
+    }
+
+    /// Where the channel is: ready, connecting, backing off after a failed
+    /// attempt, or idle (the next call dials). A channel made with
+    /// [`Channel::over`] whose stream ended is in transient failure for
+    /// good: it has nowhere to dial.
+    pub fn connectivity(&self) -> Connectivity {
+        if self.current().usable() {
+            return Connectivity::Ready;
+        }
+        let Some(r) = &self.redial else { return Connectivity::TransientFailure };
+        if r.dialling.try_lock().is_err() {
+            Connectivity::Connecting
+        } else if r.attempts().backing_off(Instant::now()).is_some() {
+            Connectivity::TransientFailure
+        } else {
+            Connectivity::Idle
+        }
     }
 
     async fn dial(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
@@ -308,37 +432,96 @@ impl Channel {
     }
 
     /// Replaces `old` with a new connection to the target, unless another
-    /// call did already.
-    async fn redial(&self, r: &Redial, old: &Link) -> Result<(), Status> {
-        let _one = r.dialling.lock().await;
-        if !self.current().same(old) {
-            return Ok(());
-        }
-        let limit = self.opts.connect_timeout;
-        let fresh =
-            tokio::time::timeout(limit, Channel::dial(r.addr.clone(), (*self.opts).clone()))
+    /// call did already: one attempt for every call that needs it, none
+    /// while the channel backs off. A call that does not wait for
+    /// readiness fails at once while it backs off, and with the attempt's
+    /// error when its own attempt fails; one that waits tries again after
+    /// each backoff until its deadline.
+    async fn reconnect(
+        &self,
+        r: &Redial,
+        old: &Link,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        loop {
+            let backing = {
+                let a = r.attempts();
+                a.backing_off(Instant::now()).map(|(at, why)| (at, why.to_string(), a.failures()))
+            };
+            if let Some((at, why, failures)) = backing {
+                if !wait {
+                    let left = at.saturating_duration_since(Instant::now()).as_millis();
+                    return Err(unavailable(format!(
+                        "{why} ({failures} failed attempts; the next in {left} ms)"
+                    )));
+                }
+                if deadline.is_some_and(|d| d <= at) {
+                    // The call ends before the next attempt.
+                    if let Some(d) = deadline {
+                        tokio::time::sleep_until(d.into()).await;
+                    }
+                    return Err(deadline_exceeded());
+                }
+                tokio::time::sleep_until(at.into()).await;
+                continue;
+            }
+            let _one = timed(deadline, async { Ok(r.dialling.lock().await) }).await?;
+            if !self.current().same(old) {
+                return Ok(());
+            }
+            if r.attempts().backing_off(Instant::now()).is_some() {
+                // Another call's attempt failed while this one waited.
+                continue;
+            }
+            let limit = self.opts.connect_timeout;
+            let dial = async {
+                match tokio::time::timeout(
+                    limit,
+                    Channel::dial(r.addr.clone(), (*self.opts).clone()),
+                )
                 .await
-                .map_err(|_| unavailable(format!("connect to {}: timed out", r.addr)))??;
-        *self.link.lock().unwrap_or_else(|e| e.into_inner()) = fresh.current();
-        Ok(())
+                {
+                    Ok(done) => Ok(done),
+                    Err(_) => Ok(Err(unavailable(format!("connect to {}: timed out", r.addr)))),
+                }
+            };
+            match timed(deadline, dial).await? {
+                Ok(fresh) => {
+                    *self.link.lock().unwrap_or_else(|e| e.into_inner()) = fresh.current();
+                    r.attempts().connected();
+                    return Ok(());
+                }
+                Err(st) => {
+                    r.attempts().failed(Instant::now(), st.message.clone());
+                    if !wait {
+                        return Err(st);
+                    }
+                }
+            }
+        }
     }
 
     /// Starts a call on `path` (`/package.Service/Method`).
     pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        let deadline = call.deadline(Instant::now());
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Err(deadline_exceeded());
+        }
         let Some(r) = &self.redial else {
-            return self.start_on(&self.current(), path, call).await;
+            return self.start_on(&self.current(), path, &call, deadline).await;
         };
         let mut link = self.current();
         if !link.usable() {
-            self.redial(r, &link).await?;
+            self.reconnect(r, &link, call.wait_for_ready, deadline).await?;
             link = self.current();
         }
-        match self.start_on(&link, path, call.clone()).await {
+        match self.start_on(&link, path, &call, deadline).await {
             // Refused before the request left: once more, on a new
             // connection.
             Err(st) if st.code == Code::Unavailable && !link.usable() => {
-                self.redial(r, &link).await?;
-                self.start_on(&self.current(), path, call).await
+                self.reconnect(r, &link, call.wait_for_ready, deadline).await?;
+                self.start_on(&self.current(), path, &call, deadline).await
             }
             other => other,
         }
@@ -348,11 +531,13 @@ impl Channel {
         &self,
         link: &Link,
         path: &str,
-        call: CallOptions,
+        call: &CallOptions,
+        deadline: Option<Instant>,
     ) -> Result<ClientCall, Status> {
-        let deadline = call.timeout.map(|t| Instant::now() + t);
-        let grpc_timeout = call.timeout.map(timeout::format);
+        let grpc_timeout =
+            deadline.map(|d| timeout::format(d.saturating_duration_since(Instant::now())));
         let io = match link {
+            Link::Idle => return Err(unavailable("not connected")),
             Link::Native(link) => {
                 if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(Status::new(Code::InvalidArgument, format!("bad path {path:?}")));
@@ -382,7 +567,7 @@ impl Channel {
             #[cfg(feature = "h2")]
             Link::H2(send) => {
                 let target = (self.scheme, &self.authority[..], path);
-                let open = crate::h2::client::open(send, target, &call, grpc_timeout);
+                let open = crate::h2::client::open(send, target, call, grpc_timeout);
                 Io::H2(timed(deadline, open).await?)
             }
         };
@@ -852,7 +1037,7 @@ impl Client {
         let opts = CallOptions {
             metadata: request.metadata,
             timeout: request.deadline.map(|d| d.saturating_duration_since(Instant::now())),
-            compress: false,
+            ..CallOptions::default()
         };
         let mut call = self.start(method, opts).await?;
         call.send_last(request.message).await?;

@@ -26,6 +26,7 @@
 //! [`Router::with_standard_services`].
 
 pub mod accept;
+pub mod backoff;
 pub mod busy;
 pub mod client;
 pub mod deadline;
@@ -37,7 +38,9 @@ pub mod lean;
 pub mod server;
 pub mod tls;
 
+pub use backoff::Backoff;
 pub use client::{
-    CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Identity, TypedCall,
+    CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Connectivity, Identity,
+    TypedCall,
 };
 pub use server::{GrpcTransport, Router, ServerOptions};

@@ -211,7 +211,10 @@ impl Router {
             )
         };
         let request = Request { metadata, deadline, peer: Some(peer), message: streaming };
-        let mut handler = Some(service.call(route.method, request, responder));
+        let mut handler = Some(Box::pin(crate::deadline::scoped(
+            deadline,
+            service.call(route.method, request, responder),
+        )));
         let mut req_tx = req_tx;
         let mut pending: VecDeque<Message> = VecDeque::new();
         let mut outcome: Option<Result<Metadata, Status>> = None;

@@ -732,7 +732,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             progress |= self.forward_requests(slot, &mut cx);
             let Some(call) = self.calls[slot as usize].call.as_mut() else { return };
             if let Some(h) = call.handler.as_mut() {
-                if let Poll::Ready(r) = h.as_mut().poll(&mut cx) {
+                let polled = crate::deadline::within(call.deadline, || h.as_mut().poll(&mut cx));
+                if let Poll::Ready(r) = polled {
                     call.handler = None;
                     call.outcome = Some(r);
                     progress = true;

@@ -278,7 +278,7 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
 }
 
 /// Waits for SIGTERM or SIGINT; names the one that came.
-async fn stop_signal() -> Result<&'static str, String> {
+pub(crate) async fn stop_signal() -> Result<&'static str, String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;

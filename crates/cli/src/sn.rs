@@ -43,6 +43,11 @@ pub(crate) struct ServeArgs {
     /// network (each holds its core at 100%); lowest latency at low load.
     #[arg(long, conflicts_with_all = ["attach", "spin_us"])]
     spin: bool,
+    /// On SIGTERM or SIGINT, let calls in flight finish for up to this
+    /// many seconds (health turns NOT_SERVING, new connections are
+    /// refused, HTTP/2 clients get GOAWAY), then exit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    shutdown_grace: f64,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
@@ -52,6 +57,10 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         let spin = std::time::Duration::from_micros(args.spin_us.unwrap_or(20));
         return protoplane_app::attach(path).spin(spin).serve(svc).map_err(|e| e.to_string());
     }
+    if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
+        return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
+    }
+    let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
     let router =
         router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
     let rt = host::runtime(args.threads)?;
@@ -83,6 +92,22 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         println!("listening on {addr}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        router.serve(listener).await.map_err(|e| format!("serve: {e}"))
+        let signal = tokio::select! {
+            r = router.clone().serve(listener) => return r.map_err(|e| format!("serve: {e}")),
+            s = crate::engine::stop_signal() => s?,
+        };
+        // Graceful stop: calls in flight finish, new ones go elsewhere.
+        router.drain().start();
+        eprintln!("serve: {signal}: draining (up to {grace:?})");
+        let drained = tokio::time::timeout(grace, router.drain().finished()).await.is_ok();
+        eprintln!(
+            "serve: stopped: {}",
+            if drained {
+                "every call answered".to_string()
+            } else {
+                format!("grace period over, {} connection(s) cut", router.drain().connections())
+            }
+        );
+        Ok(())
     })
 }

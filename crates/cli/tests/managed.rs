@@ -12,6 +12,10 @@
 //!   nothing; a second engine started with `--take-over` under load takes
 //!   the listener and the application over; no call fails, the old engine
 //!   exits 0 and the application keeps running.
+//! * graceful stop of a monolithic server: SIGTERM to `protoplane serve`
+//!   under 64 calls in flight turns health NOT_SERVING, refuses new
+//!   connections, fails none of the calls already started, and the
+//!   process exits 0 once they are answered.
 
 mod common;
 
@@ -299,4 +303,96 @@ fn a_new_engine_takes_over_under_load_with_no_failed_call() {
         assert_eq!(unary(&ch, "EmptyCall", Metadata::new()).await.code, Code::Ok);
     });
     application.kill();
+}
+
+#[test]
+fn sigterm_drains_a_monolithic_server_under_load() {
+    const CHECK: &str = "/grpc.health.v1.Health/Check";
+    let server = Proc::start(&["serve", "--port", "0", "--shutdown-grace", "10"]);
+    let line = server.wait_for("listening on 127.0.0.1:");
+    let addr = line.rsplit(' ').next().unwrap_or_default().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let ch = Channel::connect(&addr).await.expect("connect");
+        // A health watch (empty service name: the whole server) open
+        // across the signal.
+        let mut watch =
+            ch.start("/grpc.health.v1.Health/Watch", CallOptions::default()).await.expect("watch");
+        watch.send_last(&[]).await.expect("send");
+        let first = watch.recv().await.expect("first status").expect("a message");
+        assert_eq!(&first[..], &[0x08, 0x01], "SERVING");
+
+        let ok = Arc::new(AtomicU64::new(0));
+        let mut load = Vec::new();
+        for _ in 0..64 {
+            let (ch, ok) = (ch.clone(), ok.clone());
+            load.push(tokio::spawn(async move {
+                // Until a call cannot start (the server is gone): a call
+                // that started must end OK.
+                loop {
+                    let mut call = match ch.start(CHECK, CallOptions::default()).await {
+                        Ok(c) => c,
+                        Err(st) => return (st, None),
+                    };
+                    let r = async {
+                        call.send_last(&[]).await?;
+                        while call.recv().await?.is_some() {}
+                        Ok::<(), Status>(())
+                    }
+                    .await;
+                    let st = call.finish_status().await;
+                    if let Err(e) = r {
+                        return (e.clone(), Some(e));
+                    }
+                    if st.code != Code::Ok {
+                        return (st.clone(), Some(st));
+                    }
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while ok.load(Ordering::Relaxed) < 2000 {
+            assert!(Instant::now() < until, "the load did not get going");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let pid = server.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(sent.success());
+        let changed = tokio::time::timeout(Duration::from_secs(10), watch.recv()).await;
+        let changed = changed.expect("in time").expect("a status").expect("a message");
+        assert_eq!(&changed[..], &[0x08, 0x02], "NOT_SERVING once draining");
+        drop(watch);
+        let mut failed_after_start = Vec::new();
+        for l in load {
+            let (last, failed) = tokio::time::timeout(Duration::from_secs(20), l)
+                .await
+                .expect("the load ends")
+                .expect("task");
+            assert_eq!(last.code, Code::Unavailable, "new calls are refused: {last:?}");
+            failed_after_start.extend(failed);
+        }
+        println!(
+            "SIGTERM under 64 calls in flight: {} calls ok, {} started and failed",
+            ok.load(Ordering::Relaxed),
+            failed_after_start.len()
+        );
+        assert!(failed_after_start.is_empty(), "calls started and failed: {failed_after_start:?}");
+    });
+    let stopped = server.wait_for("serve: stopped");
+    assert!(stopped.contains("every call answered"), "{stopped}");
+    let mut server = server;
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the server did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
 }

@@ -35,6 +35,8 @@ pub struct Health {
     schema: Arc<Schema>,
     statuses: Mutex<HashMap<String, watch::Sender<ServingStatus>>>,
     check: u32,
+    /// Shut down: statuses stay NOT_SERVING.
+    shut: std::sync::atomic::AtomicBool,
 }
 
 impl Health {
@@ -47,7 +49,12 @@ impl Health {
         )
         .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
         let check = schema.find("grpc.health.v1.Health", "Check").unwrap_or(0);
-        let h = Health { schema: Arc::new(schema), statuses: Mutex::new(HashMap::new()), check };
+        let h = Health {
+            schema: Arc::new(schema),
+            statuses: Mutex::new(HashMap::new()),
+            check,
+            shut: std::sync::atomic::AtomicBool::new(false),
+        };
         h.set("", ServingStatus::Serving);
         for s in services {
             h.set(s, ServingStatus::Serving);
@@ -57,9 +64,12 @@ impl Health {
     }
 
     /// Sets the status of `service` ("" for the whole server); watchers are
-    /// told.
+    /// told. Ignored after [`Health::shutdown`].
     pub fn set(&self, service: &str, status: ServingStatus) {
         let mut map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        if self.shut.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         match map.get(service) {
             Some(tx) => {
                 tx.send_replace(status);
@@ -67,6 +77,16 @@ impl Health {
             None => {
                 map.insert(service.to_string(), watch::channel(status).0);
             }
+        }
+    }
+
+    /// The server is going away: every status turns NOT_SERVING (watchers
+    /// are told) and stays so; later [`Health::set`] calls are ignored.
+    pub fn shutdown(&self) {
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        self.shut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for tx in map.values() {
+            tx.send_replace(ServingStatus::NotServing);
         }
     }
 
@@ -143,5 +163,26 @@ impl Service for Health {
         responder: Responder,
     ) -> BoxFuture<'static, Result<Metadata, Status>> {
         Box::pin(self.run(method, request, responder))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_turns_everything_not_serving_for_good() {
+        let h = Health::new(&["pkg.A".to_string()]).expect("health");
+        let mut watch = h.subscribe("pkg.A").expect("a status");
+        assert_eq!(h.status(""), Some(ServingStatus::Serving));
+        h.shutdown();
+        for s in ["", "pkg.A", "grpc.health.v1.Health"] {
+            assert_eq!(h.status(s), Some(ServingStatus::NotServing), "{s:?}");
+        }
+        assert!(watch.has_changed().expect("open"), "watchers are told");
+        h.set("pkg.A", ServingStatus::Serving);
+        h.set("pkg.B", ServingStatus::Serving);
+        assert_eq!(h.status("pkg.A"), Some(ServingStatus::NotServing), "ignored after shutdown");
+        assert_eq!(h.status("pkg.B"), None);
     }
 }

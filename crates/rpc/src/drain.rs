@@ -23,7 +23,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
@@ -40,14 +40,45 @@ struct Inner {
     connections: AtomicUsize,
     /// Woken when the last connection closes.
     idle: Notify,
+    /// Run once when draining starts (health turning NOT_SERVING).
+    hooks: Hooks,
+}
+
+/// What runs when draining starts.
+#[derive(Default)]
+struct Hooks(Mutex<Vec<Box<dyn FnOnce() + Send>>>);
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map(|v| v.len()).unwrap_or(0);
+        write!(f, "Hooks({n})")
+    }
 }
 
 impl Drain {
     /// Starts draining (once; later calls do nothing).
     pub fn start(&self) {
         if !self.0.started.swap(true, Ordering::SeqCst) {
+            let hooks =
+                std::mem::take(&mut *self.0.hooks.0.lock().unwrap_or_else(|e| e.into_inner()));
+            for h in hooks {
+                h();
+            }
             self.0.start.notify_waiters();
             self.0.idle.notify_waiters();
+        }
+    }
+
+    /// Runs `f` when draining starts (at once if it has): how a server's
+    /// health service turns NOT_SERVING, so that load balancers and
+    /// health-checking clients move away before the listener closes.
+    pub fn on_start(&self, f: impl FnOnce() + Send + 'static) {
+        let mut hooks = self.0.hooks.0.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_draining() {
+            drop(hooks);
+            f();
+        } else {
+            hooks.push(Box::new(f));
         }
     }
 

@@ -190,7 +190,8 @@ impl Router {
     }
 
     /// Adds the standard services every production server offers: health
-    /// (`grpc.health.v1.Health`, SERVING for each service added so far)
+    /// (`grpc.health.v1.Health`, SERVING for each service added so far,
+    /// NOT_SERVING for all once the router drains)
     /// and server reflection (`grpc.reflection.v1` and `v1alpha`) over the
     /// schemas added so far. Returns the health handle too, to report
     /// status changes.
@@ -214,6 +215,12 @@ impl Router {
         for r in reflection {
             router = router.add_service(r);
         }
+        // A draining server reports NOT_SERVING for everything, as
+        // grpc-go's health server does after `Shutdown`.
+        router.drain().on_start({
+            let health = health.clone();
+            move || health.shutdown()
+        });
         Ok((router, health))
     }
 

@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn shutdown_turns_everything_not_serving_for_good() {
         let h = Health::new(&["pkg.A".to_string()]).expect("health");
-        let mut watch = h.subscribe("pkg.A").expect("a status");
+        let watch = h.subscribe("pkg.A").expect("a status");
         assert_eq!(h.status(""), Some(ServingStatus::Serving));
         h.shutdown();
         for s in ["", "pkg.A", "grpc.health.v1.Health"] {

@@ -201,8 +201,10 @@ async fn a_handler_s_deadline_bounds_the_calls_it_makes() {
     assert!(t.elapsed() < Duration::from_secs(3), "the inner call did not wait 5 s");
     // The far server was told the deadline (grpc-timeout) although the
     // relay set no timeout of its own.
-    eventually(BOUND, "the far server saw the call", || !far.deadlines.lock().unwrap().is_empty())
-        .await;
+    eventually(BOUND, "the far server saw the call", || {
+        !far.deadlines.lock().expect("lock").is_empty()
+    })
+    .await;
     let seen = far.deadlines.lock().expect("lock")[0].expect("a deadline was propagated");
     assert!(seen <= t + Duration::from_millis(600), "at most the caller's 500 ms");
 }

@@ -134,13 +134,28 @@ impl App {
     /// Serves `svc` (and any added before) on a runtime of its own, until
     /// the process is stopped. Returns only on errors that retrying cannot
     /// fix (the engine refused the attachment).
+    ///
+    /// Called from inside a runtime (`#[tokio::main]`), it runs its own
+    /// single-threaded runtime on a thread of its own and blocks the
+    /// caller until it ends (a runtime cannot be started on a thread that
+    /// runs one); `.run().await` serves on the caller's runtime instead.
     pub fn serve(self, svc: Arc<dyn Service>) -> Result<(), Error> {
         let app = self.service(svc);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(Error::Runtime)?;
-        rt.block_on(app.run())
+        let own = move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(Error::Runtime)?;
+            rt.block_on(app.run())
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return own();
+        }
+        std::thread::scope(|s| {
+            s.spawn(own).join().unwrap_or_else(|_| {
+                Err(Error::Runtime(std::io::Error::other("the application's runtime panicked")))
+            })
+        })
     }
 
     /// Serves on the current runtime; attaches again after the engine goes

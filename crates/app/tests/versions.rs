@@ -217,6 +217,13 @@ fn two_versions_serve_at_once_and_an_incompatible_one_is_refused() {
         };
         assert!(why.contains("kv.Value.version") && why.contains("int64"), "{why}");
         assert_eq!(engine.registry.attached("kv.Store"), 2);
+
+        // `serve` called from inside a runtime (the README's
+        // `#[tokio::main]` shape) runs its own runtime on a thread of its
+        // own instead of panicking; here it returns the refusal.
+        let served = protoplane_app::attach(&sock)
+            .serve(Arc::new(Store { schema: schema(BAD), version: 3 }));
+        assert!(matches!(served, Err(protoplane_app::Error::Refused(_))), "{served:?}");
     });
     let _ = std::fs::remove_dir_all(&d);
 }

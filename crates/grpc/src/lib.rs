@@ -28,6 +28,7 @@
 pub mod call;
 pub mod codec;
 pub mod frame;
+pub mod intercept;
 pub mod landing;
 pub mod lean;
 pub mod metadata;

@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::backoff::{Attempts, Backoff};
 use crate::http2::client::{self as native, Fields};
+use crate::intercept::{ClientChain, Ending};
 use crate::server::GrpcTransport;
 use protoplane_grpc::call::{Message, Request};
 use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
@@ -130,6 +131,8 @@ pub struct Channel {
     authority: String,
     scheme: &'static str,
     opts: Arc<ChannelOptions>,
+    /// Client interceptors around every call ([`Channel::intercept`]).
+    interceptors: Option<Arc<ClientChain>>,
 }
 
 /// A channel's target, the lock that makes one dial serve every call
@@ -336,6 +339,7 @@ impl Channel {
             authority: addr,
             scheme,
             opts: Arc::new(opts),
+            interceptors: None,
         }
     }
 
@@ -414,6 +418,7 @@ impl Channel {
             authority,
             scheme,
             opts: Arc::new(opts),
+            interceptors: None,
         })
     }
 
@@ -502,8 +507,37 @@ impl Channel {
         }
     }
 
+    /// The same channel (the same connection) with `chain` around every
+    /// call made through it (after any chain it had).
+    pub fn intercept(mut self, chain: ClientChain) -> Channel {
+        if chain.is_empty() {
+            return self;
+        }
+        let chain = match &self.interceptors {
+            Some(had) => had.then(chain),
+            None => chain,
+        };
+        self.interceptors = Some(Arc::new(chain));
+        self
+    }
+
     /// Starts a call on `path` (`/package.Service/Method`).
     pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        let Some(chain) = &self.interceptors else { return self.start_plain(path, call).await };
+        let (call, ending) = chain.before(path, call).await?;
+        match self.start_plain(path, call).await {
+            Ok(mut c) => {
+                c.ending = Some(Box::new(ending));
+                Ok(c)
+            }
+            Err(st) => {
+                ending.end(&st);
+                Err(st)
+            }
+        }
+    }
+
+    async fn start_plain(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
         let deadline = call.deadline(Instant::now());
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(deadline_exceeded());
@@ -585,6 +619,7 @@ impl Channel {
             status: None,
             queued: std::collections::VecDeque::new(),
             last_compressed: false,
+            ending: None,
         })
     }
 }
@@ -712,9 +747,22 @@ pub struct ClientCall {
     status: Option<Status>,
     queued: std::collections::VecDeque<(Bytes, bool)>,
     last_compressed: bool,
+    /// Client interceptors' `after` hooks, run when the status is known.
+    ending: Option<Box<Ending>>,
 }
 
 impl ClientCall {
+    /// Records the call's status (the first one counts) and tells the
+    /// interceptors.
+    fn set_status(&mut self, st: Status) {
+        if self.status.is_none() {
+            if let Some(e) = self.ending.take() {
+                e.end(&st);
+            }
+            self.status = Some(st);
+        }
+    }
+
     fn fail(&mut self, mut st: Status) -> Status {
         // A server whose deadline passed first resets the stream; what the
         // application must see is still its deadline, as in other gRPC
@@ -722,9 +770,7 @@ impl ClientCall {
         if st.code == Code::Cancelled && self.deadline.is_some_and(|d| Instant::now() >= d) {
             st = deadline_exceeded();
         }
-        if self.status.is_none() {
-            self.status = Some(st.clone());
-        }
+        self.set_status(st.clone());
         if st.code == Code::DeadlineExceeded || st.code == Code::Cancelled {
             self.reset();
         }
@@ -793,9 +839,7 @@ impl ClientCall {
     /// Cancels the call (`RST_STREAM(CANCEL)`); it ends with CANCELLED.
     pub fn cancel(&mut self) {
         self.reset();
-        if self.status.is_none() {
-            self.status = Some(Status::new(Code::Cancelled, "cancelled by the client"));
-        }
+        self.set_status(Status::new(Code::Cancelled, "cancelled by the client"));
     }
 
     /// Waits for the response headers; returns the initial metadata.
@@ -862,9 +906,7 @@ impl ClientCall {
 
     fn end_with(&mut self, f: Fields) {
         let st = f.status.unwrap_or_else(|| Status::from_trailers(None, None));
-        if self.status.is_none() {
-            self.status = Some(st);
-        }
+        self.set_status(st);
         self.trailers = Some(f.metadata);
         self.phase = Phase::Done;
         self.io.drop_send();
@@ -971,6 +1013,9 @@ impl Drop for ClientCall {
         // A call dropped before its end is cancelled.
         if self.phase != Phase::Done {
             self.reset();
+        }
+        if self.ending.is_some() {
+            self.set_status(Status::new(Code::Cancelled, "dropped before its end"));
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod drain;
 #[cfg(feature = "h2")]
 mod h2;
 pub mod http2;
+pub mod intercept;
 pub mod lean;
 pub mod server;
 pub mod tls;

@@ -5,7 +5,8 @@
 //!   (`grpc-status-details-bin`), over gRPC and over the lean transport;
 //! * headers when asked: explicitly sent response headers leave at once —
 //!   the client reads them while the handler still waits — and a call that
-//!   sent headers and no message does not end trailers-only;
+//!   set headers (sent or only staged) and no message does not end
+//!   trailers-only;
 //! * content-type: a non-gRPC type gets HTTP 415, another codec
 //!   UNIMPLEMENTED, and neither reaches the handler;
 //! * mutual TLS: a server requiring client certificates admits only clients
@@ -225,7 +226,7 @@ async fn explicitly_sent_headers_arrive_while_the_handler_waits() {
 }
 
 #[tokio::test]
-async fn sent_headers_are_headers_and_staged_ones_go_trailers_only() {
+async fn headers_a_handler_set_are_headers_sent_or_staged() {
     let svc = Arc::new(Svc::default());
     let ch = channel(start(&svc).await).await;
     for path in ["/fidelity.Svc/Unary", "/fidelity.Svc/Stream"] {
@@ -240,15 +241,16 @@ async fn sent_headers_are_headers_and_staged_ones_go_trailers_only() {
         assert_eq!(st.metadata.get("x-trailer"), Some("t"), "{path}: trailers");
         assert_eq!(st.metadata.get("x-early"), None, "{path}: not in the trailers");
 
-        // Staged, never sent: trailers-only, so the metadata is trailing
-        // and there were no response headers (as grpc-go reports it).
+        // Set, never sent, then no message: still headers, then the
+        // trailers (grpc-go and tonic send them so), not trailers-only.
         let mut call = ch.start(path, CallOptions::default()).await.expect("start");
         call.send(&req(mode::STAGED_THEN_FAIL)).await.expect("send");
         call.close_send();
         let st = timeout(BOUND, call.finish_status()).await.expect("in time");
         assert_eq!(st.code, Code::FailedPrecondition, "{path}");
-        assert!(call.headers_now().is_some_and(Metadata::is_empty), "{path}");
-        assert_eq!(st.metadata.get("x-early"), Some("yes"), "{path}");
+        let h = call.headers_now().expect("headers").clone();
+        assert_eq!(h.get("x-early"), Some("yes"), "{path}: response headers");
+        assert_eq!(st.metadata.get("x-early"), None, "{path}: not in the trailers");
         assert_eq!(st.metadata.get("x-trailer"), Some("t"), "{path}");
     }
 }

@@ -561,8 +561,9 @@ impl Attachment {
             ReplyRepr::parse(&side, d.has(desc::STATUS)).map_err(|e| e.to_string())?;
         if let Some(md) = headers.filter(|_| d.has(desc::HEADERS)) {
             // Headers that come only with the status were staged by the
-            // handler, never sent: the call may still end trailers-only.
-            // Explicitly sent ones come in a descriptor of their own.
+            // handler, never sent: they leave with the status (as
+            // headers, then the trailers). Explicitly sent ones come in a
+            // descriptor of their own.
             let ev = match ends && !d.has(desc::MESSAGE) {
                 true => Inbound::Staged(md),
                 false => Inbound::Headers(md),

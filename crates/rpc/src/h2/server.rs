@@ -536,8 +536,12 @@ impl Outbound {
     }
 
     /// Ends the call with `status` (trailers, or a trailers-only response
-    /// when nothing was sent yet).
+    /// when nothing was sent yet and the handler set no headers).
     fn finish(&mut self, status: Status, trailers: &Metadata) {
+        if !self.headers_sent && !self.initial.is_empty() {
+            // Headers the handler set go as headers (as grpc-go does).
+            let _ = self.send_headers();
+        }
         let mut h = HeaderMap::new();
         h.insert("grpc-status", HeaderValue::from_static(status.code.header_value()));
         if !status.message.is_empty() {

@@ -1040,20 +1040,24 @@ fn status_fields(sink: &mut dyn FieldSink, st: &Status, trailers: &Metadata) {
 }
 
 /// Ends a call with `st`: trailers, or a trailers-only response when no
-/// headers went out.
+/// headers went out and the handler set none.
 fn finish(conn: &mut Conn, call: &mut Call, st: &Status, trailers: &Metadata) {
+    if !call.headers_sent && !call.initial.is_empty() {
+        // Headers the handler set but never sent go as headers, then the
+        // trailers (grpc-go and tonic do the same; a client reading
+        // headers finds them there, not among the trailers).
+        call.headers_sent = true;
+        let initial = std::mem::take(&mut call.initial);
+        conn.send_headers(call.stream, false, |sink| {
+            base_fields(sink);
+            metadata_fields(sink, &initial);
+        });
+    }
     if call.headers_sent {
         conn.send_trailers(call.stream, |sink| status_fields(sink, st, trailers));
     } else {
         call.headers_sent = true;
-        // Headers the handler staged but never sent travel in the one
-        // HEADERS frame, beside the status.
-        let initial = std::mem::take(&mut call.initial);
-        conn.send_headers(call.stream, true, |sink| {
-            base_fields(sink);
-            metadata_fields(sink, &initial);
-            status_fields(sink, st, trailers);
-        });
+        trailers_only(conn, call.stream, st, trailers);
     }
 }
 

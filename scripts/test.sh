@@ -115,7 +115,7 @@ fi
 step "the socialnetwork example, monolithic and split"
 if examples/socialnetwork/tests/split.sh; then ok; else bad "socialnetwork example"; fi
 
-step "RPC smoke: the demo and bench rpc (protoplane only, no timing claims)"
+step "RPC smoke: the demo, bench rpc and bench intercept (protoplane only, no timing claims)"
 if target/release/protoplane demo --split --seconds 0.3 >target/demo.txt 2>&1 \
     && grep -q '^lean / TCP' target/demo.txt && grep -q 'answered token "t42-ada"' target/demo.txt \
     && grep -q 'answered token "t42-ada" through the engine' target/demo.txt; then
@@ -129,6 +129,12 @@ if target/release/protoplane bench rpc --rounds 1 --seconds 0.5 --concurrency 1,
     ok
 else
     bad "bench rpc smoke"; cat target/bench-rpc-smoke.md
+fi
+if target/release/protoplane bench intercept --rounds 1 --calls 20000 >target/bench-intercept-smoke.md 2>&1 \
+    && grep -q '^| 4 |' target/bench-intercept-smoke.md; then
+    ok
+else
+    bad "bench intercept smoke"; cat target/bench-intercept-smoke.md
 fi
 
 step "bench split smoke (--quick: every experiment runs, no timing claims)"

@@ -13,6 +13,7 @@
 //! | `bench split` | split mode against monolithic: handoff, zero logic, knee, a noisy neighbour | [`split`], [`echo`], [`ring`], [`cotenant`] |
 //! | `bench offload` | one-shot commit, co-serialization, per-field decode, functional offload | [`offload`] |
 //! | `bench inc` | in-network computation against server agents only | [`inc`] |
+//! | `bench intercept` | what a server interceptor chain adds to a call | [`intercept`] |
 //!
 //! See `bench/README.md` at the repository root for the method and the
 //! worker protocol.
@@ -28,6 +29,7 @@ use clap::{Parser, Subcommand};
 mod cotenant;
 mod echo;
 mod inc;
+mod intercept;
 mod jobs;
 mod offload;
 mod ring;
@@ -65,6 +67,11 @@ enum BenchCommand {
     /// The offload engine: one-shot commit, co-serialization, per-field
     /// decode on engine workers, functional offload (RPCAcc, PsPIN).
     Offload(offload::OffloadArgs),
+    /// What a server interceptor chain adds to a call (none, one, four).
+    Intercept(intercept::InterceptArgs),
+    /// One measurement of `bench intercept`.
+    #[command(name = "bench-intercept", hide = true)]
+    BenchIntercept(intercept::WorkerArgs),
     /// One benchmark worker process (driven by `bench wire`).
     #[command(name = "bench-worker", hide = true)]
     BenchWorker(worker::WorkerArgs),
@@ -116,6 +123,8 @@ fn run(command: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Split(args) => print(&split::run(&args).map_err(Failure::Usage)?),
         BenchCommand::Offload(args) => print(&offload::run(&args).map_err(Failure::Usage)?),
         BenchCommand::Inc(args) => print(&inc::run(&args).map_err(Failure::Usage)?),
+        BenchCommand::Intercept(args) => print(&intercept::run(&args).map_err(Failure::Usage)?),
+        BenchCommand::BenchIntercept(args) => intercept::worker(&args).map_err(Failure::Usage),
         BenchCommand::BenchEcho(args) => echo::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchCotenant(args) => cotenant::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchRing(args) => {

@@ -211,16 +211,16 @@ struct Intercepted {
 
 /// Runs the `after` hooks of the interceptors whose `before` ran, once:
 /// when the call ends, or (dropped first) when it is cancelled.
-struct Ending {
-    steps: Arc<[Step]>,
-    schema: Arc<Schema>,
+struct Ending<'a> {
+    steps: &'a [Step],
+    schema: &'a Schema,
     method: u32,
     entered: usize,
     start: Instant,
     done: bool,
 }
 
-impl Ending {
+impl Ending<'_> {
     fn finish(&mut self, outcome: &mut Result<Metadata, Status>) {
         self.done = true;
         let Some(method) = self.schema.methods().get(self.method as usize) else { return };
@@ -231,7 +231,7 @@ impl Ending {
     }
 }
 
-impl Drop for Ending {
+impl Drop for Ending<'_> {
     fn drop(&mut self) {
         if !self.done {
             let mut outcome = Err(Status::new(Code::Cancelled, "the call was cancelled"));
@@ -264,13 +264,13 @@ impl Service for Intercepted {
         mut responder: Responder,
     ) -> BoxFuture<'static, Result<Metadata, Status>> {
         Box::pin(async move {
-            let schema = self.inner.schema().clone();
+            let schema: &Schema = self.inner.schema();
             if schema.method(method).is_none() {
                 return Err(Status::new(Code::Unimplemented, "no such method"));
             }
             let mut ending = Ending {
-                steps: self.steps.clone(),
-                schema: schema.clone(),
+                steps: &self.steps,
+                schema,
                 method,
                 entered: 0,
                 start: Instant::now(),
@@ -280,7 +280,7 @@ impl Service for Intercepted {
                 let verdict = match step {
                     Step::Sync(i) => {
                         let mut head = CallHead {
-                            schema: &schema,
+                            schema,
                             method: ending.method,
                             metadata: &mut request.metadata,
                             peer: &mut request.peer,
@@ -318,7 +318,8 @@ impl Service for Intercepted {
                 }
                 ending.entered = k + 1;
             }
-            let mut outcome = self.inner.clone().call(ending.method, request, responder).await;
+            let handler = self.inner.clone().call(ending.method, request, responder);
+            let mut outcome = handler.await;
             ending.finish(&mut outcome);
             outcome
         })

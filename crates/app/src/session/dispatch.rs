@@ -27,14 +27,8 @@ const REQUEST_QUEUE: usize = 1024;
 const RESPONSE_QUEUE: usize = 8;
 
 impl Session {
-    /// Starts a call; `now` is the drain loop's pass clock (the call's
-    /// deadline counts from it).
-    pub(super) fn open(
-        self: &Arc<Self>,
-        d: Descriptor,
-        message: Option<(Message, Bytes)>,
-        now: Instant,
-    ) {
+    /// Starts a call.
+    pub(super) fn open(self: &Arc<Self>, d: Descriptor, message: Option<(Message, Bytes)>) {
         let Some(svc) = self.services.get(d.service as usize).cloned() else {
             self.fail(d.call, Status::new(Code::Unimplemented, "no such service here"));
             return;
@@ -66,7 +60,7 @@ impl Session {
                 return;
             }
         };
-        let deadline = seam::deadline(&d, now);
+        let deadline = seam::deadline(&d, Instant::now());
         let (requests, streaming) = if client_streaming {
             let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
             if let Some(m) = message {

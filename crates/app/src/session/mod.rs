@@ -15,7 +15,6 @@
 //! bytes that hold a chunk frees it, which takes that mutex, so chunk
 //! tokens the session hands back are always dropped after the lock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -77,22 +76,7 @@ pub(crate) struct Session {
     /// Whether calls may start in the drain loop (the runtime is
     /// single-threaded, so a task would run on the same thread anyway).
     inline: bool,
-    /// The drain loop is in a pass: descriptors pushed meanwhile leave the
-    /// engine's doorbell to the end of the pass (one per pass, not one
-    /// per descriptor).
-    in_pass: AtomicBool,
-    /// A descriptor was pushed and the engine's doorbell not yet rung for
-    /// it.
-    bell_owed: AtomicBool,
 }
-
-/// Busy passes run back to back for up to this long before the drain loop
-/// lets the runtime's other tasks run (handlers that wait, posters waiting
-/// for room): a yield costs the runtime a look at its I/O driver (an
-/// `epoll_wait`), which one per pass made the largest single cost per call.
-const BUSY_TURN: Duration = Duration::from_micros(50);
-/// Ring checks between two clock reads while spinning idle.
-const SPIN_CHECKS: u32 = 64;
 
 impl Session {
     pub(crate) fn new(
@@ -132,8 +116,6 @@ impl Session {
             units,
             inline: tokio::runtime::Handle::try_current()
                 .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread),
-            in_pass: AtomicBool::new(false),
-            bell_owed: AtomicBool::new(false),
         }))
     }
 
@@ -154,69 +136,41 @@ impl Session {
     }
 
     /// Takes requests until the engine goes away.
-    ///
-    /// Each pass reads the clock once (the calls it starts take their
-    /// deadlines from that reading), takes up to 256 descriptors, running
-    /// each call's handler to completion where it does not wait, and
-    /// rings the engine's doorbell once for everything posted. Busy passes
-    /// follow each other without a trip through the runtime for up to
-    /// [`BUSY_TURN`]; idle, the loop spins on the ring alone for `spin`,
-    /// then parks on its doorbell.
     pub(crate) async fn drain(self: Arc<Self>, spin: Duration) {
         let taken = self.requests.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some((mut ring, bell)) = taken else { return };
         let mut spin_until = Instant::now() + spin;
-        let mut turn_ends = spin_until;
         loop {
-            let now = Instant::now();
             let mut n = 0;
-            self.in_pass.store(true, Ordering::SeqCst);
             while n < 256 {
                 let Some(d) = ring.pop() else { break };
                 n += 1;
-                self.take(d, now);
+                self.take(d);
             }
             self.flush();
-            self.end_pass();
             if self.state().session.is_ended() {
                 return;
             }
-            if n > 0 {
-                spin_until = now + spin;
-                if now >= turn_ends {
-                    tokio::task::yield_now().await;
-                    turn_ends = Instant::now() + BUSY_TURN;
-                }
-                continue;
-            }
-            if now < spin_until {
-                // Idle: the ring alone, until it fills or the spin ends,
-                // then the runtime's other tasks get their turn.
-                let mut checks = 0u32;
-                while ring.is_empty() {
-                    std::hint::spin_loop();
-                    checks += 1;
-                    if checks % SPIN_CHECKS == 0 && Instant::now() >= spin_until {
-                        break;
-                    }
+            let now = Instant::now();
+            if n > 0 || now < spin_until {
+                if n > 0 {
+                    spin_until = now + spin;
                 }
                 tokio::task::yield_now().await;
-                turn_ends = Instant::now() + BUSY_TURN;
                 continue;
             }
             bell.prepare_park();
             if !ring.is_empty() || self.owes() {
-                if !bell.cancel_park() {
+                if !bell.unpark() {
                     return;
                 }
                 continue;
             }
-            let rang = tokio::select! {
-                _ = bell.wait() => true,
-                _ = self.wake.notified() => false,
-            };
-            let open = if rang { bell.unpark() } else { bell.cancel_park() };
-            if !open {
+            tokio::select! {
+                _ = bell.wait() => {}
+                _ = self.wake.notified() => {}
+            }
+            if !bell.unpark() {
                 // The engine closed its end: it is gone.
                 return;
             }
@@ -236,31 +190,12 @@ impl Session {
                 self.state().session.unsent(&d);
                 return;
             }
-            self.ring_engine();
-        }
-    }
-
-    /// A descriptor was pushed on the response ring: rings the engine's
-    /// doorbell, or leaves it to the end of the drain loop's pass. Either
-    /// side stores its flag before it reads the other's, so one of them
-    /// always sees both and the engine is never left unrung.
-    pub(super) fn ring_engine(&self) {
-        self.bell_owed.store(true, Ordering::SeqCst);
-        if !self.in_pass.load(Ordering::SeqCst) && self.bell_owed.swap(false, Ordering::SeqCst) {
             self.engine_bell.notify();
         }
     }
 
-    /// The drain loop's pass ends: one doorbell for what it posted.
-    fn end_pass(&self) {
-        self.in_pass.store(false, Ordering::SeqCst);
-        if self.bell_owed.swap(false, Ordering::SeqCst) {
-            self.engine_bell.notify();
-        }
-    }
-
-    /// Acts on one descriptor from the engine; `now` is the pass's clock.
-    fn take(self: &Arc<Self>, d: Descriptor, now: Instant) {
+    /// Acts on one descriptor from the engine.
+    fn take(self: &Arc<Self>, d: Descriptor) {
         // The engine is done with the chunks it releases: the bytes that
         // held them go (outside the lock: the last one frees its chunk).
         let mut back = Vec::new();
@@ -296,7 +231,7 @@ impl Session {
                 return;
             }
             Incoming::Open => {
-                self.open(d, message, now);
+                self.open(d, message);
                 return;
             }
             Incoming::More { end } => end,

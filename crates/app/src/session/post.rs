@@ -163,7 +163,7 @@ impl Session {
         loop {
             match self.responses.push(&d) {
                 Ok(()) => {
-                    self.ring_engine();
+                    self.engine_bell.notify();
                     return Ok(());
                 }
                 Err(_) => {

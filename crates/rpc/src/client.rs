@@ -293,6 +293,17 @@ pub(crate) async fn timed<T>(
 
 pub(crate) const USER_AGENT: &str = "protoplane-rpc/0.1";
 
+/// `host:port` of a target given as `host:port`, `http://host:port` or
+/// `https://host:port/`.
+fn address_of(target: &str) -> String {
+    target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+        .unwrap_or(target)
+        .trim_end_matches('/')
+        .to_string()
+}
+
 impl Channel {
     /// Connects to `target` (`host:port`, optionally with an `http://` or
     /// `https://` prefix) with default options.
@@ -302,12 +313,7 @@ impl Channel {
 
     /// Connects with explicit options.
     pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
-        let addr = target
-            .strip_prefix("http://")
-            .or_else(|| target.strip_prefix("https://"))
-            .unwrap_or(target)
-            .trim_end_matches('/')
-            .to_string();
+        let addr = address_of(target);
         let limit = opts.connect_timeout;
         tokio::time::timeout(limit, Channel::establish(addr, opts))
             .await
@@ -326,12 +332,7 @@ impl Channel {
     /// server is up. Its calls then connect, back off and wait as
     /// [`Channel`] says.
     pub fn lazy(target: &str, opts: ChannelOptions) -> Channel {
-        let addr = target
-            .strip_prefix("http://")
-            .or_else(|| target.strip_prefix("https://"))
-            .unwrap_or(target)
-            .trim_end_matches('/')
-            .to_string();
+        let addr = address_of(target);
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         Channel {
             link: Arc::new(std::sync::Mutex::new(Link::Idle)),

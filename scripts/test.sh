@@ -109,6 +109,9 @@ if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad
 step "HTTP/2 conformance: h2spec against the gRPC server (monolithic and split), count asserted"
 if tests/h2spec/run.sh --protoplane target/release/protoplane; then ok; else bad "h2spec"; fi
 
+step "metrics: a real Prometheus scrapes serve and engine --metrics-addr (counts asserted, promtool lint)"
+if tests/metrics/run.sh --protoplane target/release/protoplane; then ok; else bad "metrics (Prometheus)"; fi
+
 step "gRPC conformance: ConnectRPC's suite against the server (monolithic and split) and the client"
 if tests/grpc-conformance/run.sh --bin target/release/protoplane-grpc-conformance; then
     ok

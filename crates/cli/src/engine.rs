@@ -82,6 +82,11 @@ pub(crate) struct EngineArgs {
     /// application restarts; then it exits.
     #[arg(long, value_name = "ADMIN_SOCK")]
     take_over: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics: gRFC A66's
+    /// call metrics and the engine's own (applications, rings, regions,
+    /// copies, policy decisions).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// `protoplane admin`: one command to a running engine's admin socket.
@@ -137,6 +142,9 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     }
     if let Some(p) = &args.attach {
         c.attach = p.clone();
+    }
+    if let Some(a) = args.metrics_addr {
+        c.metrics = Some(a);
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         c.tls = Some((cert.clone(), key.clone()));
@@ -235,6 +243,9 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
         }
         if let Some(a) = &running.admin {
             let _ = writeln!(out, "admin at {}", a.display());
+        }
+        if let Some(a) = running.metrics {
+            let _ = writeln!(out, "metrics on http://{a}/metrics");
         }
         let _ = writeln!(out, "attach at {}", running.attach.display());
         let _ = out.flush();

@@ -48,6 +48,10 @@ pub(crate) struct ServeArgs {
     /// refused, HTTP/2 clients get GOAWAY), then exit.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     shutdown_grace: f64,
+    /// Serve Prometheus metrics (gRFC A66's call metrics) at
+    /// http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "attach")]
+    metrics_addr: Option<String>,
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
@@ -61,8 +65,12 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
     }
     let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
-    let router =
+    let mut router =
         router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
+    let metrics = args.metrics_addr.as_ref().map(|_| protoplane_rpc::metrics::Metrics::new());
+    if let Some(m) = &metrics {
+        router = router.with_metrics(m.clone());
+    }
     let rt = host::runtime(args.threads)?;
     if args.spin {
         host::busy_poll(&rt, None);
@@ -75,6 +83,13 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("listen on {}:{}: {e}", args.host, args.port))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let router = Arc::new(router);
+        if let (Some(at), Some(m)) = (&args.metrics_addr, metrics) {
+            let l = tokio::net::TcpListener::bind(at.as_str())
+                .await
+                .map_err(|e| format!("--metrics-addr {at}: {e}"))?;
+            println!("metrics on http://{}/metrics", l.local_addr().map_err(|e| e.to_string())?);
+            tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
+        }
         if let Some(port) = args.lean_port {
             let lean = tokio::net::TcpListener::bind((args.host.as_str(), port))
                 .await

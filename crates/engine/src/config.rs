@@ -10,6 +10,7 @@
 //! lean = "127.0.0.1:50052"        # lean transport over TCP
 //! lean_unix = "/tmp/lean.sock"    # lean transport over a Unix socket
 //! attach = "/tmp/protoplane.sock" # where applications attach
+//! metrics = "127.0.0.1:9464"      # Prometheus scrape endpoint (/metrics)
 //!
 //! [schemas]
 //! protos = ["my/service.proto"]   # beside the built-in ones
@@ -106,6 +107,9 @@ pub struct Config {
     pub lean_unix: Option<PathBuf>,
     /// The attach socket.
     pub attach: PathBuf,
+    /// The Prometheus scrape endpoint (`GET /metrics`): gRFC A66's call
+    /// metrics and the engine's own.
+    pub metrics: Option<SocketAddr>,
     /// Schemas whose services the engine offers to applications.
     pub schemas: Vec<Arc<Schema>>,
     /// `.proto` files to load (beside `schemas`), and their include roots.
@@ -161,6 +165,7 @@ impl Default for Config {
             lean_tcp: None,
             lean_unix: None,
             attach: PathBuf::from("/tmp/protoplane.sock"),
+            metrics: None,
             schemas: Vec::new(),
             protos: Vec::new(),
             includes: Vec::new(),
@@ -295,6 +300,7 @@ impl Config {
                     ("listen", "lean") => self.lean_tcp = Some(addr(v, &k)?),
                     ("listen", "lean_unix") => self.lean_unix = Some(path(string(v, &k)?)),
                     ("listen", "attach") => self.attach = path(string(v, &k)?),
+                    ("listen", "metrics") => self.metrics = Some(addr(v, &k)?),
                     ("admin", "socket") => self.admin = Some(path(string(v, &k)?)),
                     ("schemas", "protos") => {
                         for p in list(v, &k)? {

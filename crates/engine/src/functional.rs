@@ -315,6 +315,13 @@ impl Counters {
         self.by_path.insert(path, stats);
     }
 
+    /// Every method's counters, by path, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &MethodStats)> {
+        let mut all: Vec<_> = self.by_path.iter().map(|(p, s)| (p.as_str(), &**s)).collect();
+        all.sort_by_key(|(p, _)| *p);
+        all.into_iter()
+    }
+
     /// The counters of the method at `path` (`/package.Service/Method`).
     pub fn get(&self, path: &str) -> Option<&MethodStats> {
         self.by_path.get(path).map(|s| &**s)

@@ -41,6 +41,7 @@ pub mod error;
 pub mod functional;
 #[doc(hidden)]
 pub mod fuzzing;
+mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod registry;
@@ -91,6 +92,8 @@ pub struct Running {
     pub policies: Arc<Policies>,
     /// The admin socket, if it has one.
     pub admin: Option<PathBuf>,
+    /// The metrics endpoint's address (`--metrics-addr`), if it has one.
+    pub metrics: Option<std::net::SocketAddr>,
     core: Arc<Core>,
 }
 
@@ -192,6 +195,19 @@ impl Core {
             );
         }
         Ok(said)
+    }
+
+    /// Keeps a copy of a listening socket to hand over in a take-over.
+    fn keep_listener(
+        &self,
+        kind: &'static str,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<(), Error> {
+        let copy = fd
+            .try_clone_to_owned()
+            .map_err(|source| Error::Listen { at: format!("{kind} listener"), source })?;
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner()).push((kind, copy));
+        Ok(())
     }
 
     /// Drops this engine's copies of its listening sockets.
@@ -409,6 +425,11 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         health.set(name, protoplane_grpc_services::health::ServingStatus::NotServing);
     }
     registry.set_health(health);
+    let metrics = config.metrics.map(|_| protoplane_rpc::metrics::Metrics::new());
+    let router = match &metrics {
+        Some(m) => router.with_metrics(m.clone()),
+        None => router,
+    };
     let router = Arc::new(router);
 
     let file = match &config.file {
@@ -518,7 +539,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
     if let Some(l) = admin_listener {
         tokio::spawn(admin::serve(l, core.clone()));
     }
-    let running = Running {
+    let mut running = Running {
         grpc,
         lean,
         attach,
@@ -527,8 +548,27 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         admission: Arc::new(AdmissionStats::default()),
         policies,
         admin: admin_path,
+        metrics: None,
         core,
     };
+    if let Some(m) = metrics {
+        // A take-over hands this listener over like the others (it is
+        // kept below, before the attach socket's).
+        if let Some(l) = tcp_listener(&mut inherited, "metrics", config.metrics).await? {
+            let listen = |source| Error::Listen { at: "metrics listener".into(), source };
+            running.metrics = Some(l.local_addr().map_err(listen)?);
+            running.core.keep_listener("metrics", l.as_fd())?;
+            metrics::register(
+                &m,
+                running.registry.clone(),
+                Arc::downgrade(&router),
+                running.counters.clone(),
+                running.policies.clone(),
+                running.admission.clone(),
+            );
+            tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
+        }
+    }
 
     // The largest chunk holds a largest message's wire bytes plus its
     // block (a view-mode block is far smaller than its wire bytes; an

@@ -166,6 +166,15 @@ impl Registry {
         map.get(service).map_or(0, |l| l.iter().filter(|a| !a.is_closed()).count())
     }
 
+    /// Every application attached now, once each, by number.
+    pub fn all(&self) -> Vec<Arc<Attachment>> {
+        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<Arc<Attachment>> = map.values().flatten().cloned().collect();
+        all.sort_by_key(|a| a.id);
+        all.dedup_by_key(|a| a.id);
+        all
+    }
+
     /// Applications attached now (each counted once).
     pub fn applications(&self) -> usize {
         let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());

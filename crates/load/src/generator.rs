@@ -212,6 +212,9 @@ pub struct LoadReport {
     pub cpu_us_per_call: Option<f64>,
     /// Connections re-established after they were lost.
     pub reconnects: u64,
+    /// Every call made, warm-up and calls past the measured ones
+    /// included (what a server counted, when none was lost on the way).
+    pub calls_made: u64,
     /// Slots given up on because their call was still running well after
     /// the end (their calls are missing from the report).
     pub abandoned: usize,
@@ -389,6 +392,7 @@ impl LoadReport {
             },
             "cpu_us_per_call": self.cpu_us_per_call,
             "reconnects": self.reconnects,
+            "calls_made": self.calls_made,
             "abandoned": self.abandoned,
             "aborted": self.aborted,
             "max_gap_ms": self.max_gap_ms,
@@ -1107,6 +1111,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         mean: lat.mean,
         cpu_us_per_call,
         reconnects,
+        calls_made: calls,
         abandoned,
         aborted,
         max_gap_ms,
@@ -1540,6 +1545,7 @@ mod tests {
             mean: lat.mean,
             cpu_us_per_call: Some(4.25),
             reconnects: 0,
+            calls_made: 0,
             abandoned: 0,
             aborted: None,
             max_gap_ms: Some(1.5),

@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 use crate::backoff::{Attempts, Backoff};
 use crate::http2::client::{self as native, Fields};
 use crate::intercept::{ClientChain, Ending};
+use crate::metrics::{CallSizes, MethodCalls, Metrics};
 use crate::server::GrpcTransport;
 use protoplane_grpc::call::{Message, Request};
 use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
@@ -133,6 +134,8 @@ pub struct Channel {
     opts: Arc<ChannelOptions>,
     /// Client interceptors around every call ([`Channel::intercept`]).
     interceptors: Option<Arc<ClientChain>>,
+    /// A66 client metrics ([`Channel::metrics`]) and the target they name.
+    metrics: Option<(Arc<Metrics>, Arc<str>)>,
 }
 
 /// A channel's target, the lock that makes one dial serve every call
@@ -341,6 +344,7 @@ impl Channel {
             scheme,
             opts: Arc::new(opts),
             interceptors: None,
+            metrics: None,
         }
     }
 
@@ -420,6 +424,7 @@ impl Channel {
             scheme,
             opts: Arc::new(opts),
             interceptors: None,
+            metrics: None,
         })
     }
 
@@ -522,8 +527,37 @@ impl Channel {
         self
     }
 
+    /// The same channel with A66's client metrics recorded into
+    /// `metrics` (`grpc.target` is `target`, as the channel was asked to
+    /// connect: `dns:host:port`, say). One attempt per call: calls a
+    /// channel starts again transparently (refused before leaving) count
+    /// once.
+    pub fn metrics(mut self, metrics: Arc<Metrics>, target: &str) -> Channel {
+        self.metrics = Some((metrics, Arc::from(target)));
+        self
+    }
+
     /// Starts a call on `path` (`/package.Service/Method`).
     pub async fn start(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        let Some((metrics, target)) = &self.metrics else {
+            return self.start_chained(path, call).await;
+        };
+        let calls = metrics.client_method(target, path);
+        calls.start();
+        let started = Instant::now();
+        match self.start_chained(path, call).await {
+            Ok(mut c) => {
+                c.measured = Some((calls, started, CallSizes::default()));
+                Ok(c)
+            }
+            Err(st) => {
+                calls.end(st.code, started.elapsed(), CallSizes::default());
+                Err(st)
+            }
+        }
+    }
+
+    async fn start_chained(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
         let Some(chain) = &self.interceptors else { return self.start_plain(path, call).await };
         let (call, ending) = chain.before(path, call).await?;
         match self.start_plain(path, call).await {
@@ -621,6 +655,7 @@ impl Channel {
             queued: std::collections::VecDeque::new(),
             last_compressed: false,
             ending: None,
+            measured: None,
         })
     }
 }
@@ -679,17 +714,20 @@ impl Io {
     }
 
     /// Sends one message (`end`: the last), compressed if asked.
-    async fn send(&mut self, message: &[u8], gzip: bool, end: bool) -> Result<(), Status> {
+    /// Sends one message; returns its size on the wire (the `h2`
+    /// transport compresses inside and reports the uncompressed size).
+    async fn send(&mut self, message: &[u8], gzip: bool, end: bool) -> Result<u64, Status> {
         match self {
             Io::Native(s) => {
                 if gzip {
-                    s.send_message(&codec::gzip(message), true, end).await
+                    let z = codec::gzip(message);
+                    s.send_message(&z, true, end).await.map(|()| z.len() as u64)
                 } else {
-                    s.send_message(message, false, end).await
+                    s.send_message(message, false, end).await.map(|()| message.len() as u64)
                 }
             }
             #[cfg(feature = "h2")]
-            Io::H2(s) => s.send(message, gzip, end).await,
+            Io::H2(s) => s.send(message, gzip, end).await.map(|()| message.len() as u64),
         }
     }
 
@@ -750,15 +788,20 @@ pub struct ClientCall {
     last_compressed: bool,
     /// Client interceptors' `after` hooks, run when the status is known.
     ending: Option<Box<Ending>>,
+    /// With metrics: the instruments, the start, the bytes so far.
+    measured: Option<(Arc<MethodCalls>, Instant, CallSizes)>,
 }
 
 impl ClientCall {
     /// Records the call's status (the first one counts) and tells the
-    /// interceptors.
+    /// interceptors and the metrics.
     fn set_status(&mut self, st: Status) {
         if self.status.is_none() {
             if let Some(e) = self.ending.take() {
                 e.end(&st);
+            }
+            if let Some((m, started, sizes)) = self.measured.take() {
+                m.end(st.code, started.elapsed(), sizes);
             }
             self.status = Some(st);
         }
@@ -814,7 +857,12 @@ impl ClientCall {
         }
         let r = timed(self.deadline, self.io.send(message, self.compress, end)).await;
         match r {
-            Ok(()) => Ok(()),
+            Ok(n) => {
+                if let Some(m) = &mut self.measured {
+                    m.2.sent += n;
+                }
+                Ok(())
+            }
             Err(st)
                 if st.code == Code::Cancelled
                     || st.code == Code::Unavailable
@@ -940,6 +988,9 @@ impl ClientCall {
                     }
                     for f in frames {
                         let z = f.compressed;
+                        if let Some(m) = &mut self.measured {
+                            m.2.rcvd += f.data.len() as u64;
+                        }
                         match codec::frame_payload(f, self.encoding, self.limit) {
                             Ok(p) => self.queued.push_back((p, z)),
                             Err(st) => {
@@ -1015,7 +1066,7 @@ impl Drop for ClientCall {
         if self.phase != Phase::Done {
             self.reset();
         }
-        if self.ending.is_some() {
+        if self.ending.is_some() || self.measured.is_some() {
             self.set_status(Status::new(Code::Cancelled, "dropped before its end"));
         }
     }

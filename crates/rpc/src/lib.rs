@@ -36,6 +36,7 @@ mod h2;
 pub mod http2;
 pub mod intercept;
 pub mod lean;
+pub mod metrics;
 pub mod server;
 pub mod tls;
 

@@ -99,6 +99,8 @@ impl Default for ServerOptions {
 pub(crate) struct Route {
     pub(crate) service: usize,
     pub(crate) method: u32,
+    /// The method's A66 instruments, when the router has metrics.
+    pub(crate) calls: Option<Arc<crate::metrics::MethodCalls>>,
 }
 
 /// The services of a server, by method path.
@@ -110,6 +112,9 @@ pub struct Router {
     table: Vec<(String, usize, u32)>,
     opts: ServerOptions,
     drain: crate::drain::Drain,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// A66's `other` method: calls to paths not served.
+    pub(crate) other_calls: Option<Arc<crate::metrics::MethodCalls>>,
 }
 
 impl std::fmt::Debug for Router {
@@ -127,7 +132,26 @@ impl Router {
             table: Vec::new(),
             opts,
             drain: crate::drain::Drain::default(),
+            metrics: None,
+            other_calls: None,
         }
+    }
+
+    /// Records A66's server metrics of every call (native gRPC transport)
+    /// into `metrics`, for the methods served now and those added later.
+    /// Without it, calls measure nothing (no clock read, no counter).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Router {
+        for (path, route) in self.routes.iter_mut() {
+            route.calls = Some(metrics.server_method(path));
+        }
+        self.other_calls = Some(metrics.server_method(crate::metrics::OTHER_METHOD));
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The metrics calls are recorded in ([`Router::with_metrics`]).
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.metrics.as_ref()
     }
 
     /// Adds a service: every method of its schema whose service name is
@@ -136,9 +160,12 @@ impl Router {
         let index = self.services.len();
         for (id, m) in service.schema().methods().iter().enumerate() {
             if m.service == service.name() {
-                self.routes
-                    .entry(m.path.clone())
-                    .or_insert(Route { service: index, method: id as u32 });
+                let calls = self.metrics.as_ref().map(|x| x.server_method(&m.path));
+                self.routes.entry(m.path.clone()).or_insert(Route {
+                    service: index,
+                    method: id as u32,
+                    calls,
+                });
             }
         }
         self.services.push(service);

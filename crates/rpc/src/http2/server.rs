@@ -30,6 +30,7 @@ use protoplane_wire::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
+use crate::metrics::{CallSizes, MethodCalls};
 use crate::server::{deadline_exceeded, same_service, Router, ServerOptions};
 use protoplane_grpc::call::{
     BoxFuture, Message, Out, Peer, Request, Responder, Streaming, UnarySlot,
@@ -180,6 +181,11 @@ struct Call {
     /// flow-control credit (its response backlog is over the limit, or it
     /// is draining).
     waits_credit: bool,
+    /// With metrics: the method's instruments and when the call started,
+    /// until its end is recorded (once: see [`measure_end`]).
+    measured: Option<(Arc<MethodCalls>, Instant)>,
+    /// Message bytes each way so far (recorded with metrics only).
+    sizes: CallSizes,
 }
 
 struct Driver<IO> {
@@ -427,17 +433,33 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 false => format!("unknown service {path}"),
             };
             let st = Status::new(Code::Unimplemented, msg);
+            if let Some(other) = &router.other_calls {
+                other.start();
+                other.end(st.code, Duration::ZERO, CallSizes::default());
+            }
             return trailers_only(&mut self.conn, stream, &st, &Metadata::new());
         };
+        let measured = route.calls.as_ref().map(|m| {
+            m.start();
+            (m.clone(), Instant::now())
+        });
         let parsed = parse_head(h);
         let head = match parsed {
             Ok(head) => head,
-            Err(st) => return trailers_only(&mut self.conn, stream, &st, &Metadata::new()),
+            Err(st) => {
+                if let Some((m, t)) = &measured {
+                    m.end(st.code, t.elapsed(), CallSizes::default());
+                }
+                return trailers_only(&mut self.conn, stream, &st, &Metadata::new());
+            }
         };
         let service = &router.services[route.service];
         let schema = service.schema().clone();
         let Some(method) = schema.method(route.method) else {
             let st = Status::new(Code::Internal, "route to a missing method");
+            if let Some((m, t)) = &measured {
+                m.end(st.code, t.elapsed(), CallSizes::default());
+            }
             return trailers_only(&mut self.conn, stream, &st, &Metadata::new());
         };
         let call = Call {
@@ -469,6 +491,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             initial: Metadata::new(),
             draining: false,
             waits_credit: false,
+            measured,
+            sizes: CallSizes::default(),
         };
         let slot = self.alloc(call);
         self.by_stream.insert(stream, slot);
@@ -507,7 +531,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 
     fn free_slot(&mut self, slot: u32) {
         if let Some(s) = self.calls.get_mut(slot as usize) {
-            if let Some(c) = s.call.take() {
+            if let Some(mut c) = s.call.take() {
+                // A call that ends with no status sent was reset (by the
+                // client, or by the server past a partial message).
+                measure_end(&mut c, Code::Cancelled);
                 self.by_stream.remove(&c.stream);
                 // Dropped here: the handler (cancelled), its queues.
                 drop(c);
@@ -527,6 +554,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let mut held = 0;
         for (i, Frame { compressed: z, data: wire }) in messages.into_iter().enumerate() {
             let size = wire.len() + FRAME_HEADER_LEN;
+            call.sizes.rcvd += wire.len() as u64;
             let m = match decode(call, &mut self.decoder, z, wire) {
                 Ok(m) => m,
                 Err(st) => return self.fail(slot, st),
@@ -860,6 +888,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         match st.code {
             Code::Cancelled => self.conn.reset(call.stream, Reason::CANCEL),
             Code::DeadlineExceeded if call.headers_sent => {
+                measure_end(call, st.code);
                 self.conn.reset(call.stream, Reason::CANCEL)
             }
             _ => finish(&mut self.conn, call, &st, &Metadata::new()),
@@ -1012,12 +1041,14 @@ fn send_message(conn: &mut Conn, call: &mut Call, message: &[u8], z: bool) -> Re
     if z && call.gzip_ok {
         let body = codec::gzip(message);
         let blen = body.len() as u32;
+        call.sizes.sent += u64::from(blen);
         conn.send_data_with(call.stream, FRAME_HEADER_LEN + body.len(), false, |buf| {
             buf.push(1);
             buf.extend_from_slice(&blen.to_be_bytes());
             buf.extend_from_slice(&body);
         });
     } else {
+        call.sizes.sent += u64::from(len);
         conn.send_data_with(call.stream, FRAME_HEADER_LEN + message.len(), false, |buf| {
             buf.push(0);
             buf.extend_from_slice(&len.to_be_bytes());
@@ -1042,6 +1073,7 @@ fn status_fields(sink: &mut dyn FieldSink, st: &Status, trailers: &Metadata) {
 /// Ends a call with `st`: trailers, or a trailers-only response when no
 /// headers went out and the handler set none.
 fn finish(conn: &mut Conn, call: &mut Call, st: &Status, trailers: &Metadata) {
+    measure_end(call, st.code);
     if !call.headers_sent && !call.initial.is_empty() {
         // Headers the handler set but never sent go as headers, then the
         // trailers (grpc-go and tonic do the same; a client reading
@@ -1058,6 +1090,14 @@ fn finish(conn: &mut Conn, call: &mut Call, st: &Status, trailers: &Metadata) {
     } else {
         call.headers_sent = true;
         trailers_only(conn, call.stream, st, trailers);
+    }
+}
+
+/// Records the call's end in its method's metrics, the first time only.
+#[inline]
+fn measure_end(call: &mut Call, code: Code) {
+    if let Some((m, started)) = call.measured.take() {
+        m.end(code, started.elapsed(), call.sizes);
     }
 }
 

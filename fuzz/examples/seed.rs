@@ -308,9 +308,11 @@ fn main() {
     let inc_face = inc_face_seeds(corpus);
     let attach = attach_seeds(corpus);
     let versions = versions_seeds(corpus);
+    let metrics_http = metrics_http_seeds(corpus);
 
     for dir in [
         &attach,
+        &metrics_http,
         &versions,
         &wire,
         &gen_wire,
@@ -328,6 +330,26 @@ fn main() {
     ] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
+}
+
+/// Seeds of the `metrics_http` target (a cut byte, then what a client
+/// sends): Prometheus's scrape, curl's, HTTP/1.0 with bare line ends, a
+/// POST, a query string, a head split by a cut.
+fn metrics_http_seeds(corpus: &Path) -> Dir {
+    let mut dir = Dir::new(corpus, "metrics_http");
+    let heads: [(&str, &[u8]); 5] = [
+        ("prometheus", b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nUser-Agent: Prometheus/2.42.0\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\nAccept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 0.9\r\n\r\n"),
+        ("curl", b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"),
+        ("bare-lf", b"GET /metrics HTTP/1.0\n\n"),
+        ("post", b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+        ("query", b"HEAD /metrics?name[]=up HTTP/1.1\r\n\r\n"),
+    ];
+    for (name, head) in heads {
+        for cut in [255u8, 100, 7] {
+            dir.put_selected(name, cut, head);
+        }
+    }
+    dir
 }
 
 /// Seeds of the `versions` target: descriptor sets an application could

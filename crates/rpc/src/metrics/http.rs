@@ -65,12 +65,15 @@ impl std::fmt::Display for HeadError {
 /// incomplete (no empty line yet). Headers are skipped: none changes the
 /// answer.
 pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
-    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| {
-        // Bare LF line ends, as RFC 9112 lets a server accept.
-        buf.windows(2).position(|w| w == b"\n\n")
+    // The head ends at the first line end followed by an empty line
+    // (CRLF, or a bare LF as RFC 9112 lets a server accept): the earliest
+    // such place, so bytes arriving later never change a complete head.
+    let end = (0..buf.len()).find(|&i| {
+        buf[i] == b'\n' && (buf.get(i + 1) == Some(&b'\n') || buf[i + 1..].starts_with(b"\r\n"))
     });
     let Some(end) = end else {
-        return if buf.len() > MAX_HEAD { Err(HeadError::TooLong) } else { Ok(None) };
+        // Room for the longest terminator after MAX_HEAD bytes of head.
+        return if buf.len() > MAX_HEAD + 2 { Err(HeadError::TooLong) } else { Ok(None) };
     };
     if end > MAX_HEAD {
         return Err(HeadError::TooLong);
@@ -90,7 +93,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     if method.is_empty() || !method.iter().all(u8::is_ascii_uppercase) {
         return Err(HeadError::Malformed);
     }
-    if target.is_empty() || !target.iter().all(|b| b.is_ascii_graphic()) {
+    // Origin form only (`/path?query`): what scrapers send.
+    if !target.starts_with(b"/") || !target.iter().all(|b| b.is_ascii_graphic()) {
         return Err(HeadError::Malformed);
     }
     let method = match method {
@@ -184,6 +188,9 @@ mod tests {
         assert_eq!(parse_head(b"GET  /metrics HTTP/1.1\r\n\r\n"), Err(HeadError::Malformed));
         assert_eq!(parse_head(b"get /metrics HTTP/1.1\r\n\r\n"), Err(HeadError::Malformed));
         assert_eq!(parse_head(b"GET /metrics HTTP/2.0\r\n\r\n"), Err(HeadError::Malformed));
-        assert_eq!(parse_head(&vec![b'A'; MAX_HEAD + 1]), Err(HeadError::TooLong));
+        assert_eq!(parse_head(b"GET ?x HTTP/1.1\r\n\r\n"), Err(HeadError::Malformed));
+        assert_eq!(parse_head(b"GET /a HTTP/1.1\n\nGET /b HTTP/1.1\r\n\r\n"), get("/a"));
+        assert_eq!(parse_head(&vec![b'A'; MAX_HEAD + 3]), Err(HeadError::TooLong));
+        assert_eq!(parse_head(&vec![b'A'; MAX_HEAD]), Ok(None));
     }
 }

@@ -50,6 +50,11 @@ const IMPLS: [&str; 8] = [
     "grpc-cpp",
 ];
 
+/// What `--impls` can name beyond the default set: protoplane's gRPC
+/// server recording gRFC A66's metrics (`serve --metrics-addr`), to
+/// measure what they cost beside `protoplane-grpc`.
+const EXTRA_IMPLS: [&str; 1] = ["protoplane-grpc-metrics"];
+
 /// The suffix of an implementation run in busy-poll mode (`--spin`): the
 /// server's thread never sleeps waiting for the network.
 const SPIN: &str = "-spin";
@@ -80,12 +85,13 @@ pub(crate) struct RpcArgs {
     /// serve --spin`: busy-polling), protoplane-h2 (`protoplane serve
     /// --grpc-transport h2`: HTTP/2 from the h2 crate), protoplane-lean,
     /// tonic, tonic-spin (the tonic server busy-polling the same way),
-    /// grpc-go, grpc-cpp.
+    /// grpc-go, grpc-cpp; and, not by default, protoplane-grpc-metrics
+    /// (`protoplane serve --metrics-addr`: A66 metrics recorded).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "protoplane-grpc,protoplane-grpc-spin,protoplane-h2,protoplane-lean,tonic,tonic-spin,grpc-go,grpc-cpp",
-        value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
+        value_parser = clap::builder::PossibleValuesParser::new(IMPLS.iter().chain(&EXTRA_IMPLS)),
     )]
     impls: Vec<String>,
     /// Also load every gRPC server with ghz (the default; installed by
@@ -344,6 +350,9 @@ fn start(
             c.args(["serve", "--lean-port", "0"]);
             if imp == "protoplane-h2" {
                 c.args(["--grpc-transport", "h2"]);
+            }
+            if imp == "protoplane-grpc-metrics" {
+                c.args(["--metrics-addr", "127.0.0.1:0"]);
             }
             c
         }

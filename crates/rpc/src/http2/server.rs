@@ -94,6 +94,8 @@ where
         dead: false,
         shutdown: None,
         shutdown_armed: false,
+        turn: Instant::now(),
+        ended_calls: Vec::new(),
     };
     d.shutdown = Some(d.router.drain().started_boxed());
     d.run().await;
@@ -181,9 +183,11 @@ struct Call {
     /// flow-control credit (its response backlog is over the limit, or it
     /// is draining).
     waits_credit: bool,
-    /// With metrics: the method's instruments and when the call started,
-    /// until its end is recorded (once: see [`measure_end`]).
+    /// With metrics: the method's instruments and when the call started
+    /// (the start of the connection task's turn that read its headers).
     measured: Option<(Arc<MethodCalls>, Instant)>,
+    /// The status code sent (the first one), for the metrics.
+    ended: Option<Code>,
     /// Message bytes each way so far (recorded with metrics only).
     sizes: CallSizes,
 }
@@ -213,6 +217,11 @@ struct Driver<IO> {
     /// lock. Taken once the connection has sent its graceful GOAWAY.
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     shutdown_armed: bool,
+    /// With metrics: when the current turn of the loop began (the start
+    /// of the calls whose headers it reads), and the calls that ended in
+    /// it, recorded at its end with one clock read for all of them.
+    turn: Instant,
+    ended_calls: Vec<(Arc<MethodCalls>, Instant, Code, CallSizes)>,
 }
 
 /// Slot number of the handshake timer in the timer heap.
@@ -226,11 +235,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             HANDSHAKE,
             0,
         )));
+        let measuring = self.router.other_calls.is_some();
         loop {
+            if measuring {
+                self.turn = Instant::now();
+            }
             self.process_input();
             self.wake_credit_waiters();
             self.run_ready();
-            self.expire(Instant::now());
+            let now = Instant::now();
+            self.expire(now);
+            self.record_ended(now);
             if self.eof {
                 self.drop_stalled();
             }
@@ -250,9 +265,23 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 break;
             }
         }
+        if measuring {
+            // Calls still open end with the connection: cancelled.
+            for slot in 0..self.calls.len() as u32 {
+                self.free_slot(slot);
+            }
+            self.record_ended(Instant::now());
+        }
         // Whatever is left (a GOAWAY after a protocol error) goes out.
         let _ =
             tokio::time::timeout(Duration::from_secs(1), poll_fn(|cx| self.poll_flush(cx))).await;
+    }
+
+    /// Records the calls that ended this turn as ending `now`.
+    fn record_ended(&mut self, now: Instant) {
+        for (m, start, code, sizes) in self.ended_calls.drain(..) {
+            m.end(code, now.saturating_duration_since(start), sizes);
+        }
     }
 
     fn live_calls(&self) -> usize {
@@ -441,14 +470,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         };
         let measured = route.calls.as_ref().map(|m| {
             m.start();
-            (m.clone(), Instant::now())
+            (m.clone(), self.turn)
         });
         let parsed = parse_head(h);
         let head = match parsed {
             Ok(head) => head,
             Err(st) => {
-                if let Some((m, t)) = &measured {
-                    m.end(st.code, t.elapsed(), CallSizes::default());
+                if let Some((m, start)) = measured {
+                    self.ended_calls.push((m, start, st.code, CallSizes::default()));
                 }
                 return trailers_only(&mut self.conn, stream, &st, &Metadata::new());
             }
@@ -457,8 +486,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let schema = service.schema().clone();
         let Some(method) = schema.method(route.method) else {
             let st = Status::new(Code::Internal, "route to a missing method");
-            if let Some((m, t)) = &measured {
-                m.end(st.code, t.elapsed(), CallSizes::default());
+            if let Some((m, start)) = measured {
+                self.ended_calls.push((m, start, st.code, CallSizes::default()));
             }
             return trailers_only(&mut self.conn, stream, &st, &Metadata::new());
         };
@@ -492,6 +521,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             draining: false,
             waits_credit: false,
             measured,
+            ended: None,
             sizes: CallSizes::default(),
         };
         let slot = self.alloc(call);
@@ -532,9 +562,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     fn free_slot(&mut self, slot: u32) {
         if let Some(s) = self.calls.get_mut(slot as usize) {
             if let Some(mut c) = s.call.take() {
-                // A call that ends with no status sent was reset (by the
-                // client, or by the server past a partial message).
-                measure_end(&mut c, Code::Cancelled);
+                if let Some((m, start)) = c.measured.take() {
+                    // A call that ends with no status sent was reset (by
+                    // the client, or by the server past a partial message).
+                    let code = c.ended.unwrap_or(Code::Cancelled);
+                    self.ended_calls.push((m, start, code, c.sizes));
+                }
                 self.by_stream.remove(&c.stream);
                 // Dropped here: the handler (cancelled), its queues.
                 drop(c);
@@ -1093,12 +1126,11 @@ fn finish(conn: &mut Conn, call: &mut Call, st: &Status, trailers: &Metadata) {
     }
 }
 
-/// Records the call's end in its method's metrics, the first time only.
+/// Notes the status a call ends with (the first one) for its metrics,
+/// recorded when its slot is freed.
 #[inline]
 fn measure_end(call: &mut Call, code: Code) {
-    if let Some((m, started)) = call.measured.take() {
-        m.end(code, started.elapsed(), call.sizes);
-    }
+    call.ended.get_or_insert(code);
 }
 
 /// A trailers-only response: one HEADERS frame with END_STREAM.

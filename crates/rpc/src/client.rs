@@ -58,6 +58,9 @@ pub struct ChannelOptions {
     /// The HTTP/2 implementation: protoplane's own (the default) or the
     /// `h2` crate, kept for comparison.
     pub transport: GrpcTransport,
+    /// Keepalive pings (gRFC A8; none by default, as in grpc-go). The
+    /// native transport only.
+    pub keepalive: Option<crate::keepalive::ClientKeepalive>,
 }
 
 /// TLS settings of a client.
@@ -99,6 +102,7 @@ impl Default for ChannelOptions {
             connect_timeout: Duration::from_secs(20),
             backoff: Backoff::default(),
             transport: GrpcTransport::Native,
+            keepalive: None,
         }
     }
 }
@@ -411,7 +415,12 @@ impl Channel {
     {
         let link = match opts.transport {
             GrpcTransport::Native => {
-                let link = native::Link::start(io, opts.stream_window, opts.connection_window);
+                let link = native::Link::start(
+                    io,
+                    opts.stream_window,
+                    opts.connection_window,
+                    opts.keepalive.clone(),
+                );
                 Link::Native(Arc::new(NativeHandle(link)))
             }
             #[cfg(feature = "h2")]

@@ -35,6 +35,7 @@ pub mod drain;
 mod h2;
 pub mod http2;
 pub mod intercept;
+pub mod keepalive;
 pub mod lean;
 pub mod metrics;
 pub mod server;
@@ -45,4 +46,5 @@ pub use client::{
     CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Connectivity, Identity,
     TypedCall,
 };
+pub use keepalive::{ClientKeepalive, ServerKeepalive};
 pub use server::{GrpcTransport, Router, ServerOptions};

@@ -50,6 +50,10 @@ pub struct ServerOptions {
     pub response_queue: usize,
     /// Which HTTP/2 implementation serves gRPC.
     pub transport: GrpcTransport,
+    /// Keepalive, the enforcement of clients' pings, and the connections'
+    /// idle time and age (gRFC A8 and A9; see [`crate::keepalive`]). The
+    /// native transport only.
+    pub keepalive: crate::keepalive::ServerKeepalive,
 }
 
 /// The HTTP/2 implementation under the gRPC server.
@@ -91,6 +95,7 @@ impl Default for ServerOptions {
             request_queue: 8,
             response_queue: 8,
             transport: GrpcTransport::Native,
+            keepalive: crate::keepalive::ServerKeepalive::default(),
         }
     }
 }

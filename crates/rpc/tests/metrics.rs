@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_grpc::{BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming};
+use protoplane_grpc::{
+    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
+};
 use protoplane_rpc::metrics::Metrics;
 use protoplane_rpc::{CallOptions, Channel, Router, ServerOptions};
 use protoplane_schema::ProtoSource;
@@ -120,9 +122,15 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
         .metrics(client_metrics.clone(), &target);
 
     for _ in 0..3 {
-        assert_eq!(bounded(BOUND, "Echo", call(&ch, "Echo", CallOptions::default())).await, (Code::Ok, 1));
+        assert_eq!(
+            bounded(BOUND, "Echo", call(&ch, "Echo", CallOptions::default())).await,
+            (Code::Ok, 1)
+        );
     }
-    assert_eq!(bounded(BOUND, "Three", call(&ch, "Three", CallOptions::default())).await, (Code::Ok, 3));
+    assert_eq!(
+        bounded(BOUND, "Three", call(&ch, "Three", CallOptions::default())).await,
+        (Code::Ok, 3)
+    );
     let r = bounded(BOUND, "Fail", call(&ch, "Fail", CallOptions::default())).await;
     assert_eq!(r, (Code::NotFound, 0));
     let r = bounded(BOUND, "Nope", call(&ch, "Nope", CallOptions::default())).await;
@@ -131,7 +139,8 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
     assert_eq!(bounded(BOUND, "Hang", call(&ch, "Hang", hang)).await, (Code::DeadlineExceeded, 0));
     // A call the client drops midway: CANCELLED on both sides.
     {
-        let mut c = ch.start("/metrics.test.Svc/Hang", CallOptions::default()).await.expect("start");
+        let mut c =
+            ch.start("/metrics.test.Svc/Hang", CallOptions::default()).await.expect("start");
         c.send_last(&msg(1)).await.expect("send");
     }
 
@@ -154,7 +163,9 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
         let st = status.map(|s| format!(",grpc_status=\"{s}\"")).unwrap_or_default();
         value(
             &c,
-            &format!("{name}{{grpc_method=\"metrics.test.Svc/{method}\",grpc_target=\"{target}\"{st}}}"),
+            &format!(
+                "{name}{{grpc_method=\"metrics.test.Svc/{method}\",grpc_target=\"{target}\"{st}}}"
+            ),
         )
     };
 
@@ -186,7 +197,10 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
         value(&s, "grpc_server_call_duration_seconds_count{grpc_method=\"other\",grpc_status=\"UNIMPLEMENTED\"}"),
         1.0
     );
-    assert_eq!(client("grpc_client_call_duration_seconds_count", "Nope", Some("UNIMPLEMENTED")), 1.0);
+    assert_eq!(
+        client("grpc_client_call_duration_seconds_count", "Nope", Some("UNIMPLEMENTED")),
+        1.0
+    );
 
     // Sizes: 102 bytes per message each way; what one side sent, the
     // other received.
@@ -201,7 +215,12 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
     // A call's size lands in the bucket that holds it: 306 > 0, ≤ 1024.
     let b = "grpc_server_call_sent_total_compressed_message_size_bytes_bucket";
     let bucket = |le: &str| {
-        value(&s, &format!("{b}{{grpc_method=\"metrics.test.Svc/Three\",grpc_status=\"OK\",le=\"{le}\"}}"))
+        value(
+            &s,
+            &format!(
+                "{b}{{grpc_method=\"metrics.test.Svc/Three\",grpc_status=\"OK\",le=\"{le}\"}}"
+            ),
+        )
     };
     assert_eq!((bucket("0"), bucket("1024"), bucket("+Inf")), (0.0, 1.0, 1.0));
     // A deadline of 100 ms: the server's duration sum says at least that.
@@ -223,7 +242,9 @@ async fn the_scrape_endpoint_answers_get_and_refuses_the_rest() {
         s.read_to_end(&mut out).await.expect("read");
         String::from_utf8(out).expect("utf-8")
     };
-    let ok = bounded(BOUND, "scrape", ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")).await;
+    let ok =
+        bounded(BOUND, "scrape", ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"))
+            .await;
     assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
     assert!(ok.contains("Content-Type: text/plain; version=0.0.4"), "{ok}");
     assert!(ok.contains("\r\n\r\n# HELP grpc_server_call_started_total"), "{ok}");

@@ -208,6 +208,7 @@ impl Conn {
         if s.send_closed {
             return;
         }
+        self.sent_stream_frames = true;
         let fits = s.pending.is_empty()
             && (len as i64) <= s.send_window
             && (len as i64) <= self.send_window

@@ -443,6 +443,7 @@ impl Conn {
         if end_stream {
             s.send_closed = true;
         }
+        self.sent_stream_frames = true;
         self.write_block(id, end_stream, fields);
         if end_stream {
             self.after_send_end(id);
@@ -492,6 +493,7 @@ impl Conn {
             return;
         }
         s.send_closed = true;
+        self.sent_stream_frames = true;
         if s.pending.is_empty() {
             self.write_block(id, true, fields);
             self.after_send_end(id);

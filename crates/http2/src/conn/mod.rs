@@ -181,6 +181,15 @@ pub enum Event {
         /// Its code.
         reason: Reason,
     },
+    /// A PING from the peer (already answered), or the acknowledgement of
+    /// one sent with [`Conn::ping`]: for keepalive (gRFC A8) and its
+    /// enforcement, which need a clock the connection does not have.
+    Ping {
+        /// An acknowledgement of ours.
+        ack: bool,
+        /// Its 8 bytes.
+        payload: [u8; 8],
+    },
 }
 
 #[derive(Debug)]
@@ -222,6 +231,9 @@ pub struct Conn {
     goaway_sent: bool,
     /// A graceful GOAWAY's first phase is out: its PING is unanswered.
     goaway_announced: bool,
+    /// A HEADERS or DATA frame went out since the last look
+    /// ([`Conn::take_sent_stream_frames`]).
+    sent_stream_frames: bool,
     goaway_received: Option<u32>,
     reset_credit: u32,
     idle_frames: u32,
@@ -275,6 +287,7 @@ impl Conn {
             out: Output::default(),
             goaway_sent: false,
             goaway_announced: false,
+            sent_stream_frames: false,
             goaway_received: None,
             reset_credit: cfg.reset_budget,
             idle_frames: 0,
@@ -377,7 +390,7 @@ impl Conn {
             kind::CONTINUATION => self.on_continuation(head, payload),
             kind::SETTINGS => self.on_settings(head, payload).map(|_| None),
             kind::WINDOW_UPDATE => self.on_window_update(head, payload),
-            kind::PING => self.on_ping(head, payload).map(|_| None),
+            kind::PING => self.on_ping(head, payload),
             kind::RST_STREAM => self.on_rst(head, payload),
             kind::PRIORITY => self.on_priority(head, payload),
             kind::GOAWAY => self.on_goaway(head, payload),

@@ -106,3 +106,29 @@ fn a_two_phase_goaway_serves_the_stream_that_raced_it() {
     );
     assert_eq!(p.server.resets_sent(), vec![(3, Reason::REFUSED_STREAM)]);
 }
+
+#[test]
+fn pings_are_answered_and_reported_and_stream_frames_are_noted() {
+    let mut p = Pair::connected();
+    p.client.take();
+    p.server.take();
+    assert!(!p.server.conn.take_sent_stream_frames());
+    p.client.conn.ping(*b"keepaliv");
+    p.drive();
+    // The server answered on its own and says a ping came.
+    assert_eq!(p.server.take(), vec![Seen::Ping { ack: false, payload: *b"keepaliv" }]);
+    assert_eq!(p.client.take(), vec![Seen::Ping { ack: true, payload: *b"keepaliv" }]);
+    // Control frames are not stream frames; a response is.
+    assert!(!p.server.conn.take_sent_stream_frames());
+    let id = p.request("/s/m", &[], true);
+    p.drive();
+    p.respond(id, true);
+    assert!(p.server.conn.take_sent_stream_frames());
+    assert!(!p.server.conn.take_sent_stream_frames(), "taken once");
+    // A graceful shutdown's own PING is not reported.
+    p.drive();
+    p.client.take();
+    p.server.conn.go_away_gracefully();
+    p.drive();
+    assert!(!p.server.take().iter().any(|s| matches!(s, Seen::Ping { .. })));
+}

@@ -59,6 +59,10 @@ pub(crate) enum Seen {
         last_stream: u32,
         reason: Reason,
     },
+    Ping {
+        ack: bool,
+        payload: [u8; 8],
+    },
 }
 
 /// One side: its connection, the bytes waiting for it, what it saw.
@@ -182,6 +186,7 @@ impl End {
                 }
                 Event::Reset { stream, reason, by_peer } => Seen::Reset { stream, reason, by_peer },
                 Event::GoAway { last_stream, reason } => Seen::GoAway { last_stream, reason },
+                Event::Ping { ack, payload } => Seen::Ping { ack, payload },
             };
             self.seen.push_back(seen);
         }

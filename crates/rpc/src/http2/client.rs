@@ -18,7 +18,7 @@
 //! MAX_CONCURRENT_STREAMS wait for a slot, as h2 and grpc-go do.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +35,8 @@ use protoplane_grpc::status::{Code, Status};
 use protoplane_http2::conn::{Config, Conn, Event, FieldSink, Role};
 use protoplane_http2::frame::Reason;
 use protoplane_http2::hpack::Index;
+
+use crate::keepalive::{ClientKeepalive, KEEPALIVE_PING};
 
 /// Bytes of one stream allowed to wait for the server's credit before a
 /// sender waits.
@@ -132,6 +134,9 @@ struct State {
     send_waiters: Vec<u32>,
     /// The connection is gone: every call fails with this.
     error: Option<Status>,
+    /// The code of a GOAWAY the server sent with an error (the reason the
+    /// connection then closes, for the calls it ends).
+    goaway_error: Option<Reason>,
 }
 
 /// The shared half of a connection.
@@ -165,7 +170,12 @@ fn reset_status(reason: Reason) -> Status {
 impl Link {
     /// Starts the connection on `io` (its preface and SETTINGS go out
     /// at once) and spawns its driver.
-    pub(crate) fn start<IO>(io: IO, stream_window: u32, connection_window: u32) -> Arc<Link>
+    pub(crate) fn start<IO>(
+        io: IO,
+        stream_window: u32,
+        connection_window: u32,
+        keepalive: Option<ClientKeepalive>,
+    ) -> Arc<Link>
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -181,12 +191,16 @@ impl Link {
                 open_waiters: Vec::new(),
                 send_waiters: Vec::new(),
                 error: None,
+                goaway_error: None,
             }),
             driver: AtomicWaker::new(),
             abandoned: AtomicBool::new(false),
         });
         let l = link.clone();
-        tokio::spawn(async move { Driver { link: l, io, input: BytesMut::new() }.run().await });
+        let keeper = keepalive.map(Keeper::new);
+        tokio::spawn(
+            async move { Driver { link: l, io, input: BytesMut::new(), keeper }.run().await },
+        );
         link
     }
 
@@ -471,6 +485,73 @@ struct Driver<IO> {
     link: Arc<Link>,
     io: IO,
     input: BytesMut,
+    keeper: Option<Keeper>,
+}
+
+/// Client keepalive (see [`crate::keepalive`]), as grpc-go runs it: a
+/// timer; whether anything was read since it was last set; whether a ping
+/// waits for an answer, and how much of its timeout is left.
+struct Keeper {
+    opts: ClientKeepalive,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// What the timer was last set for.
+    waited: std::time::Duration,
+    read: bool,
+    pinged: bool,
+    timeout_left: std::time::Duration,
+}
+
+impl Keeper {
+    fn new(opts: ClientKeepalive) -> Keeper {
+        let timer = Box::pin(tokio::time::sleep(opts.time));
+        let waited = opts.time;
+        Keeper { opts, timer, waited, read: false, pinged: false, timeout_left: Default::default() }
+    }
+
+    /// Runs the timer: `Err` when a ping went unanswered (nothing read
+    /// within the timeout); `Ok(true)` when a ping is to go out.
+    fn poll(&mut self, cx: &mut Context<'_>, calls_open: bool) -> Result<bool, Status> {
+        let mut ping = false;
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let wait = if self.read {
+                // Alive. The next ping is due `time` after the last read,
+                // which came at the latest now; after a ping, counted
+                // from the ping (its answer came soon after it).
+                let wait = if self.pinged {
+                    self.opts.time.saturating_sub(self.waited)
+                } else {
+                    self.opts.time
+                };
+                self.pinged = false;
+                wait
+            } else if self.pinged {
+                if self.timeout_left.is_zero() {
+                    return Err(Status::new(
+                        Code::Unavailable,
+                        format!(
+                            "keepalive: the server answered no ping within {:?}",
+                            self.opts.timeout
+                        ),
+                    ));
+                }
+                let wait = self.opts.time.min(self.timeout_left);
+                self.timeout_left -= wait;
+                wait
+            } else if calls_open || self.opts.permit_without_stream {
+                ping = true;
+                self.pinged = true;
+                let wait = self.opts.time.min(self.opts.timeout);
+                self.timeout_left = self.opts.timeout - wait;
+                wait
+            } else {
+                self.opts.time
+            };
+            self.read = false;
+            self.waited = wait;
+            self.timer.as_mut().reset(tokio::time::Instant::now() + wait);
+        }
+        Ok(ping)
+    }
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
@@ -484,6 +565,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         })
         .await;
         let mut st = self.link.lock();
+        let why = match st.goaway_error {
+            // ENHANCE_YOUR_CALM after too many keepalive pings, say.
+            Some(r) => {
+                Status::new(why.code, format!("{} (the server sent GOAWAY {r})", why.message))
+            }
+            None => why,
+        };
         st.error = Some(why);
         for inbox in st.inboxes.values_mut() {
             inbox.wake();
@@ -518,11 +606,25 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 Poll::Ready(Ok(_)) => {
                     crate::busy::note_read();
                     progress = true;
+                    if let Some(k) = &mut self.keeper {
+                        k.read = true;
+                    }
                     if let Err(st) = self.process() {
                         return Poll::Ready(st);
                     }
                 }
                 Poll::Pending => {}
+            }
+            if let Some(k) = &mut self.keeper {
+                let mut st = self.link.lock();
+                match k.poll(cx, !st.inboxes.is_empty()) {
+                    Err(why) => {
+                        drop(st);
+                        return Poll::Ready(why);
+                    }
+                    Ok(true) => st.conn.ping(KEEPALIVE_PING),
+                    Ok(false) => {}
+                }
             }
             match self.poll_write(cx) {
                 Poll::Ready(Err(st)) => return Poll::Ready(st),
@@ -601,6 +703,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     }
                 }
                 Event::GoAway { last_stream, reason } => {
+                    if reason != Reason::NO_ERROR {
+                        st.goaway_error = Some(reason);
+                    }
                     // Streams the server never processed may be retried
                     // elsewhere: UNAVAILABLE.
                     for (&id, inbox) in st.inboxes.iter_mut() {
@@ -617,6 +722,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     }
                 }
                 Event::Open { stream, .. } => st.conn.reset(stream, Reason::PROTOCOL_ERROR),
+                // Answered by the connection; for keepalive, anything read
+                // is an answer.
+                Event::Ping { .. } => {}
             }
         }
         // Credit that arrived may let waiting senders go on; streams that

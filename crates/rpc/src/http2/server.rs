@@ -96,6 +96,13 @@ where
         shutdown_armed: false,
         turn: Instant::now(),
         ended_calls: Vec::new(),
+        read_since_timer: false,
+        pinged: false,
+        last_client_ping: None,
+        ping_strikes: 0,
+        idle_since: None,
+        idle_gen: 0,
+        leaving: false,
     };
     d.shutdown = Some(d.router.drain().started_boxed());
     d.run().await;
@@ -222,19 +229,49 @@ struct Driver<IO> {
     /// it, recorded at its end with one clock read for all of them.
     turn: Instant,
     ended_calls: Vec<(Arc<MethodCalls>, Instant, Code, CallSizes)>,
+    /// Keepalive (see [`crate::keepalive`]): anything read since the
+    /// keepalive timer was set; a ping of ours waits for an answer.
+    read_since_timer: bool,
+    pinged: bool,
+    /// The client's last ping, and its strikes.
+    last_client_ping: Option<Instant>,
+    ping_strikes: u32,
+    /// Since when no call has been open (with `max_connection_idle`), and
+    /// the generation of the idle timer (bumped when a call opens).
+    idle_since: Option<Instant>,
+    idle_gen: u32,
+    /// The connection sent GOAWAY of its own (idle, age): it ends once
+    /// its calls do.
+    leaving: bool,
 }
 
-/// Slot number of the handshake timer in the timer heap.
+/// Slot numbers of the connection's own timers in the timer heap.
 const HANDSHAKE: u32 = u32::MAX;
+/// Keepalive: ping if nothing was read; or, a ping out, give up if still
+/// nothing was.
+const KEEPALIVE: u32 = u32::MAX - 1;
+/// `max_connection_idle` (generation: `Driver::idle_gen`).
+const IDLE: u32 = u32::MAX - 2;
+/// `max_connection_age`, then its grace.
+const AGE: u32 = u32::MAX - 3;
+const AGE_GRACE: u32 = u32::MAX - 4;
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     async fn run(&mut self) {
         // The client has 10 s for its preface and first SETTINGS.
-        self.timers.push(std::cmp::Reverse((
-            Instant::now() + Duration::from_secs(10),
-            HANDSHAKE,
-            0,
-        )));
+        let start = Instant::now();
+        self.timers.push(std::cmp::Reverse((start + Duration::from_secs(10), HANDSHAKE, 0)));
+        let ka = self.router.options().keepalive.clone();
+        self.timers.push(std::cmp::Reverse((start + ka.time, KEEPALIVE, 0)));
+        if let Some(age) = ka.max_connection_age {
+            // Seeded by the connection's address and the time: connections
+            // made together leave at different times.
+            let seed = self.peer.addr.map_or(0, |a| u64::from(a.port()))
+                ^ u64::from(start.elapsed().subsec_nanos())
+                ^ (std::ptr::from_ref(self) as u64);
+            let at = start + crate::keepalive::jitter(age, seed);
+            self.timers.push(std::cmp::Reverse((at, AGE, 0)));
+        }
         let measuring = self.router.other_calls.is_some();
         loop {
             if measuring {
@@ -246,6 +283,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             let now = Instant::now();
             self.expire(now);
             self.record_ended(now);
+            if self.live_calls() == 0 && self.idle_since.is_none() {
+                if let Some(idle) = self.router.options().keepalive.max_connection_idle {
+                    self.idle_since = Some(now);
+                    self.idle_gen = self.idle_gen.wrapping_add(1);
+                    self.timers.push(std::cmp::Reverse((now + idle, IDLE, self.idle_gen)));
+                }
+            }
             if self.eof {
                 self.drop_stalled();
             }
@@ -256,8 +300,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             }
             // Drained once the final GOAWAY is out (the client read the
             // first one and opens nothing more here) and the calls ended.
-            let drained =
-                self.shutdown.is_none() && self.conn.is_closing() && self.live_calls() == 0;
+            let drained = (self.shutdown.is_none() || self.leaving)
+                && self.conn.is_closing()
+                && self.live_calls() == 0;
             if self.dead || (self.eof && self.live_calls() == 0) || drained {
                 break;
             }
@@ -275,6 +320,69 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         // Whatever is left (a GOAWAY after a protocol error) goes out.
         let _ =
             tokio::time::timeout(Duration::from_secs(1), poll_fn(|cx| self.poll_flush(cx))).await;
+    }
+
+    /// The connection's own timers (keepalive, idle, age).
+    fn on_timer(&mut self, which: u32, gen: u32, now: Instant) {
+        let ka = &self.router.options().keepalive;
+        match which {
+            KEEPALIVE => {
+                if self.pinged && !self.read_since_timer {
+                    // Nothing came back from the client since the ping.
+                    self.dead = true;
+                    return;
+                }
+                let next = if self.read_since_timer || self.pinged {
+                    self.pinged = false;
+                    ka.time
+                } else {
+                    self.conn.ping(crate::keepalive::KEEPALIVE_PING);
+                    self.pinged = true;
+                    ka.timeout
+                };
+                self.read_since_timer = false;
+                self.timers.push(std::cmp::Reverse((now + next, KEEPALIVE, 0)));
+            }
+            IDLE if gen == self.idle_gen && self.idle_since.is_some() && self.live_calls() == 0 => {
+                self.leaving = true;
+                self.conn.go_away_gracefully();
+            }
+            AGE => {
+                self.leaving = true;
+                self.conn.go_away_gracefully();
+                if let Some(grace) = ka.max_connection_age_grace {
+                    self.timers.push(std::cmp::Reverse((now + grace, AGE_GRACE, 0)));
+                }
+            }
+            AGE_GRACE => self.dead = true,
+            _ => {}
+        }
+    }
+
+    /// A client's ping: within the policy, or a strike (see
+    /// [`crate::keepalive`]); the third strike closes the connection.
+    fn on_client_ping(&mut self) {
+        let now = Instant::now();
+        let ka = &self.router.options().keepalive;
+        let last = self.last_client_ping.replace(now);
+        if self.conn.take_sent_stream_frames() {
+            // The server sent something since: the client's pings are
+            // forgiven (grpc-go's resetPingStrikes).
+            self.ping_strikes = 0;
+            return;
+        }
+        let least = if self.live_calls() == 0 && !ka.permit_without_stream {
+            crate::keepalive::IDLE_PING_INTERVAL
+        } else {
+            ka.min_time
+        };
+        if last.is_some_and(|t| now.saturating_duration_since(t) < least) {
+            self.ping_strikes += 1;
+        }
+        if self.ping_strikes > crate::keepalive::MAX_PING_STRIKES {
+            self.conn.go_away(Reason::ENHANCE_YOUR_CALM, "too_many_pings");
+            self.dead = true;
+        }
     }
 
     /// Records the calls that ended this turn as ending `now`.
@@ -337,6 +445,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 }
                 Poll::Ready(Ok(_)) => {
                     crate::busy::note_read();
+                    self.read_since_timer = true;
                     progress = true;
                 }
                 Poll::Pending => {}
@@ -429,7 +538,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     self.free_slot(slot);
                 }
             }
-            Event::Headers { .. } | Event::GoAway { .. } => {}
+            Event::Ping { ack: false, .. } => self.on_client_ping(),
+            Event::Ping { ack: true, .. } | Event::Headers { .. } | Event::GoAway { .. } => {}
         }
     }
 
@@ -542,6 +652,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     }
 
     fn alloc(&mut self, call: Call) -> u32 {
+        self.idle_since = None;
         if let Some(i) = self.free.pop() {
             let s = &mut self.calls[i as usize];
             s.gen = s.gen.wrapping_add(1);
@@ -749,6 +860,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 if !self.conn.is_established() {
                     self.dead = true;
                 }
+                continue;
+            }
+            if slot >= AGE_GRACE {
+                self.on_timer(slot, gen, now);
                 continue;
             }
             let Some(s) = self.calls.get_mut(slot as usize) else { continue };

@@ -52,6 +52,75 @@ pub(crate) struct ServeArgs {
     /// http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "attach")]
     metrics_addr: Option<String>,
+    /// Keepalive and connection lifecycle (gRFC A8, A9; grpc-go's
+    /// defaults).
+    #[command(flatten)]
+    keepalive: KeepaliveArgs,
+}
+
+/// The server's keepalive settings, in seconds (fractions allowed).
+#[derive(clap::Args, Debug)]
+pub(crate) struct KeepaliveArgs {
+    /// Ping a client after this long without hearing from it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 7200.0)]
+    keepalive_time: f64,
+    /// Close a connection whose client answers no ping within this.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20.0)]
+    keepalive_timeout: f64,
+    /// The shortest time between a client's pings that is not a strike
+    /// (the third strike: GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
+    #[arg(long, value_name = "SECONDS", default_value_t = 300.0)]
+    keepalive_min_time: f64,
+    /// Let clients ping with no call open.
+    #[arg(long)]
+    keepalive_permit_without_stream: bool,
+    /// GOAWAY a connection after this long with no call open.
+    #[arg(long, value_name = "SECONDS")]
+    max_connection_idle: Option<f64>,
+    /// GOAWAY a connection after this long (±10%).
+    #[arg(long, value_name = "SECONDS")]
+    max_connection_age: Option<f64>,
+    /// Close a connection this long after its age's GOAWAY, calls or not.
+    #[arg(long, value_name = "SECONDS", requires = "max_connection_age")]
+    max_connection_age_grace: Option<f64>,
+}
+
+impl KeepaliveArgs {
+    /// The settings, or what is wrong with them.
+    pub(crate) fn settings(&self) -> Result<protoplane_rpc::ServerKeepalive, String> {
+        let secs = |flag: &str, v: f64| -> Result<std::time::Duration, String> {
+            if v.is_finite() && (0.0..=1e9).contains(&v) {
+                Ok(std::time::Duration::from_secs_f64(v))
+            } else {
+                Err(format!("--{flag} {v}: seconds, 0 or more"))
+            }
+        };
+        let positive = |flag: &str, v: f64| -> Result<std::time::Duration, String> {
+            let d = secs(flag, v)?;
+            if d.is_zero() {
+                return Err(format!("--{flag}: more than 0 seconds"));
+            }
+            Ok(d)
+        };
+        Ok(protoplane_rpc::ServerKeepalive {
+            time: positive("keepalive-time", self.keepalive_time)?,
+            timeout: positive("keepalive-timeout", self.keepalive_timeout)?,
+            min_time: secs("keepalive-min-time", self.keepalive_min_time)?,
+            permit_without_stream: self.keepalive_permit_without_stream,
+            max_connection_idle: self
+                .max_connection_idle
+                .map(|v| positive("max-connection-idle", v))
+                .transpose()?,
+            max_connection_age: self
+                .max_connection_age
+                .map(|v| positive("max-connection-age", v))
+                .transpose()?,
+            max_connection_age_grace: self
+                .max_connection_age_grace
+                .map(|v| secs("max-connection-age-grace", v))
+                .transpose()?,
+        })
+    }
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
@@ -65,8 +134,12 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
     }
     let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
-    let mut router =
-        router_with(ServerOptions { transport: args.grpc_transport, ..ServerOptions::default() })?;
+    let keepalive = args.keepalive.settings()?;
+    let mut router = router_with(ServerOptions {
+        transport: args.grpc_transport,
+        keepalive,
+        ..ServerOptions::default()
+    })?;
     let metrics = args.metrics_addr.as_ref().map(|_| protoplane_rpc::metrics::Metrics::new());
     if let Some(m) = &metrics {
         router = router.with_metrics(m.clone());

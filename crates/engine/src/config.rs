@@ -12,6 +12,15 @@
 //! attach = "/tmp/protoplane.sock" # where applications attach
 //! metrics = "127.0.0.1:9464"      # Prometheus scrape endpoint (/metrics)
 //!
+//! [keepalive]                     # gRFC A8, A9 on the gRPC listener (grpc-go's defaults)
+//! time_ms = 7200000               # ping a client silent this long
+//! timeout_ms = 20000              # close if the ping goes unanswered
+//! min_time_ms = 300000            # clients' pings closer than this are strikes (3: GOAWAY)
+//! permit_without_stream = false   # clients may ping with no call open
+//! max_connection_idle_ms = 600000 # GOAWAY after this long without calls (default: never)
+//! max_connection_age_ms = 3600000 # GOAWAY after this long, ±10% (default: never)
+//! max_connection_age_grace_ms = 30000 # then close, calls or not
+//!
 //! [schemas]
 //! protos = ["my/service.proto"]   # beside the built-in ones
 //! includes = ["protos"]
@@ -186,6 +195,33 @@ impl Default for Config {
             admin: None,
             grace: Duration::from_secs(10),
         }
+    }
+}
+
+impl Config {
+    /// One key of `[keepalive]` (gRFC A8 and A9 on the gRPC listener:
+    /// `protoplane_rpc::keepalive`).
+    fn keepalive_key(&mut self, key: &str, v: &toml::Value, k: &str) -> Result<(), String> {
+        let ka = &mut self.server.keepalive;
+        let ms = |v: &toml::Value| uint(v, k).map(Duration::from_millis);
+        let positive = |v: &toml::Value| match ms(v)? {
+            d if d.is_zero() => Err(format!("{k} must be above 0")),
+            d => Ok(d),
+        };
+        match key {
+            "time_ms" => ka.time = positive(v)?,
+            "timeout_ms" => ka.timeout = positive(v)?,
+            "min_time_ms" => ka.min_time = ms(v)?,
+            "permit_without_stream" => {
+                ka.permit_without_stream =
+                    v.as_bool().ok_or_else(|| format!("{k} must be true or false"))?
+            }
+            "max_connection_idle_ms" => ka.max_connection_idle = Some(positive(v)?),
+            "max_connection_age_ms" => ka.max_connection_age = Some(positive(v)?),
+            "max_connection_age_grace_ms" => ka.max_connection_age_grace = Some(ms(v)?),
+            _ => return Err(format!("config: unknown key {k}")),
+        }
+        Ok(())
     }
 }
 
@@ -379,6 +415,7 @@ impl Config {
                     ("limits", "stall_timeout_ms") => {
                         self.stall_timeout = Duration::from_millis(uint(v, &k)?.max(10))
                     }
+                    ("keepalive", _) => self.keepalive_key(key, v, &k)?,
                     _ => return Err(format!("config: unknown key {k}")),
                 }
             }
@@ -426,8 +463,19 @@ mod tests {
             [limits]
             max_message = 1000
             stall_timeout_ms = 250
+            [keepalive]
+            min_time_ms = 10000
+            permit_without_stream = true
+            max_connection_age_ms = 60000
+            metrics = 1
         "#;
-        c.apply_toml(text, Path::new("/srv")).expect("valid config");
+        assert!(Config::default().apply_toml(text, Path::new("/srv")).is_err());
+        let text = text.replace("metrics = 1", "");
+        c.apply_toml(&text, Path::new("/srv")).expect("valid config");
+        assert_eq!(c.server.keepalive.min_time, Duration::from_secs(10));
+        assert!(c.server.keepalive.permit_without_stream);
+        assert_eq!(c.server.keepalive.max_connection_age, Some(Duration::from_secs(60)));
+        assert_eq!(c.server.keepalive.max_connection_idle, None);
         assert_eq!(c.grpc, "127.0.0.1:7000".parse().ok());
         assert_eq!(c.attach, PathBuf::from("/srv/run/engine.sock"));
         assert_eq!(c.cores, [0, 1]);
@@ -448,6 +496,8 @@ mod tests {
         assert!(bad("[offload]\nmethods = [\"/a.B\"]").contains("not a method path"));
         assert!(bad("[offload.handlers]\n\"/a.B/C\" = \"nope\"").contains("no built-in"));
         assert!(bad("[offload]\nraw_above = -1").contains("non-negative"));
+        assert!(bad("[keepalive]\ntime_ms = 0").contains("above 0"));
+        assert!(bad("[keepalive]\npermit_without_stream = 1").contains("true or false"));
     }
 
     #[test]

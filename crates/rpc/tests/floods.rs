@@ -23,7 +23,7 @@ use protoplane_http2::frame::{
     self, flag, kind, Head, Reason, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE,
 };
 use protoplane_http2::hpack::Decoder;
-use protoplane_rpc::{Channel, Client, Router, ServerOptions};
+use protoplane_rpc::{Channel, Client, Router, ServerKeepalive, ServerOptions};
 use protoplane_schema::ProtoSource;
 use protoplane_wire::{Block, Builder, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -165,10 +165,25 @@ const SMALL_BUFFER: u32 = 64 << 10;
 
 /// A server of its own per test (so its counters are the test's own);
 /// `small_buffers`: its connections' kernel buffers are fixed small, so
-/// what the server holds shows in what the client can send.
+/// what the server holds shows in what the client can send. Clients may
+/// ping as often as they like here (no keepalive enforcement): what these
+/// tests look at is the HTTP/2 layer's own budget, which holds whatever
+/// the gRPC policy above it is.
 async fn start_server(small_buffers: bool) -> Server {
+    start_server_with(small_buffers, permissive()).await
+}
+
+fn permissive() -> ServerKeepalive {
+    ServerKeepalive {
+        min_time: Duration::ZERO,
+        permit_without_stream: true,
+        ..ServerKeepalive::default()
+    }
+}
+
+async fn start_server_with(small_buffers: bool, keepalive: ServerKeepalive) -> Server {
     let counters = Arc::new(Counters::default());
-    let router = Router::new(ServerOptions::default())
+    let router = Router::new(ServerOptions { keepalive, ..ServerOptions::default() })
         .add_service(Arc::new(Flood { counters: counters.clone() }) as Arc<_>);
     let listener = if small_buffers {
         let s = TcpSocket::new_v4().expect("socket");
@@ -590,6 +605,26 @@ async fn ping_flood_is_cut_off_after_the_budget() {
         let (ended, frames) = c.ended("PING flood").await;
         assert_eq!(ended, Ended::GoAway(Reason::ENHANCE_YOUR_CALM));
         assert_eq!(acks_in_order(&frames), budget - 1, "PINGs answered");
+        let _ = writer.await;
+        assert_serving(server.addr).await;
+    })
+    .await;
+}
+
+/// The same flood against the default keepalive policy (gRFC A8, grpc-go's
+/// rules): with no call open a client should not ping at all, so the
+/// second PING is a strike, and the fourth (the third strike) ends the
+/// connection with GOAWAY(ENHANCE_YOUR_CALM), long before the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_flood_is_cut_off_by_the_keepalive_policy_first() {
+    bounded("PING flood, default policy", async {
+        let server = start_server_with(false, ServerKeepalive::default()).await;
+        let (mut c, _) = RawConn::h2(server.addr, false).await;
+        let flood: Vec<u8> = (0..100).flat_map(seq_ping).collect();
+        let writer = c.spawn_write(flood);
+        let (ended, frames) = c.ended("PING flood").await;
+        assert_eq!(ended, Ended::GoAway(Reason::ENHANCE_YOUR_CALM));
+        assert_eq!(acks_in_order(&frames), 4, "PINGs answered");
         let _ = writer.await;
         assert_serving(server.addr).await;
     })

@@ -1089,6 +1089,17 @@ pub struct Client {
     schema: Arc<Schema>,
 }
 
+/// What [`Client::unary_response`] returns.
+#[derive(Debug)]
+pub struct UnaryResponse {
+    /// The response headers (initial metadata).
+    pub headers: Metadata,
+    /// The decoded response.
+    pub message: Message,
+    /// The trailers (trailing metadata).
+    pub trailers: Metadata,
+}
+
 /// A call of a [`Client`]: [`ClientCall`] plus the method's types.
 #[derive(Debug)]
 pub struct TypedCall {
@@ -1134,12 +1145,23 @@ impl Client {
         })
     }
 
-    /// A unary call: one request block, one decoded response.
+    /// A unary call: one request block, one decoded response and the
+    /// trailers. [`Client::unary_response`] gives the response headers too.
     pub async fn unary(
         &self,
         method: u32,
         request: Request<&Block>,
     ) -> Result<(Message, Metadata), Status> {
+        self.unary_response(method, request).await.map(|r| (r.message, r.trailers))
+    }
+
+    /// A unary call: one request block; the response with its headers
+    /// (initial metadata) and trailers.
+    pub async fn unary_response(
+        &self,
+        method: u32,
+        request: Request<&Block>,
+    ) -> Result<UnaryResponse, Status> {
         let opts = CallOptions {
             metadata: request.metadata,
             timeout: request.deadline.map(|d| d.saturating_duration_since(Instant::now())),
@@ -1154,7 +1176,11 @@ impl Client {
             Status::new(Code::Unimplemented, "the server ended a unary call without a response")
         })?;
         match call.call.recv().await {
-            Ok(None) => Ok((m, call.call.trailers().cloned().unwrap_or_default())),
+            Ok(None) => Ok(UnaryResponse {
+                headers: call.call.headers_now().cloned().unwrap_or_default(),
+                message: m,
+                trailers: call.call.trailers().cloned().unwrap_or_default(),
+            }),
             Ok(Some(_)) => {
                 call.call.cancel();
                 Err(Status::new(

@@ -44,7 +44,7 @@ pub mod tls;
 pub use backoff::Backoff;
 pub use client::{
     CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Connectivity, Identity,
-    TypedCall,
+    TypedCall, UnaryResponse,
 };
 pub use keepalive::{ClientKeepalive, ServerKeepalive};
 pub use server::{GrpcTransport, Router, ServerOptions};

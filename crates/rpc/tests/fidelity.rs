@@ -64,6 +64,8 @@ mod mode {
     pub(super) const STAGED_THEN_FAIL: i32 = 4;
     /// Answers with the client's certificate (DER) as the body.
     pub(super) const PEER_CERT: i32 = 5;
+    /// Answers with a response header and a trailer.
+    pub(super) const WITH_METADATA: i32 = 6;
 }
 
 const BOUND: Duration = Duration::from_secs(5);
@@ -124,6 +126,10 @@ impl Svc {
             mode::PEER_CERT => {
                 body = req.peer.as_ref().and_then(|p| p.certificate()).unwrap_or(&[]).to_vec();
             }
+            mode::WITH_METADATA => {
+                let _ = out.metadata_mut().insert("x-header", "h");
+                body = b"answer".to_vec();
+            }
             _ => return Err(Status::new(Code::InvalidArgument, "unknown mode")),
         }
         let ty = schema().tables().message_by_name("fidelity.Resp").unwrap_or(0);
@@ -133,7 +139,11 @@ impl Svc {
             b.set(root, 1, Value::Bytes(&body))?;
         }
         out.send(b.finish()).await?;
-        Ok(Metadata::new())
+        let mut trailers = Metadata::new();
+        if mode == mode::WITH_METADATA {
+            let _ = trailers.insert("x-trailer", "t");
+        }
+        Ok(trailers)
     }
 }
 
@@ -189,6 +199,27 @@ async fn error_details_reach_a_grpc_client() {
         // The details travel in their own trailer, not as metadata.
         assert!(st.metadata.iter().all(|(k, _)| !k.starts_with("grpc-")), "{path}");
     }
+}
+
+#[tokio::test]
+async fn a_typed_unary_call_gives_headers_message_and_trailers() {
+    let svc = Arc::new(Svc::default());
+    let ch = channel(start(&svc).await).await;
+    let client = protoplane_rpc::Client::new(ch, schema().clone());
+    let method = schema().method_id("/fidelity.Svc/Unary").expect("method");
+    let ty = schema().tables().message_by_name("fidelity.Req").expect("type");
+    let mut b = Builder::new(schema().tables(), ty).expect("builder");
+    let root = b.root();
+    b.set(root, 1, Value::I32(mode::WITH_METADATA)).expect("mode");
+    let block = b.finish();
+    let r = timeout(BOUND, client.unary_response(method, Request::new(&block)))
+        .await
+        .expect("in time")
+        .expect("the call");
+    assert_eq!(r.headers.get("x-header"), Some("h"));
+    assert_eq!(r.trailers.get("x-trailer"), Some("t"));
+    let v = r.message.view(schema().tables()).expect("view");
+    assert_eq!(v.by_number(1).expect("field").and_then(|x| x.as_bytes()), Some(&b"answer"[..]));
 }
 
 #[tokio::test]

@@ -125,6 +125,9 @@ fi
 step "the socialnetwork example, monolithic and split"
 if examples/socialnetwork/tests/split.sh; then ok; else bad "socialnetwork example"; fi
 
+step "the README's first service (examples/kv): monolithic, split with engine --proto, the guide's TOML"
+if examples/kv/tests/guide.sh; then ok; else bad "first-service guide (examples/kv)"; fi
+
 step "RPC smoke: the demo, bench rpc and bench intercept (protoplane only, no timing claims)"
 if target/release/protoplane demo --split --seconds 0.3 >target/demo.txt 2>&1 \
     && grep -q '^lean / TCP' target/demo.txt && grep -q 'answered token "t42-ada"' target/demo.txt \

@@ -278,9 +278,20 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn load_type(schema: &SchemaArgs, msg: &MessageArgs) -> Result<(TableSet, u32), Failure> {
     let ts = schema.load().map_err(Failure::Usage)?;
-    let ty = ts
-        .message_by_name(&msg.type_name)
-        .ok_or_else(|| Failure::Usage(format!("no message type named {:?}", msg.type_name)))?;
+    let ty = ts.message_by_name(&msg.type_name).ok_or_else(|| {
+        let near = ts.nearest_message_names(&msg.type_name, 3);
+        Failure::Usage(match near.is_empty() {
+            true => format!(
+                "no message type named {:?} (names are fully qualified: package.Message)",
+                msg.type_name
+            ),
+            false => format!(
+                "no message type named {:?}; did you mean {}?",
+                msg.type_name,
+                near.join(", ")
+            ),
+        })
+    })?;
     Ok((ts, ty))
 }
 

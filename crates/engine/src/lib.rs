@@ -722,11 +722,13 @@ async fn handshake(
     };
     let mut versions = Vec::with_capacity(hello.services.len());
     for (name, digest) in &hello.services {
-        let schema = ctx
-            .schemas
-            .iter()
-            .find(|s| s.services().contains(name))
-            .ok_or_else(|| format!("the engine has no schema for service {name}"))?;
+        let schema = ctx.schemas.iter().find(|s| s.services().contains(name)).ok_or_else(|| {
+            format!(
+                "the engine has no schema for service {name}: start it with --proto FILE \
+                     (-I DIR for imports) naming the .proto that declares {name}, or list the \
+                     file under [schemas] protos in its configuration"
+            )
+        })?;
         let ours = schema.tables().digest();
         if ours == *digest {
             versions.push(None);

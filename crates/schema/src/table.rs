@@ -664,6 +664,24 @@ impl TableSet {
         self.message_index.get(name.strip_prefix('.').unwrap_or(name)).copied()
     }
 
+    /// The message names closest to `name` (edit distance, at most a third
+    /// of its length; a name's last component matching counts as close),
+    /// best first, at most `n`: for "did you mean" in errors.
+    pub fn nearest_message_names(&self, name: &str, n: usize) -> Vec<&str> {
+        let name = name.strip_prefix('.').unwrap_or(name);
+        let short = |s: &str| s.rsplit('.').next().unwrap_or(s).to_ascii_lowercase();
+        let mut scored: Vec<(usize, &str)> = (0..self.messages.len() as u32)
+            .map(|i| self.message_name(i))
+            .filter_map(|cand| {
+                let d = edit_distance(name, cand);
+                let same_short = short(cand) == short(name);
+                (d <= (name.len() / 3).max(2) || same_short).then_some((d, cand))
+            })
+            .collect();
+        scored.sort();
+        scored.into_iter().take(n).map(|(_, c)| c).collect()
+    }
+
     /// Looks up an enum by fully qualified name (a leading dot is accepted).
     pub fn enum_by_name(&self, name: &str) -> Option<u32> {
         self.enum_index.get(name.strip_prefix('.').unwrap_or(name)).copied()
@@ -792,4 +810,20 @@ impl TableSet {
             .map(|i| (self.str(self.enums[i as usize].name).to_owned(), i))
             .collect();
     }
+}
+
+/// Levenshtein distance over bytes (names are ASCII identifiers).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(!ca.eq_ignore_ascii_case(&cb));
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
 }

@@ -191,3 +191,13 @@ fn bad_schemas_are_errors() {
     assert!(TableSet::from_descriptor_set(b"\x0a\x05junk").is_err());
     assert!(TableSet::from_bytes(b"nope").is_err());
 }
+
+#[test]
+fn a_misspelled_type_finds_its_nearest_names() {
+    let ts = tables();
+    assert_eq!(ts.nearest_message_names("t.p2.Al", 3), ["t.p2.All"]);
+    assert_eq!(ts.nearest_message_names(".t.p2.all", 3), ["t.p2.All"]);
+    // Right name, wrong package: found by its last component.
+    assert!(ts.nearest_message_names("All", 3).contains(&"t.p2.All"));
+    assert!(ts.nearest_message_names("zzzzzzzzzzzzzzzzzz", 3).is_empty());
+}

@@ -109,7 +109,7 @@ if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad
 step "HTTP/2 conformance: h2spec against the gRPC server (monolithic and split), count asserted"
 if tests/h2spec/run.sh --protoplane target/release/protoplane; then ok; else bad "h2spec"; fi
 
-step "keepalive: grpc-go's client against serve --max-connection-age / --max-connection-idle (gRFC A9)"
+step "keepalive: grpc-go's client against serve's connection age and idle (A9), grpc-go's server enforcing pings on load --keepalive-time (A8)"
 if tests/keepalive/run.sh --protoplane target/release/protoplane; then ok; else bad "keepalive (grpc-go)"; fi
 
 step "metrics: a real Prometheus scrapes serve and engine --metrics-addr (counts asserted, promtool lint)"

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use protoplane_grpc::{Code, Metadata, Schema, Status};
 use protoplane_rpc::lean::LeanChannel;
-use protoplane_rpc::{CallOptions, Channel, ChannelOptions, GrpcTransport};
+use protoplane_rpc::{CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
@@ -55,6 +55,17 @@ pub struct LoadArgs {
     /// (native) or the h2 crate's (h2, kept for comparison).
     #[arg(long, value_name = "native|h2", default_value = "native")]
     grpc_client: GrpcTransport,
+    /// Keepalive (gRFC A8): ping the server after this many seconds
+    /// without hearing from it (native gRPC client; none by default).
+    #[arg(long, value_name = "SECONDS")]
+    keepalive_time: Option<f64>,
+    /// Give a connection up when a keepalive ping gets no answer within
+    /// this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20.0, requires = "keepalive_time")]
+    keepalive_timeout: f64,
+    /// Keepalive pings also while no call is open.
+    #[arg(long, requires = "keepalive_time")]
+    keepalive_permit_without_stream: bool,
     /// A .proto file declaring the service (repeatable).
     #[arg(long = "proto", value_name = "FILE")]
     protos: Vec<PathBuf>,
@@ -128,6 +139,8 @@ pub struct LoadConfig {
     pub transport: Transport,
     /// The gRPC client's HTTP/2 implementation.
     pub grpc_client: GrpcTransport,
+    /// Keepalive pings (native gRPC client).
+    pub keepalive: Option<ClientKeepalive>,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
     /// Calls go round-robin over every (method, message) pair.
     pub calls: Vec<(String, Vec<Bytes>)>,
@@ -159,6 +172,7 @@ impl LoadConfig {
             target: target.into(),
             transport: Transport::Grpc,
             grpc_client: GrpcTransport::Native,
+            keepalive: None,
             calls,
             concurrency: 1,
             connections: 1,
@@ -616,12 +630,14 @@ async fn connect(
     target: &str,
     transport: Transport,
     grpc_client: GrpcTransport,
+    keepalive: Option<&ClientKeepalive>,
 ) -> Result<Conn, Status> {
     match transport {
         Transport::Grpc => {
             let opts = ChannelOptions {
                 connect_timeout: CONNECT_TIMEOUT,
                 transport: grpc_client,
+                keepalive: keepalive.cloned(),
                 ..Default::default()
             };
             Channel::connect_with(target, opts).await.map(Conn::Grpc)
@@ -683,6 +699,7 @@ struct Link {
     target: String,
     transport: Transport,
     grpc_client: GrpcTransport,
+    keepalive: Option<ClientKeepalive>,
     state: tokio::sync::Mutex<LinkState>,
 }
 
@@ -715,7 +732,8 @@ impl Link {
         if let Some(t) = st.retry_at.filter(|t| *t > now) {
             return Recovery::Wait(t);
         }
-        match connect(&self.target, self.transport, self.grpc_client).await {
+        match connect(&self.target, self.transport, self.grpc_client, self.keepalive.as_ref()).await
+        {
             Ok(c) => {
                 st.generation += 1;
                 st.channel = c.clone();
@@ -912,9 +930,11 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
 
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
-        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client).await.map_err(|e| {
-            Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
-        })?;
+        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, cfg.keepalive.as_ref())
+            .await
+            .map_err(|e| {
+                Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
+            })?;
         if let Conn::Lean(ch) = &channel {
             // The lean handshake lists the server's methods: a path it does
             // not serve is a usage error, not a run of UNIMPLEMENTED.
@@ -929,6 +949,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             target: cfg.target.clone(),
             transport: cfg.transport,
             grpc_client: cfg.grpc_client,
+            keepalive: cfg.keepalive.clone(),
             state: tokio::sync::Mutex::new(LinkState {
                 generation: 0,
                 channel,
@@ -1358,10 +1379,26 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
         let msgs = read_data(&schema, file, input)?;
         calls.push((path, msgs));
     }
+    let seconds = |flag: &str, v: f64| -> Result<Duration, String> {
+        if v.is_finite() && v > 0.0 && v <= 1e9 {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(format!("--{flag} {v}: seconds, above 0"))
+        }
+    };
+    let keepalive = match args.keepalive_time {
+        Some(t) => Some(ClientKeepalive {
+            time: seconds("keepalive-time", t)?,
+            timeout: seconds("keepalive-timeout", args.keepalive_timeout)?,
+            permit_without_stream: args.keepalive_permit_without_stream,
+        }),
+        None => None,
+    };
     Ok(LoadConfig {
         target: args.target.clone(),
         transport: args.transport,
         grpc_client: args.grpc_client,
+        keepalive,
         calls,
         concurrency: args.concurrency,
         connections: args.connections,

@@ -149,14 +149,18 @@ struct Redial {
     addr: String,
     dialling: tokio::sync::Mutex<()>,
     attempts: std::sync::Mutex<Attempts>,
+    /// The keepalive time of the next connection: doubled each time a
+    /// server sends the channel away for pinging too often (gRFC A8).
+    keepalive_time: std::sync::Mutex<Option<Duration>>,
 }
 
 impl Redial {
-    fn new(addr: String, backoff: Backoff) -> Redial {
+    fn new(addr: String, opts: &ChannelOptions) -> Redial {
         Redial {
             addr,
             dialling: tokio::sync::Mutex::new(()),
-            attempts: std::sync::Mutex::new(Attempts::new(backoff)),
+            attempts: std::sync::Mutex::new(Attempts::new(opts.backoff)),
+            keepalive_time: std::sync::Mutex::new(opts.keepalive.as_ref().map(|k| k.time)),
         }
     }
 
@@ -328,9 +332,9 @@ impl Channel {
     }
 
     async fn establish(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
-        let backoff = opts.backoff;
-        let mut ch = Channel::dial(addr.clone(), opts).await?;
-        ch.redial = Some(Arc::new(Redial::new(addr, backoff)));
+        let redial = Redial::new(addr.clone(), &opts);
+        let mut ch = Channel::dial(addr, opts).await?;
+        ch.redial = Some(Arc::new(redial));
         Ok(ch)
     }
 
@@ -343,7 +347,7 @@ impl Channel {
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         Channel {
             link: Arc::new(std::sync::Mutex::new(Link::Idle)),
-            redial: Some(Arc::new(Redial::new(addr.clone(), opts.backoff))),
+            redial: Some(Arc::new(Redial::new(addr.clone(), &opts))),
             authority: addr,
             scheme,
             opts: Arc::new(opts),
@@ -494,14 +498,23 @@ impl Channel {
                 // Another call's attempt failed while this one waited.
                 continue;
             }
+            let mut opts = (*self.opts).clone();
+            {
+                let mut time = r.keepalive_time.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Link::Native(l), Some(t)) = (old, time.as_mut()) {
+                    if l.0.sent_away_for_pings() {
+                        // Sent away for pinging too often: half as often
+                        // from now on (grpc-go does the same).
+                        *t = t.saturating_mul(2).min(Duration::from_secs(2 * 60 * 60));
+                    }
+                }
+                if let (Some(k), Some(t)) = (opts.keepalive.as_mut(), *time) {
+                    k.time = t;
+                }
+            }
             let limit = self.opts.connect_timeout;
             let dial = async {
-                match tokio::time::timeout(
-                    limit,
-                    Channel::dial(r.addr.clone(), (*self.opts).clone()),
-                )
-                .await
-                {
+                match tokio::time::timeout(limit, Channel::dial(r.addr.clone(), opts)).await {
                     Ok(done) => Ok(done),
                     Err(_) => Ok(Err(unavailable(format!("connect to {}: timed out", r.addr)))),
                 }

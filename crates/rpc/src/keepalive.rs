@@ -8,7 +8,9 @@
 //! within `timeout` of the ping: a peer or a path that died without a
 //! FIN or RST is noticed in `time + timeout`, not by TCP's retransmission
 //! timeout minutes later. Without calls open it pings only with
-//! `permit_without_stream`.
+//! `permit_without_stream`. A server that ends the connection with GOAWAY
+//! ENHANCE_YOUR_CALM (too many pings) makes the channel double its
+//! keepalive time for the connections after it, as grpc-go's does.
 //!
 //! A server ([`ServerKeepalive`], in `ServerOptions::keepalive`) does the
 //! same towards its clients (every `time`, 2 h by default) and enforces

@@ -271,3 +271,33 @@ async fn the_age_grace_cuts_off_a_call_that_outlives_it() {
     let e = t.elapsed();
     assert!(e >= Duration::from_millis(250) && e < Duration::from_secs(5), "{e:?}");
 }
+
+#[tokio::test]
+async fn a_channel_sent_away_for_pinging_pings_half_as_often() {
+    // Pings closer than 400 ms are strikes; the client starts at 50 ms
+    // and may ping with no call open.
+    let (addr, accepted) = server(ServerKeepalive {
+        min_time: Duration::from_millis(400),
+        permit_without_stream: true,
+        ..ServerKeepalive::default()
+    })
+    .await;
+    let ka = ClientKeepalive {
+        time: Duration::from_millis(50),
+        timeout: Duration::from_secs(1),
+        permit_without_stream: true,
+    };
+    let ch = channel(addr, Some(ka)).await;
+    // A call, then quiet: the pings go on alone. At 50 ms the fourth ping
+    // (~200 ms) is the third strike, at 100 ms (~400 ms) too; at 200 ms
+    // the third strike would come after 600 ms, past the next call, which
+    // forgives them. Without the doubling every round would need a new
+    // connection.
+    for round in 0..6 {
+        let st = bounded(BOUND, "echo", call(&ch, "Echo", CallOptions::default())).await;
+        assert_eq!(st.code, Code::Ok, "round {round}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let n = accepted.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&n), "{n} connections in 6 rounds");
+}

@@ -146,6 +146,8 @@ pub(crate) struct Link {
     /// No channel refers to the connection any more: it closes once its
     /// last call ends.
     abandoned: AtomicBool,
+    /// [`Link::sent_away_for_pings`] said so once.
+    calm_seen: AtomicBool,
 }
 
 impl std::fmt::Debug for Link {
@@ -168,6 +170,15 @@ fn reset_status(reason: Reason) -> Status {
 }
 
 impl Link {
+    /// Whether the server ended this connection with GOAWAY
+    /// ENHANCE_YOUR_CALM (too many pings, as grpc-go and protoplane servers
+    /// send it): `true` once, for the channel to ping half as often on its
+    /// next connection (gRFC A8).
+    pub(crate) fn sent_away_for_pings(&self) -> bool {
+        let calm = self.lock().goaway_error == Some(Reason::ENHANCE_YOUR_CALM);
+        calm && !self.calm_seen.swap(true, Ordering::AcqRel)
+    }
+
     /// Starts the connection on `io` (its preface and SETTINGS go out
     /// at once) and spawns its driver.
     pub(crate) fn start<IO>(
@@ -195,6 +206,7 @@ impl Link {
             }),
             driver: AtomicWaker::new(),
             abandoned: AtomicBool::new(false),
+            calm_seen: AtomicBool::new(false),
         });
         let l = link.clone();
         let keeper = keepalive.map(Keeper::new);

@@ -35,6 +35,10 @@ pub(crate) const KEEPALIVE_PING: [u8; 8] = *b"pp-alive";
 /// (grpc-go's `maxPingStrikes`: the third bad ping closes it).
 pub(crate) const MAX_PING_STRIKES: u32 = 2;
 
+/// The shortest keepalive time and timeout used (shorter settings, zero
+/// among them, are raised to it: a timer must move forward).
+pub(crate) const LEAST_INTERVAL: Duration = Duration::from_millis(1);
+
 /// With no call open and no `permit_without_stream`, a client should not
 /// ping at all: a ping within this of the last one is a strike (grpc-go's
 /// `defaultPingTimeout`).

@@ -301,3 +301,25 @@ async fn a_channel_sent_away_for_pinging_pings_half_as_often() {
     let n = accepted.load(Ordering::SeqCst);
     assert!((2..=4).contains(&n), "{n} connections in 6 rounds");
 }
+
+#[tokio::test]
+async fn zero_keepalive_settings_neither_spin_nor_break_calls() {
+    let (addr, _) = server(ServerKeepalive {
+        time: Duration::ZERO,
+        timeout: Duration::ZERO,
+        min_time: Duration::ZERO,
+        permit_without_stream: true,
+        ..ServerKeepalive::default()
+    })
+    .await;
+    let ka = ClientKeepalive {
+        time: Duration::ZERO,
+        timeout: Duration::ZERO,
+        permit_without_stream: true,
+    };
+    let ch = channel(addr, Some(ka)).await;
+    // Timers that did not move forward would hang the tasks (and this
+    // test, on a single-threaded runtime) before any answer.
+    let st = bounded(BOUND, "echo", call(&ch, "Echo", CallOptions::default())).await;
+    assert!(matches!(st.code, Code::Ok | Code::Unavailable), "{st:?}");
+}

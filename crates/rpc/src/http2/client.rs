@@ -514,7 +514,10 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(opts: ClientKeepalive) -> Keeper {
+    fn new(mut opts: ClientKeepalive) -> Keeper {
+        // A zero time or timeout would spin the timer.
+        opts.time = opts.time.max(crate::keepalive::LEAST_INTERVAL);
+        opts.timeout = opts.timeout.max(crate::keepalive::LEAST_INTERVAL);
         let timer = Box::pin(tokio::time::sleep(opts.time));
         let waited = opts.time;
         Keeper { opts, timer, waited, read: false, pinged: false, timeout_left: Default::default() }

@@ -262,7 +262,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let start = Instant::now();
         self.timers.push(std::cmp::Reverse((start + Duration::from_secs(10), HANDSHAKE, 0)));
         let ka = self.router.options().keepalive.clone();
-        self.timers.push(std::cmp::Reverse((start + ka.time, KEEPALIVE, 0)));
+        let least = crate::keepalive::LEAST_INTERVAL;
+        self.timers.push(std::cmp::Reverse((start + ka.time.max(least), KEEPALIVE, 0)));
         if let Some(age) = ka.max_connection_age {
             // Seeded by the connection's address and the time: connections
             // made together leave at different times.
@@ -340,6 +341,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     self.pinged = true;
                     ka.timeout
                 };
+                // A zero setting would fire again in this same pass.
+                let next = next.max(crate::keepalive::LEAST_INTERVAL);
                 self.read_since_timer = false;
                 self.timers.push(std::cmp::Reverse((now + next, KEEPALIVE, 0)));
             }

@@ -197,19 +197,6 @@ impl Core {
         Ok(said)
     }
 
-    /// Keeps a copy of a listening socket to hand over in a take-over.
-    fn keep_listener(
-        &self,
-        kind: &'static str,
-        fd: std::os::fd::BorrowedFd<'_>,
-    ) -> Result<(), Error> {
-        let copy = fd
-            .try_clone_to_owned()
-            .map_err(|source| Error::Listen { at: format!("{kind} listener"), source })?;
-        self.listeners.lock().unwrap_or_else(|e| e.into_inner()).push((kind, copy));
-        Ok(())
-    }
-
     /// Drops this engine's copies of its listening sockets.
     fn close_listeners(&self) {
         self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -489,6 +476,14 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         keep("lean_unix", l.as_fd())?;
         tokio::spawn(protoplane_rpc::lean::server::serve_unix(router.clone(), l));
     }
+    // Bound here, served once the engine's counters exist (below).
+    let mut metrics_listener = None;
+    if metrics.is_some() {
+        if let Some(l) = tcp_listener(&mut inherited, "metrics", config.metrics).await? {
+            keep("metrics", l.as_fd())?;
+            metrics_listener = Some(l);
+        }
+    }
     // Never taken from a live engine; a stale socket file is replaced.
     let listener = match inherited.take("attach") {
         Some(fd) => unix_from(fd, "attach")?,
@@ -551,23 +546,18 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         metrics: None,
         core,
     };
-    if let Some(m) = metrics {
-        // A take-over hands this listener over like the others (it is
-        // kept below, before the attach socket's).
-        if let Some(l) = tcp_listener(&mut inherited, "metrics", config.metrics).await? {
-            let listen = |source| Error::Listen { at: "metrics listener".into(), source };
-            running.metrics = Some(l.local_addr().map_err(listen)?);
-            running.core.keep_listener("metrics", l.as_fd())?;
-            metrics::register(
-                &m,
-                running.registry.clone(),
-                Arc::downgrade(&router),
-                running.counters.clone(),
-                running.policies.clone(),
-                running.admission.clone(),
-            );
-            tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
-        }
+    if let (Some(m), Some(l)) = (metrics, metrics_listener) {
+        let listen = |source| Error::Listen { at: "metrics listener".into(), source };
+        running.metrics = Some(l.local_addr().map_err(listen)?);
+        metrics::register(
+            &m,
+            running.registry.clone(),
+            Arc::downgrade(&router),
+            running.counters.clone(),
+            running.policies.clone(),
+            running.admission.clone(),
+        );
+        tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
     }
 
     // The largest chunk holds a largest message's wire bytes plus its

@@ -525,7 +525,12 @@ impl Keeper {
 
     /// Runs the timer: `Err` when a ping went unanswered (nothing read
     /// within the timeout); `Ok(true)` when a ping is to go out.
-    fn poll(&mut self, cx: &mut Context<'_>, calls_open: bool) -> Result<bool, Status> {
+    /// `calls_open` is asked only when the timer fires.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        calls_open: impl Fn() -> bool,
+    ) -> Result<bool, Status> {
         let mut ping = false;
         while self.timer.as_mut().poll(cx).is_ready() {
             let wait = if self.read {
@@ -552,7 +557,7 @@ impl Keeper {
                 let wait = self.opts.time.min(self.timeout_left);
                 self.timeout_left -= wait;
                 wait
-            } else if calls_open || self.opts.permit_without_stream {
+            } else if self.opts.permit_without_stream || calls_open() {
                 ping = true;
                 self.pinged = true;
                 let wait = self.opts.time.min(self.opts.timeout);
@@ -631,13 +636,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 Poll::Pending => {}
             }
             if let Some(k) = &mut self.keeper {
-                let mut st = self.link.lock();
-                match k.poll(cx, !st.inboxes.is_empty()) {
-                    Err(why) => {
-                        drop(st);
-                        return Poll::Ready(why);
-                    }
-                    Ok(true) => st.conn.ping(KEEPALIVE_PING),
+                // The connection's state is locked only when the timer
+                // fires, not on every pass.
+                match k.poll(cx, || !self.link.lock().inboxes.is_empty()) {
+                    Err(why) => return Poll::Ready(why),
+                    Ok(true) => self.link.lock().conn.ping(KEEPALIVE_PING),
                     Ok(false) => {}
                 }
             }

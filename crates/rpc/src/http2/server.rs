@@ -265,10 +265,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let least = crate::keepalive::LEAST_INTERVAL;
         self.timers.push(std::cmp::Reverse((start + ka.time.max(least), KEEPALIVE, 0)));
         if let Some(age) = ka.max_connection_age {
-            // Seeded by the connection's address and the time: connections
-            // made together leave at different times.
+            // Seeded by the client's port and this connection's address in
+            // memory: connections made together leave at different times.
             let seed = self.peer.addr.map_or(0, |a| u64::from(a.port()))
-                ^ u64::from(start.elapsed().subsec_nanos())
                 ^ (std::ptr::from_ref(self) as u64);
             let at = start + crate::keepalive::jitter(age, seed);
             self.timers.push(std::cmp::Reverse((at, AGE, 0)));

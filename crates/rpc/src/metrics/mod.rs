@@ -275,16 +275,17 @@ impl Metrics {
         m
     }
 
-    /// The client instruments of the method at `path` called on `target`.
+    /// The client instruments of the method at `path` called on `target`
+    /// (looked up per call: no allocation once they exist).
     pub fn client_method(&self, target: &str, path: &str) -> Arc<MethodCalls> {
-        let name = method_name(path);
+        let name = path.strip_prefix('/').unwrap_or(path);
         let mut all = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) =
             all.iter().find(|m| m.method == name && m.target.as_deref() == Some(target))
         {
             return m.clone();
         }
-        let m = Arc::new(MethodCalls::new(name, Some(target.to_string())));
+        let m = Arc::new(MethodCalls::new(method_name(path), Some(target.to_string())));
         all.push(m.clone());
         m
     }

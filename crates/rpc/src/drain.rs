@@ -15,7 +15,9 @@
 //!   between calls and reconnects, and a call it had started is answered
 //!   first).
 //!
-//! [`Drain::finished`] resolves when no connection is left. How long to
+//! [`Drain::finished`] resolves when no listener is open and no connection
+//! is left: from then on the address can be bound again (a new server
+//! taking over) and nothing of the old one answers. How long to
 //! wait for it is the caller's choice: a server that must stop by a
 //! deadline stops waiting then, and whatever it drops is cancelled the way
 //! a closed connection cancels it.
@@ -38,7 +40,9 @@ struct Inner {
     start: Notify,
     /// Connections being served.
     connections: AtomicUsize,
-    /// Woken when the last connection closes.
+    /// Accept loops whose listener is still open.
+    listeners: AtomicUsize,
+    /// Woken when the last connection or listener closes.
     idle: Notify,
     /// Run once when draining starts (health turning NOT_SERVING).
     hooks: Hooks,
@@ -109,11 +113,15 @@ impl Drain {
         self.0.connections.load(Ordering::SeqCst)
     }
 
-    /// Resolves once draining has started and no connection is left.
+    /// Resolves once draining has started, every listener of the router
+    /// is closed and no connection is left.
     pub async fn finished(&self) {
         loop {
             let woken = self.0.idle.notified();
-            if self.is_draining() && self.connections() == 0 {
+            if self.is_draining()
+                && self.connections() == 0
+                && self.0.listeners.load(Ordering::SeqCst) == 0
+            {
                 return;
             }
             woken.await;
@@ -124,6 +132,40 @@ impl Drain {
     pub(crate) fn connection(&self) -> Connection {
         self.0.connections.fetch_add(1, Ordering::SeqCst);
         Connection(self.clone())
+    }
+}
+
+impl Drain {
+    /// Holds `listener` for an accept loop: the drain is not finished
+    /// until the returned value (and so the listener) is dropped.
+    pub(crate) fn listening<L>(&self, listener: L) -> Listening<L> {
+        self.0.listeners.fetch_add(1, Ordering::SeqCst);
+        Listening { listener, _counted: Counted(self.clone()) }
+    }
+}
+
+/// A listener an accept loop owns (see [`Drain::listening`]). Its fields
+/// drop in order: the socket closes before the count goes down, so a
+/// finished drain never sees a listener still open.
+pub(crate) struct Listening<L> {
+    listener: L,
+    _counted: Counted,
+}
+
+impl<L> std::ops::Deref for Listening<L> {
+    type Target = L;
+    fn deref(&self) -> &L {
+        &self.listener
+    }
+}
+
+struct Counted(Drain);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.0 .0.listeners.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0 .0.idle.notify_waiters();
+        }
     }
 }
 
@@ -167,6 +209,24 @@ mod tests {
         drop(b);
         tokio::time::timeout(Duration::from_secs(5), finished).await.expect("finished").expect("");
         assert_eq!(d.connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn finished_waits_for_the_listeners_to_close() {
+        let d = Drain::default();
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = sock.local_addr().expect("addr");
+        let held = d.listening(sock);
+        let finished = tokio::spawn({
+            let d = d.clone();
+            async move { d.finished().await }
+        });
+        d.start();
+        tokio::task::yield_now().await;
+        assert!(!finished.is_finished(), "a listener is still open");
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), finished).await.expect("finished").expect("");
+        assert!(std::net::TcpStream::connect(addr).is_err(), "closed before the count went down");
     }
 
     #[tokio::test]

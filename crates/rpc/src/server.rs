@@ -296,6 +296,7 @@ impl Router {
     /// [`crate::accept`]).
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         let router = self;
+        let listener = router.drain.listening(listener);
         loop {
             let Some((sock, peer)) =
                 router.accept_until_drained("gRPC server", || listener.accept()).await
@@ -319,6 +320,7 @@ impl Router {
     ) -> std::io::Result<()> {
         let router = self;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let listener = router.drain.listening(listener);
         loop {
             let Some((sock, peer)) =
                 router.accept_until_drained("gRPC server", || listener.accept()).await

@@ -40,6 +40,7 @@ pub async fn serve_tcp(
     router: Arc<Router>,
     listener: tokio::net::TcpListener,
 ) -> std::io::Result<()> {
+    let listener = router.drain().listening(listener);
     while let Some((sock, _)) =
         router.accept_until_drained("lean server", || listener.accept()).await
     {
@@ -54,6 +55,7 @@ pub async fn serve_unix(
     router: Arc<Router>,
     listener: tokio::net::UnixListener,
 ) -> std::io::Result<()> {
+    let listener = router.drain().listening(listener);
     while let Some((sock, _)) =
         router.accept_until_drained("lean server", || listener.accept()).await
     {

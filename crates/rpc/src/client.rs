@@ -1,7 +1,9 @@
 //! The gRPC client over HTTP/2.
 //!
-//! A [`Channel`] is one HTTP/2 connection (cheap to clone; calls are
-//! multiplexed on it). [`Channel::start`] opens a call on a method path and
+//! A [`Channel`] is a target's connections (cheap to clone; calls are
+//! multiplexed on them): its name is resolved ([`crate::resolve`]) and its
+//! calls spread by a load-balancing policy ([`crate::balance`]); a
+//! `host:port` target with the default policy is one HTTP/2 connection. [`Channel::start`] opens a call on a method path and
 //! returns a [`ClientCall`], the client's engine side of one call: it frames
 //! and (optionally) compresses what the application sends, and decodes what
 //! the server answers. The same object serves all four call kinds; the
@@ -21,7 +23,10 @@ use protoplane_wire::{Block, Decoder, EncodeOptions, Encoder, Source};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::backoff::{Attempts, Backoff};
+use crate::backoff::Backoff;
+pub use crate::balance::Connectivity;
+use crate::balance::{Balancer, LbPolicy};
+use crate::resolve::{Address, Resolver};
 use crate::http2::client::{self as native, Fields};
 use crate::intercept::{ClientChain, Ending};
 use crate::metrics::{CallSizes, MethodCalls, Metrics};
@@ -61,6 +66,16 @@ pub struct ChannelOptions {
     /// Keepalive pings (gRFC A8; none by default, as in grpc-go). The
     /// native transport only.
     pub keepalive: Option<crate::keepalive::ClientKeepalive>,
+    /// How calls spread over the target's addresses ([`crate::balance`]).
+    pub lb: LbPolicy,
+    /// A resolver of one's own ([`crate::resolve::Resolver`]): the target
+    /// string then only names the `:authority` of the calls.
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// How often a DNS target is resolved again while the channel lives.
+    pub resolve_every: Duration,
+    /// The shortest time between two resolutions that lost connections
+    /// ask for (grpc-go's DNS resolver: 30 s).
+    pub resolve_min_interval: Duration,
 }
 
 /// TLS settings of a client.
@@ -103,36 +118,40 @@ impl Default for ChannelOptions {
             backoff: Backoff::default(),
             transport: GrpcTransport::Native,
             keepalive: None,
+            lb: LbPolicy::PickFirst,
+            resolver: None,
+            resolve_every: Duration::from_secs(300),
+            resolve_min_interval: Duration::from_secs(30),
         }
     }
 }
 
-/// An HTTP/2 connection to a gRPC server, dialled again when it is gone.
+/// A gRPC server's connections, dialled again when they are gone.
 ///
-/// Reconnection follows gRPC's connection-backoff rules ([`Backoff`]): a
-/// lost connection is dialled again at once, by the next call; a failed
-/// attempt makes the channel back off (1 s, then 1.6 times longer each
-/// time, ±20%, at most 120 s). While it backs off, a call fails at once
-/// with UNAVAILABLE naming the last error, unless its
+/// The target is resolved into addresses and the channel's policy
+/// ([`ChannelOptions::lb`]) picks the connection of each call; see
+/// [`crate::balance`]. Reconnection follows gRPC's connection-backoff
+/// rules ([`Backoff`]): a lost connection is dialled again at once, by the
+/// next call (round robin: in the background); a failed attempt makes
+/// that address back off (1 s, then 1.6 times longer each time, ±20%, at
+/// most 120 s). While every address backs off, a call fails at once with
+/// UNAVAILABLE naming the last error, unless its
 /// [`CallOptions::wait_for_ready`] is set: then it waits for a connection
 /// until its deadline. [`Channel::connectivity`] says where the channel
 /// is.
 ///
-/// A channel made by [`Channel::connect`] keeps its target: once its
-/// connection is closed or the server sent GOAWAY (a graceful shutdown, a
-/// restart, another engine taking over), the next call dials a new one
-/// (one dial for all the calls that need it), and a call the old
-/// connection refused before its request left (GOAWAY, closed) is started
-/// again on the new one once (gRFC A6's transparent retry: the server
-/// never saw it). Calls already running on the old connection finish
-/// there. A channel made with [`Channel::over`] has no target and stays on
-/// its one stream.
+/// Once a connection is closed or its server sent GOAWAY (a graceful
+/// shutdown, a restart, another engine taking over), the next call goes
+/// to a new one (one dial for all the calls that need it), and a call the
+/// old connection refused before its request left (GOAWAY, closed) is
+/// started again on the new one once (gRFC A6's transparent retry: the
+/// server never saw it). Calls already running on the old connection
+/// finish there. A channel made with [`Channel::over`] has no target and
+/// stays on its one stream.
 #[derive(Clone, Debug)]
 pub struct Channel {
-    /// The connection calls start on now.
-    link: Arc<std::sync::Mutex<Link>>,
-    /// Where to dial again, for channels that can.
-    redial: Option<Arc<Redial>>,
+    /// The connections and the policy that picks among them.
+    lb: Arc<Balancer>,
     authority: String,
     scheme: &'static str,
     opts: Arc<ChannelOptions>,
@@ -142,49 +161,9 @@ pub struct Channel {
     metrics: Option<(Arc<Metrics>, Arc<str>)>,
 }
 
-/// A channel's target, the lock that makes one dial serve every call
-/// waiting for it, and the backoff between failed attempts.
-#[derive(Debug)]
-struct Redial {
-    addr: String,
-    dialling: tokio::sync::Mutex<()>,
-    attempts: std::sync::Mutex<Attempts>,
-    /// The keepalive time of the next connection: doubled each time a
-    /// server sends the channel away for pinging too often (gRFC A8).
-    keepalive_time: std::sync::Mutex<Option<Duration>>,
-}
-
-impl Redial {
-    fn new(addr: String, opts: &ChannelOptions) -> Redial {
-        Redial {
-            addr,
-            dialling: tokio::sync::Mutex::new(()),
-            attempts: std::sync::Mutex::new(Attempts::new(opts.backoff)),
-            keepalive_time: std::sync::Mutex::new(opts.keepalive.as_ref().map(|k| k.time)),
-        }
-    }
-
-    fn attempts(&self) -> std::sync::MutexGuard<'_, Attempts> {
-        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Where a channel is, in gRPC's connectivity states.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Connectivity {
-    /// No connection, and none being made: the next call dials.
-    Idle,
-    /// A connection attempt is under way.
-    Connecting,
-    /// Calls start on a live connection.
-    Ready,
-    /// The last attempt failed; the channel waits before the next.
-    TransientFailure,
-}
-
-/// The connection under a channel.
+/// One connection of a channel.
 #[derive(Clone, Debug)]
-enum Link {
+pub(crate) enum Link {
     /// Not connected yet (a lazy channel before its first call).
     Idle,
     Native(Arc<NativeHandle>),
@@ -195,11 +174,11 @@ enum Link {
 /// The last clone of a channel going away lets its connection close once
 /// the calls still running end.
 #[derive(Debug)]
-struct NativeHandle(Arc<native::Link>);
+pub(crate) struct NativeHandle(Arc<native::Link>);
 
 impl Link {
     /// Whether new calls may start on it.
-    fn usable(&self) -> bool {
+    pub(crate) fn usable(&self) -> bool {
         match self {
             Link::Idle => false,
             Link::Native(h) => h.0.usable(),
@@ -214,12 +193,10 @@ impl Link {
         }
     }
 
-    fn same(&self, other: &Link) -> bool {
-        match (self, other) {
-            (Link::Idle, Link::Idle) => true,
-            (Link::Native(a), Link::Native(b)) => Arc::ptr_eq(a, b),
-            #[cfg(feature = "h2")]
-            (Link::H2(a), Link::H2(b)) => Arc::ptr_eq(a, b),
+    /// Whether its server closed it for pinging too often (once).
+    pub(crate) fn sent_away_for_pings(&self) -> bool {
+        match self {
+            Link::Native(h) => h.0.sent_away_for_pings(),
             _ => false,
         }
     }
@@ -304,98 +281,130 @@ pub(crate) async fn timed<T>(
 
 pub(crate) const USER_AGENT: &str = "protoplane-rpc/0.1";
 
-/// `host:port` of a target given as `host:port`, `http://host:port` or
-/// `https://host:port/`.
-fn address_of(target: &str) -> String {
-    target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("https://"))
-        .unwrap_or(target)
-        .trim_end_matches('/')
-        .to_string()
+/// Dials `addr`: TCP or Unix socket, TLS when `opts` says, then the
+/// HTTP/2 handshake.
+pub(crate) async fn dial(addr: &Address, opts: &ChannelOptions) -> Result<Link, Status> {
+    let refused = |e: std::io::Error| unavailable(format!("connect to {addr}: {e}"));
+    match addr {
+        Address::Tcp(a) => {
+            let sock = TcpStream::connect(a).await.map_err(refused)?;
+            let _ = sock.set_nodelay(true);
+            secure(sock, addr, opts).await
+        }
+        #[cfg(unix)]
+        Address::Unix(path) => {
+            let sock = tokio::net::UnixStream::connect(path).await.map_err(refused)?;
+            secure(sock, addr, opts).await
+        }
+        #[cfg(not(unix))]
+        Address::Unix(_) => Err(unavailable(format!("connect to {addr}: no Unix sockets here"))),
+    }
+}
+
+/// TLS on `sock` when the options ask for it, then HTTP/2.
+async fn secure<IO>(sock: IO, addr: &Address, opts: &ChannelOptions) -> Result<Link, Status>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some(tls) = &opts.tls else { return handshake(sock, opts).await };
+    let identity = tls.identity.as_ref().map(|i| (&i.cert_pem[..], &i.key_pem[..]));
+    let config = crate::tls::client_config_with_identity(&tls.roots_pem, identity)?;
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(tls.server_name.clone())
+        .map_err(|e| Status::new(Code::InvalidArgument, format!("server name: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, sock)
+        .await
+        .map_err(|e| unavailable(format!("TLS handshake with {addr}: {e}")))?;
+    handshake(stream, opts).await
+}
+
+/// Starts HTTP/2 on `io`.
+async fn handshake<IO>(io: IO, opts: &ChannelOptions) -> Result<Link, Status>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match opts.transport {
+        GrpcTransport::Native => {
+            let link = native::Link::start(
+                io,
+                opts.stream_window,
+                opts.connection_window,
+                opts.keepalive.clone(),
+            );
+            Ok(Link::Native(Arc::new(NativeHandle(link))))
+        }
+        #[cfg(feature = "h2")]
+        GrpcTransport::H2 => Ok(Link::H2(Arc::new(crate::h2::client::handshake(io, opts).await?))),
+    }
 }
 
 impl Channel {
-    /// Connects to `target` (`host:port`, optionally with an `http://` or
-    /// `https://` prefix) with default options.
+    /// Connects to `target` with default options: `host:port` (optionally
+    /// with an `http://` or `https://` prefix) or any target of
+    /// [`crate::resolve`] (`dns:///`, `ipv4:`, `ipv6:`, `unix:`).
     pub async fn connect(target: &str) -> Result<Channel, Status> {
         Channel::connect_with(target, ChannelOptions::default()).await
     }
 
-    /// Connects with explicit options.
+    /// Connects with explicit options: resolves the target and waits until
+    /// a connection is ready (pick first: the first address that connects;
+    /// round robin: any). Fails with the last attempt's error once every
+    /// address has failed, or after `connect_timeout`.
     pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
-        let addr = address_of(target);
         let limit = opts.connect_timeout;
-        tokio::time::timeout(limit, Channel::establish(addr, opts))
-            .await
-            .map_err(|_| unavailable(format!("connect to {target}: timed out")))?
-    }
-
-    async fn establish(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
-        let redial = Redial::new(addr.clone(), &opts);
-        let mut ch = Channel::dial(addr, opts).await?;
-        ch.redial = Some(Arc::new(redial));
-        Ok(ch)
+        let ch = Channel::lazy_checked(target, opts)?;
+        match ch.lb.pick(false, Some(Instant::now() + limit)).await {
+            Ok(_) => Ok(ch),
+            Err(st) if st.code == Code::DeadlineExceeded => {
+                Err(unavailable(format!("connect to {target}: timed out")))
+            }
+            Err(st) => Err(st),
+        }
     }
 
     /// A channel to `target` that connects at its first call (tonic's
     /// `connect_lazy`; gRPC's default): made at once, whether or not the
     /// server is up. Its calls then connect, back off and wait as
-    /// [`Channel`] says.
+    /// [`Channel`] says. A target that cannot be parsed makes a channel
+    /// whose calls fail with the parse error; [`Channel::connect_with`]
+    /// returns it at once.
     pub fn lazy(target: &str, opts: ChannelOptions) -> Channel {
-        let addr = address_of(target);
-        let scheme = if opts.tls.is_some() { "https" } else { "http" };
-        Channel {
-            link: Arc::new(std::sync::Mutex::new(Link::Idle)),
-            redial: Some(Arc::new(Redial::new(addr.clone(), &opts))),
-            authority: addr,
-            scheme,
-            opts: Arc::new(opts),
-            interceptors: None,
-            metrics: None,
+        match Channel::lazy_checked(target, opts.clone()) {
+            Ok(ch) => ch,
+            Err(st) => {
+                let why = Arc::new(Failing(st));
+                let opts = ChannelOptions { resolver: Some(why), ..opts };
+                Channel::lazy_checked(target, opts).expect("a given resolver always parses")
+            }
         }
     }
 
-    /// Where the channel is: ready, connecting, backing off after a failed
-    /// attempt, or idle (the next call dials). A channel made with
+    fn lazy_checked(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
+        let scheme = if opts.tls.is_some() { "https" } else { "http" };
+        let (authority, resolver) = match &opts.resolver {
+            Some(r) => (authority_of(target), r.clone()),
+            None => {
+                let t = crate::resolve::parse(target)?;
+                (t.authority, t.resolver)
+            }
+        };
+        let opts = Arc::new(opts);
+        Ok(Channel {
+            lb: Balancer::new(resolver, opts.clone()),
+            authority,
+            scheme,
+            opts,
+            interceptors: None,
+            metrics: None,
+        })
+    }
+
+    /// Where the channel is: ready, connecting, backing off after failed
+    /// attempts, or idle (the next call dials). A channel made with
     /// [`Channel::over`] whose stream ended is in transient failure for
     /// good: it has nowhere to dial.
     pub fn connectivity(&self) -> Connectivity {
-        if self.current().usable() {
-            return Connectivity::Ready;
-        }
-        let Some(r) = &self.redial else { return Connectivity::TransientFailure };
-        if r.dialling.try_lock().is_err() {
-            Connectivity::Connecting
-        } else if r.attempts().backing_off(Instant::now()).is_some() {
-            Connectivity::TransientFailure
-        } else {
-            Connectivity::Idle
-        }
-    }
-
-    async fn dial(addr: String, opts: ChannelOptions) -> Result<Channel, Status> {
-        let sock = TcpStream::connect(&addr)
-            .await
-            .map_err(|e| unavailable(format!("connect to {addr}: {e}")))?;
-        let _ = sock.set_nodelay(true);
-        match &opts.tls {
-            None => Channel::handshake(sock, addr, "http", opts).await,
-            Some(tls) => {
-                let identity = tls.identity.as_ref().map(|i| (&i.cert_pem[..], &i.key_pem[..]));
-                let config = crate::tls::client_config_with_identity(&tls.roots_pem, identity)?;
-                let name =
-                    tokio_rustls::rustls::pki_types::ServerName::try_from(tls.server_name.clone())
-                        .map_err(|e| {
-                            Status::new(Code::InvalidArgument, format!("server name: {e}"))
-                        })?;
-                let stream = tokio_rustls::TlsConnector::from(config)
-                    .connect(name, sock)
-                    .await
-                    .map_err(|e| unavailable(format!("TLS handshake with {addr}: {e}")))?;
-                Channel::handshake(stream, addr, "https", opts).await
-            }
-        }
+        self.lb.connectivity()
     }
 
     /// A channel over a byte stream already established (a Unix socket,
@@ -405,134 +414,26 @@ impl Channel {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        Channel::handshake(io, authority.to_string(), "http", opts).await
-    }
-
-    async fn handshake<IO>(
-        io: IO,
-        authority: String,
-        scheme: &'static str,
-        opts: ChannelOptions,
-    ) -> Result<Channel, Status>
-    where
-        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let link = match opts.transport {
-            GrpcTransport::Native => {
-                let link = native::Link::start(
-                    io,
-                    opts.stream_window,
-                    opts.connection_window,
-                    opts.keepalive.clone(),
-                );
-                Link::Native(Arc::new(NativeHandle(link)))
-            }
-            #[cfg(feature = "h2")]
-            GrpcTransport::H2 => Link::H2(Arc::new(crate::h2::client::handshake(io, &opts).await?)),
-        };
+        let link = handshake(io, &opts).await?;
+        let opts = Arc::new(opts);
         Ok(Channel {
-            link: Arc::new(std::sync::Mutex::new(link)),
-            redial: None,
-            authority,
-            scheme,
-            opts: Arc::new(opts),
+            lb: Balancer::fixed(link, opts.clone()),
+            authority: authority.to_string(),
+            scheme: "http",
+            opts,
             interceptors: None,
             metrics: None,
         })
     }
 
-    /// Whether the connection calls start on now takes new ones: false
-    /// once its server sent GOAWAY or it closed (the next call on a
-    /// channel with a target then dials again). A call started before the
-    /// channel has seen the GOAWAY may still go to the old server, which
-    /// serves it (HTTP/2's graceful shutdown counts streams it received
-    /// before its final GOAWAY as accepted).
+    /// Whether a connection takes new calls now: false once every
+    /// connection's server sent GOAWAY or it closed (the next call then
+    /// dials again). A call started before the channel has seen the
+    /// GOAWAY may still go to the old server, which serves it (HTTP/2's
+    /// graceful shutdown counts streams it received before its final
+    /// GOAWAY as accepted).
     pub fn takes_calls(&self) -> bool {
-        self.current().usable()
-    }
-
-    fn current(&self) -> Link {
-        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Replaces `old` with a new connection to the target, unless another
-    /// call did already: one attempt for every call that needs it, none
-    /// while the channel backs off. A call that does not wait for
-    /// readiness fails at once while it backs off, and with the attempt's
-    /// error when its own attempt fails; one that waits tries again after
-    /// each backoff until its deadline.
-    async fn reconnect(
-        &self,
-        r: &Redial,
-        old: &Link,
-        wait: bool,
-        deadline: Option<Instant>,
-    ) -> Result<(), Status> {
-        loop {
-            let backing = {
-                let a = r.attempts();
-                a.backing_off(Instant::now()).map(|(at, why)| (at, why.to_string(), a.failures()))
-            };
-            if let Some((at, why, failures)) = backing {
-                if !wait {
-                    let left = at.saturating_duration_since(Instant::now()).as_millis();
-                    return Err(unavailable(format!(
-                        "{why} ({failures} failed attempts; the next in {left} ms)"
-                    )));
-                }
-                if deadline.is_some_and(|d| d <= at) {
-                    // The call ends before the next attempt.
-                    if let Some(d) = deadline {
-                        tokio::time::sleep_until(d.into()).await;
-                    }
-                    return Err(deadline_exceeded());
-                }
-                tokio::time::sleep_until(at.into()).await;
-                continue;
-            }
-            let _one = timed(deadline, async { Ok(r.dialling.lock().await) }).await?;
-            if !self.current().same(old) {
-                return Ok(());
-            }
-            if r.attempts().backing_off(Instant::now()).is_some() {
-                // Another call's attempt failed while this one waited.
-                continue;
-            }
-            let mut opts = (*self.opts).clone();
-            {
-                let mut time = r.keepalive_time.lock().unwrap_or_else(|e| e.into_inner());
-                if let (Link::Native(l), Some(t)) = (old, time.as_mut()) {
-                    if l.0.sent_away_for_pings() {
-                        // Sent away for pinging too often: half as often
-                        // from now on (grpc-go does the same).
-                        *t = t.saturating_mul(2).min(Duration::from_secs(2 * 60 * 60));
-                    }
-                }
-                if let (Some(k), Some(t)) = (opts.keepalive.as_mut(), *time) {
-                    k.time = t;
-                }
-            }
-            let limit = self.opts.connect_timeout;
-            let dial = async {
-                match tokio::time::timeout(limit, Channel::dial(r.addr.clone(), opts)).await {
-                    Ok(done) => Ok(done),
-                    Err(_) => Ok(Err(unavailable(format!("connect to {}: timed out", r.addr)))),
-                }
-            };
-            match timed(deadline, dial).await? {
-                Ok(fresh) => {
-                    *self.link.lock().unwrap_or_else(|e| e.into_inner()) = fresh.current();
-                    r.attempts().connected();
-                    return Ok(());
-                }
-                Err(st) => {
-                    r.attempts().failed(Instant::now(), st.message.clone());
-                    if !wait {
-                        return Err(st);
-                    }
-                }
-            }
-        }
+        self.lb.takes_calls()
     }
 
     /// The same channel (the same connection) with `chain` around every
@@ -599,20 +500,13 @@ impl Channel {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(deadline_exceeded());
         }
-        let Some(r) = &self.redial else {
-            return self.start_on(&self.current(), path, &call, deadline).await;
-        };
-        let mut link = self.current();
-        if !link.usable() {
-            self.reconnect(r, &link, call.wait_for_ready, deadline).await?;
-            link = self.current();
-        }
+        let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
         match self.start_on(&link, path, &call, deadline).await {
-            // Refused before the request left: once more, on a new
-            // connection.
+            // Refused before the request left: once more, on another
+            // connection (a new one, or another backend's).
             Err(st) if st.code == Code::Unavailable && !link.usable() => {
-                self.reconnect(r, &link, call.wait_for_ready, deadline).await?;
-                self.start_on(&self.current(), path, &call, deadline).await
+                let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
+                self.start_on(&link, path, &call, deadline).await
             }
             other => other,
         }
@@ -679,6 +573,24 @@ impl Channel {
             ending: None,
             measured: None,
         })
+    }
+}
+
+/// The `:authority` of a target given with a resolver of one's own:
+/// the target without an `http://`-style prefix or trailing slash.
+fn authority_of(target: &str) -> String {
+    let t = target.split_once("://").map(|(_, rest)| rest).unwrap_or(target);
+    t.trim_start_matches('/').trim_end_matches('/').to_string()
+}
+
+/// The resolver of a channel whose target could not be parsed: every call
+/// fails with why.
+struct Failing(Status);
+
+impl Resolver for Failing {
+    fn resolve(&self) -> protoplane_grpc::BoxFuture<'static, Result<crate::resolve::Resolution, Status>> {
+        let st = self.0.clone();
+        Box::pin(async move { Err(st) })
     }
 }
 

@@ -6,8 +6,9 @@
 //! state machine). This crate runs them over sockets:
 //!
 //! * [`server`]: the [`Router`] (services by method path) and its accept
-//!   loops, plaintext and TLS; [`client`]: [`Channel`] (one HTTP/2
-//!   connection), [`Client`] and the call handles;
+//!   loops, plaintext and TLS; [`client`]: [`Channel`] (a target's HTTP/2
+//!   connections), [`Client`] and the call handles; [`resolve`]: target
+//!   names and resolvers; [`balance`]: load-balancing policies;
 //! * [`http2`]: the server's and the client's socket loops around
 //!   `protoplane-http2`'s connection (one task per connection); with the
 //!   `h2` cargo feature, a second HTTP/2 transport on the `h2` crate
@@ -27,6 +28,7 @@
 
 pub mod accept;
 pub mod backoff;
+pub mod balance;
 pub mod busy;
 pub mod client;
 pub mod deadline;
@@ -38,10 +40,12 @@ pub mod intercept;
 pub mod keepalive;
 pub mod lean;
 pub mod metrics;
+pub mod resolve;
 pub mod server;
 pub mod tls;
 
 pub use backoff::Backoff;
+pub use balance::LbPolicy;
 pub use client::{
     CallOptions, Channel, ChannelOptions, Client, ClientCall, ClientTls, Connectivity, Identity,
     TypedCall, UnaryResponse,

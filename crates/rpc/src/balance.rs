@@ -1,0 +1,651 @@
+//! Load balancing: which connection a call goes on.
+//!
+//! A channel resolves its target ([`crate::resolve`]) into addresses and
+//! keeps one *subchannel* per address: a connection that is dialled, lost
+//! and dialled again, backing off after failed attempts (gRPC's
+//! connection-backoff rules, [`crate::Backoff`]) on its own. The policy
+//! decides which subchannels connect and which takes each call:
+//!
+//! - [`LbPolicy::PickFirst`] (gRPC's default; gRFC A62): the addresses are
+//!   tried in order, one at a time, and every call goes to the first that
+//!   connects. When that connection is lost, the next call starts over
+//!   from the first address. An address list that still holds the
+//!   connected address keeps it.
+//! - [`LbPolicy::RoundRobin`]: every address is kept connected (a lost or
+//!   failed one is dialled again in the background, after its backoff)
+//!   and calls rotate over the ready ones. A backend that goes away costs
+//!   no call: a call that found its connection closed before its request
+//!   left is started again on another (gRFC A6's transparent retry).
+//!
+//! Calls never wait on a dial when some subchannel is ready. With none
+//! ready, a call waits while one is connecting (or the first resolution is
+//! under way) and, once every address has failed and backs off, fails at
+//! once with UNAVAILABLE naming the last error, unless its
+//! `wait_for_ready` is set: then it waits until its deadline.
+//!
+//! The channel's tasks hold the balancer weakly: they end when the last
+//! clone of the channel is dropped. Dropping a subchannel (its address
+//! left the list) lets its connection close once its calls end.
+//!
+//! Picking is a mutex held for a few loads (the ready list's length, one
+//! entry) and, for round robin, one relaxed atomic increment: the common
+//! case costs what the one-connection channel did.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use protoplane_grpc::status::{Code, Status};
+use tokio::sync::Notify;
+
+use crate::backoff::Attempts;
+use crate::client::{dial, unavailable, ChannelOptions, Link};
+use crate::resolve::{Address, Resolution, Resolver};
+
+/// How a channel spreads its calls over its target's addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LbPolicy {
+    /// The first address that connects takes every call (gRFC A62).
+    #[default]
+    PickFirst,
+    /// Every address connected; calls rotate over the ready ones.
+    RoundRobin,
+}
+
+impl LbPolicy {
+    /// The name gRPC's service config gives the policy.
+    pub fn name(self) -> &'static str {
+        match self {
+            LbPolicy::PickFirst => "pick_first",
+            LbPolicy::RoundRobin => "round_robin",
+        }
+    }
+}
+
+impl FromStr for LbPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<LbPolicy, String> {
+        match s {
+            "pick_first" => Ok(LbPolicy::PickFirst),
+            "round_robin" => Ok(LbPolicy::RoundRobin),
+            "weighted_round_robin" => Err(
+                "weighted_round_robin needs ORCA load reports, which protoplane does not read yet; \
+                 use round_robin"
+                    .into(),
+            ),
+            other => Err(format!("unknown policy {other:?} (pick_first or round_robin)")),
+        }
+    }
+}
+
+/// One address and its connection.
+#[derive(Debug)]
+pub(crate) struct Subchannel {
+    /// Where to dial; `None` for a channel over a stream it was given.
+    pub(crate) addr: Option<Address>,
+    link: Mutex<Link>,
+    attempts: Mutex<Attempts>,
+    /// An attempt is under way.
+    dialling: AtomicBool,
+    /// A round-robin task keeps this subchannel connected (it may be
+    /// sleeping through a backoff).
+    kept: AtomicBool,
+    /// Its address left the resolver's list: never dialled again.
+    removed: AtomicBool,
+}
+
+impl Subchannel {
+    fn new(addr: Option<Address>, link: Link, opts: &ChannelOptions) -> Arc<Subchannel> {
+        Arc::new(Subchannel {
+            addr,
+            link: Mutex::new(link),
+            attempts: Mutex::new(Attempts::new(opts.backoff)),
+            dialling: AtomicBool::new(false),
+            kept: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+        })
+    }
+
+    fn attempts(&self) -> MutexGuard<'_, Attempts> {
+        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn link(&self) -> Link {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_link(&self, link: Link) {
+        *self.link.lock().unwrap_or_else(|e| e.into_inner()) = link;
+    }
+
+    fn backing_off(&self, now: Instant) -> Option<Instant> {
+        self.attempts().backing_off(now).map(|(at, _)| at)
+    }
+
+    /// Why calls fail while this subchannel backs off.
+    fn failure(&self, now: Instant, name_it: bool) -> Option<Status> {
+        let a = self.attempts();
+        let (at, why) = a.backing_off(now)?;
+        let left = at.saturating_duration_since(now).as_millis();
+        let failures = a.failures();
+        let addr = match (&self.addr, name_it) {
+            (Some(addr), true) => format!("{addr}: "),
+            _ => String::new(),
+        };
+        Some(unavailable(format!("{addr}{why} ({failures} failed attempts; the next in {left} ms)")))
+    }
+}
+
+/// Where a channel is, in gRPC's connectivity states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connectivity {
+    /// No connection, and none being made: the next call dials.
+    Idle,
+    /// A connection attempt (or the first resolution) is under way.
+    Connecting,
+    /// Calls start on a live connection.
+    Ready,
+    /// Every attempt failed; the channel waits before the next.
+    TransientFailure,
+}
+
+/// Wake-ups the channel's tasks wait on without holding the balancer.
+#[derive(Debug, Default)]
+struct Signals {
+    /// A subchannel or the address list changed: picks look again.
+    changed: Notify,
+    /// A connection was lost: resolve again (rate-limited).
+    resolve_now: Notify,
+    /// The channel is gone.
+    closed: AtomicBool,
+    close: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// One per address, in the resolver's order.
+    subs: Vec<Arc<Subchannel>>,
+    /// The subchannels calls go to (pick first: at most one).
+    ready: Vec<(Arc<Subchannel>, Link)>,
+    /// A resolution has arrived.
+    resolved: bool,
+    /// Why the last resolution failed (the previous addresses stay).
+    resolve_error: Option<Status>,
+    /// A pick-first pass over the addresses is under way.
+    passing: bool,
+}
+
+/// The subchannels of a channel and its policy.
+pub(crate) struct Balancer {
+    policy: LbPolicy,
+    /// `None`: a channel over one given stream, never dialled again.
+    resolver: Option<Arc<dyn Resolver>>,
+    opts: Arc<ChannelOptions>,
+    state: Mutex<State>,
+    signals: Arc<Signals>,
+    /// Round robin's position.
+    next: AtomicUsize,
+    /// The keepalive time of the next connection: doubled each time a
+    /// server sends the channel away for pinging too often (gRFC A8).
+    keepalive_time: Mutex<Option<Duration>>,
+    resolving: AtomicBool,
+    me: Weak<Balancer>,
+}
+
+impl std::fmt::Debug for Balancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer")
+            .field("policy", &self.policy)
+            .field("state", &*self.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.signals.closed.store(true, Ordering::SeqCst);
+        self.signals.close.notify_waiters();
+        self.signals.close.notify_one();
+    }
+}
+
+/// What one look at the state decided.
+enum Step {
+    Picked(Arc<Subchannel>, Link),
+    /// Wait for a change (or until then, when every address backs off).
+    Wait(Option<Instant>),
+}
+
+impl Balancer {
+    /// A balancer over what `resolver` finds.
+    pub(crate) fn new(resolver: Arc<dyn Resolver>, opts: Arc<ChannelOptions>) -> Arc<Balancer> {
+        Balancer::build(Some(resolver), opts, State::default())
+    }
+
+    /// A balancer with one connection and nowhere to dial.
+    pub(crate) fn fixed(link: Link, opts: Arc<ChannelOptions>) -> Arc<Balancer> {
+        let sub = Subchannel::new(None, link.clone(), &opts);
+        let state = State {
+            subs: vec![sub.clone()],
+            ready: vec![(sub, link)],
+            resolved: true,
+            ..State::default()
+        };
+        Balancer::build(None, opts, state)
+    }
+
+    fn build(
+        resolver: Option<Arc<dyn Resolver>>,
+        opts: Arc<ChannelOptions>,
+        state: State,
+    ) -> Arc<Balancer> {
+        let keepalive_time = opts.keepalive.as_ref().map(|k| k.time);
+        Arc::new_cyclic(|me| Balancer {
+            policy: opts.lb,
+            resolver,
+            opts,
+            state: Mutex::new(state),
+            signals: Arc::default(),
+            next: AtomicUsize::new(0),
+            keepalive_time: Mutex::new(keepalive_time),
+            resolving: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether some connection takes new calls.
+    pub(crate) fn takes_calls(&self) -> bool {
+        self.lock().ready.iter().any(|(_, l)| l.usable())
+    }
+
+    /// The channel's connectivity state (see [`Connectivity`]).
+    pub(crate) fn connectivity(&self) -> Connectivity {
+        let st = self.lock();
+        if st.ready.iter().any(|(_, l)| l.usable()) {
+            return Connectivity::Ready;
+        }
+        if self.resolver.is_none() {
+            return Connectivity::TransientFailure;
+        }
+        let now = Instant::now();
+        if st.passing || st.subs.iter().any(|s| s.dialling.load(Ordering::SeqCst)) {
+            Connectivity::Connecting
+        } else if st.subs.iter().any(|s| s.backing_off(now).is_some()) || st.resolve_error.is_some()
+        {
+            Connectivity::TransientFailure
+        } else if self.resolving.load(Ordering::SeqCst) && !st.resolved {
+            Connectivity::Connecting
+        } else {
+            Connectivity::Idle
+        }
+    }
+
+    /// The connection a call goes on: at once when one is ready; otherwise
+    /// as the module's documentation says.
+    pub(crate) async fn pick(
+        &self,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<(Arc<Subchannel>, Link), Status> {
+        if let Some(p) = self.pick_ready() {
+            return Ok(p);
+        }
+        if self.resolver.is_none() {
+            // Nowhere to dial: the one connection answers for itself.
+            let st = self.lock();
+            let sub = st.subs[0].clone();
+            let link = sub.link();
+            return Ok((sub, link));
+        }
+        self.start_resolving();
+        loop {
+            let changed = self.signals.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let until = match self.step(wait)? {
+                Step::Picked(sub, link) => return Ok((sub, link)),
+                Step::Wait(until) => until,
+            };
+            let limit = match (until, deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match limit {
+                None => changed.await,
+                Some(t) => {
+                    let _ = tokio::time::timeout_at(t.into(), changed).await;
+                }
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Err(Status::new(Code::DeadlineExceeded, "deadline exceeded"));
+            }
+        }
+    }
+
+    /// The fast path: a ready connection, or `None` to look closer.
+    fn pick_ready(&self) -> Option<(Arc<Subchannel>, Link)> {
+        let (sub, link) = {
+            let st = self.lock();
+            let n = st.ready.len();
+            let i = match (n, self.policy) {
+                (0, _) => return None,
+                (1, _) | (_, LbPolicy::PickFirst) => 0,
+                (n, LbPolicy::RoundRobin) => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            };
+            st.ready[i].clone()
+        };
+        link.usable().then_some((sub, link))
+    }
+
+    /// One look at the state: a pick, an error, or what to wait for.
+    fn step(&self, wait: bool) -> Result<Step, Status> {
+        let now = Instant::now();
+        let mut st = self.lock();
+        self.prune(&mut st);
+        if !st.ready.is_empty() {
+            let i = match self.policy {
+                LbPolicy::PickFirst => 0,
+                LbPolicy::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % st.ready.len(),
+            };
+            let (sub, link) = st.ready[i].clone();
+            return Ok(Step::Picked(sub, link));
+        }
+        if st.subs.is_empty() {
+            // Resolving, or resolved to nothing.
+            let why = match (&st.resolve_error, st.resolved) {
+                (Some(e), _) => Some(e.clone()),
+                (None, true) => Some(unavailable("the target resolved to no address")),
+                (None, false) => None,
+            };
+            return match why {
+                Some(e) if !wait => Err(e),
+                _ => Ok(Step::Wait(None)),
+            };
+        }
+        match self.policy {
+            LbPolicy::PickFirst => {
+                if st.passing {
+                    return Ok(Step::Wait(None));
+                }
+                if st.subs.iter().any(|s| s.backing_off(now).is_none()) {
+                    st.passing = true;
+                    tokio::spawn(pass(self.me.clone()));
+                    return Ok(Step::Wait(None));
+                }
+            }
+            LbPolicy::RoundRobin => {
+                for s in &st.subs {
+                    self.keep_connected(s);
+                }
+                if st.subs.iter().any(|s| s.dialling.load(Ordering::SeqCst)) {
+                    return Ok(Step::Wait(None));
+                }
+            }
+        }
+        // Every address failed and backs off.
+        let soonest = st
+            .subs
+            .iter()
+            .filter_map(|s| s.backing_off(now).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at);
+        let Some((at, sub)) = soonest else {
+            // Between a task's attempts: look again shortly.
+            return Ok(Step::Wait(Some(now + Duration::from_millis(1))));
+        };
+        if wait {
+            return Ok(Step::Wait(Some(at)));
+        }
+        let name_it = st.subs.len() > 1;
+        Err(sub.failure(now, name_it).unwrap_or_else(|| unavailable("connection failed")))
+    }
+
+    /// Drops ready connections that take no new calls: the subchannel is
+    /// idle again (round robin dials it at once; pick first at the next
+    /// call), and DNS is asked again.
+    fn prune(&self, st: &mut State) {
+        let before = st.ready.len();
+        st.ready.retain(|(sub, link)| {
+            if link.usable() {
+                return true;
+            }
+            if link.sent_away_for_pings() {
+                // Sent away for pinging too often: half as often from now
+                // on (grpc-go does the same).
+                let mut t = self.keepalive_time.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = t.as_mut() {
+                    *t = t.saturating_mul(2).min(Duration::from_secs(2 * 60 * 60));
+                }
+            }
+            sub.set_link(Link::Idle);
+            false
+        });
+        if st.ready.len() != before {
+            self.signals.resolve_now.notify_one();
+        }
+    }
+
+    /// The options of the next connection.
+    fn dial_options(&self) -> ChannelOptions {
+        let mut opts = (*self.opts).clone();
+        let time = *self.keepalive_time.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(k), Some(t)) = (opts.keepalive.as_mut(), time) {
+            k.time = t;
+        }
+        opts
+    }
+
+    fn start_resolving(&self) {
+        let Some(resolver) = &self.resolver else { return };
+        if self.resolving.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let task = resolve(
+            self.me.clone(),
+            resolver.clone(),
+            self.signals.clone(),
+            self.opts.resolve_every,
+            self.opts.resolve_min_interval,
+        );
+        tokio::spawn(task);
+    }
+
+    /// Installs what the resolver found.
+    fn apply(&self, found: Result<Resolution, Status>) {
+        let mut st = self.lock();
+        match found {
+            Err(e) => st.resolve_error = Some(e),
+            Ok(r) => {
+                st.resolve_error = None;
+                st.resolved = true;
+                let mut subs: Vec<Arc<Subchannel>> = Vec::with_capacity(r.addresses.len());
+                for a in r.addresses {
+                    if subs.iter().any(|s| s.addr.as_ref() == Some(&a)) {
+                        continue;
+                    }
+                    let kept = st.subs.iter().find(|s| s.addr.as_ref() == Some(&a)).cloned();
+                    subs.push(kept.unwrap_or_else(|| Subchannel::new(Some(a), Link::Idle, &self.opts)));
+                }
+                for old in &st.subs {
+                    if !subs.iter().any(|s| Arc::ptr_eq(s, old)) {
+                        old.removed.store(true, Ordering::SeqCst);
+                        // Its connection closes once its calls end.
+                        old.set_link(Link::Idle);
+                    }
+                }
+                st.ready.retain(|(s, _)| !s.removed.load(Ordering::SeqCst));
+                st.subs = subs;
+                if self.policy == LbPolicy::RoundRobin {
+                    for s in &st.subs {
+                        self.keep_connected(s);
+                    }
+                }
+            }
+        }
+        drop(st);
+        self.signals.changed.notify_waiters();
+    }
+
+    /// Round robin: starts the task that dials `sub` until it connects,
+    /// unless it is connected or has one.
+    fn keep_connected(&self, sub: &Arc<Subchannel>) {
+        if !sub.link().usable() && !sub.kept.swap(true, Ordering::SeqCst) {
+            tokio::spawn(keep(self.me.clone(), sub.clone()));
+        }
+    }
+
+    /// A subchannel connected: calls may use it.
+    fn connected(&self, sub: &Arc<Subchannel>, link: Link) -> bool {
+        let mut st = self.lock();
+        if sub.removed.load(Ordering::SeqCst) {
+            return false;
+        }
+        sub.set_link(link.clone());
+        sub.attempts().connected();
+        match self.policy {
+            LbPolicy::PickFirst => st.ready = vec![(sub.clone(), link)],
+            LbPolicy::RoundRobin => {
+                st.ready.retain(|(s, _)| !Arc::ptr_eq(s, sub));
+                st.ready.push((sub.clone(), link));
+            }
+        }
+        true
+    }
+}
+
+/// One dial of `sub` with the balancer's current options.
+async fn attempt(b: &Weak<Balancer>, sub: &Subchannel) -> Option<Result<Link, Status>> {
+    let opts = b.upgrade()?.dial_options();
+    let addr = sub.addr.clone()?;
+    sub.dialling.store(true, Ordering::SeqCst);
+    let limit = opts.connect_timeout;
+    let r = match tokio::time::timeout(limit, dial(&addr, &opts)).await {
+        Ok(r) => r,
+        Err(_) => Err(unavailable(format!("connect to {addr}: timed out"))),
+    };
+    sub.dialling.store(false, Ordering::SeqCst);
+    Some(r)
+}
+
+/// Pick first: the addresses in order until one connects.
+async fn pass(b: Weak<Balancer>) {
+    let mut i = 0;
+    loop {
+        let sub = {
+            let Some(bal) = b.upgrade() else { return };
+            let st = bal.lock();
+            match st.subs.get(i) {
+                Some(s) => s.clone(),
+                None => break,
+            }
+        };
+        i += 1;
+        if sub.removed.load(Ordering::SeqCst) || sub.backing_off(Instant::now()).is_some() {
+            continue;
+        }
+        let Some(r) = attempt(&b, &sub).await else { return };
+        let Some(bal) = b.upgrade() else { return };
+        match r {
+            Ok(link) => {
+                if bal.connected(&sub, link) {
+                    bal.lock().passing = false;
+                    bal.signals.changed.notify_waiters();
+                    return;
+                }
+            }
+            Err(st) => {
+                sub.attempts().failed(Instant::now(), st.message);
+                bal.signals.changed.notify_waiters();
+            }
+        }
+    }
+    if let Some(bal) = b.upgrade() {
+        bal.lock().passing = false;
+        bal.signals.resolve_now.notify_one();
+        bal.signals.changed.notify_waiters();
+    }
+}
+
+/// Round robin: keeps `sub` connected until it is connected, removed or
+/// the channel is gone; a lost connection starts it again (see `prune`).
+async fn keep(b: Weak<Balancer>, sub: Arc<Subchannel>) {
+    loop {
+        if sub.removed.load(Ordering::SeqCst) || sub.link().usable() {
+            break;
+        }
+        let Some(r) = attempt(&b, &sub).await else { break };
+        let Some(bal) = b.upgrade() else { break };
+        match r {
+            Ok(link) => {
+                sub.kept.store(false, Ordering::SeqCst);
+                bal.connected(&sub, link);
+                bal.signals.changed.notify_waiters();
+                return;
+            }
+            Err(st) => {
+                let at = sub.attempts().failed(Instant::now(), st.message);
+                bal.signals.resolve_now.notify_one();
+                bal.signals.changed.notify_waiters();
+                let signals = bal.signals.clone();
+                drop(bal);
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {}
+                    () = signals.close.notified() => break,
+                }
+            }
+        }
+    }
+    sub.kept.store(false, Ordering::SeqCst);
+}
+
+/// The channel's resolver task: resolves at once, then again on the
+/// timer and when a connection is lost (resolvers that ask again), and
+/// whenever a pushing resolver sends.
+async fn resolve(
+    b: Weak<Balancer>,
+    resolver: Arc<dyn Resolver>,
+    signals: Arc<Signals>,
+    every: Duration,
+    min_interval: Duration,
+) {
+    let asks_again = resolver.asks_again();
+    let mut updates = resolver.updates();
+    loop {
+        let found = resolver.resolve().await;
+        let last = Instant::now();
+        match b.upgrade() {
+            Some(bal) => bal.apply(found),
+            None => return,
+        }
+        if !asks_again && updates.is_none() {
+            return;
+        }
+        if signals.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every), if asks_again => {}
+            () = signals.resolve_now.notified(), if asks_again => {
+                tokio::select! {
+                    () = tokio::time::sleep_until((last + min_interval).into()) => {}
+                    () = signals.close.notified() => return,
+                }
+            }
+            changed = async { updates.as_mut().expect("guarded").changed().await }, if updates.is_some() => {
+                if changed.is_err() {
+                    // The resolver is gone: the last addresses stay.
+                    updates = None;
+                    if !asks_again {
+                        return;
+                    }
+                }
+            }
+            () = signals.close.notified() => return,
+        }
+    }
+}

@@ -115,6 +115,9 @@ if tests/keepalive/run.sh --protoplane target/release/protoplane; then ok; else 
 step "metrics: a real Prometheus scrapes serve and engine --metrics-addr (counts asserted, promtool lint)"
 if tests/metrics/run.sh --protoplane target/release/protoplane; then ok; else bad "metrics (Prometheus)"; fi
 
+step "many backends: load --target ipv4:/dns:/// --lb round_robin|pick_first over four serve processes (shares from their /metrics), a drain under load"
+if tests/lb/run.sh --protoplane target/release/protoplane; then ok; else bad "load balancing (load --lb)"; fi
+
 step "gRPC conformance: ConnectRPC's suite against the server (monolithic and split) and the client"
 if tests/grpc-conformance/run.sh --bin target/release/protoplane-grpc-conformance; then
     ok

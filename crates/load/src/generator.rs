@@ -12,7 +12,9 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use protoplane_grpc::{Code, Metadata, Schema, Status};
 use protoplane_rpc::lean::LeanChannel;
-use protoplane_rpc::{CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport};
+use protoplane_rpc::{
+    CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport, LbPolicy,
+};
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
@@ -43,10 +45,17 @@ const DRAIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
-    /// The server, HOST:PORT (plaintext HTTP/2, prior knowledge; with
-    /// --transport lean also unix:PATH).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// The server: HOST:PORT, or a gRPC target name (dns:///HOST:PORT,
+    /// ipv4:A:PORT,B:PORT, ipv6:[A]:PORT,..., unix:PATH) whose addresses
+    /// --lb spreads the calls over (plaintext HTTP/2, prior knowledge;
+    /// with --transport lean: HOST:PORT or unix:PATH).
+    #[arg(long, value_name = "TARGET")]
     target: String,
+    /// How each connection spreads its calls over the target's addresses
+    /// (gRPC): pick_first (the first address that connects) or round_robin
+    /// (every address connected, calls in turn).
+    #[arg(long, value_name = "POLICY", default_value = "pick_first")]
+    lb: LbPolicy,
     /// The protocol: gRPC over HTTP/2, or protoplane's lean transport
     /// (protoplane servers only; unary methods).
     #[arg(long, value_enum, default_value_t = Transport::Grpc)]
@@ -139,6 +148,8 @@ pub struct LoadConfig {
     pub transport: Transport,
     /// The gRPC client's HTTP/2 implementation.
     pub grpc_client: GrpcTransport,
+    /// How a gRPC connection spreads calls over the target's addresses.
+    pub lb: LbPolicy,
     /// Keepalive pings (native gRPC client).
     pub keepalive: Option<ClientKeepalive>,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
@@ -172,6 +183,7 @@ impl LoadConfig {
             target: target.into(),
             transport: Transport::Grpc,
             grpc_client: GrpcTransport::Native,
+            lb: LbPolicy::PickFirst,
             keepalive: None,
             calls,
             concurrency: 1,
@@ -631,12 +643,14 @@ async fn connect(
     transport: Transport,
     grpc_client: GrpcTransport,
     keepalive: Option<&ClientKeepalive>,
+    lb: LbPolicy,
 ) -> Result<Conn, Status> {
     match transport {
         Transport::Grpc => {
             let opts = ChannelOptions {
                 connect_timeout: CONNECT_TIMEOUT,
                 transport: grpc_client,
+                lb,
                 keepalive: keepalive.cloned(),
                 ..Default::default()
             };
@@ -700,6 +714,7 @@ struct Link {
     transport: Transport,
     grpc_client: GrpcTransport,
     keepalive: Option<ClientKeepalive>,
+    lb: LbPolicy,
     state: tokio::sync::Mutex<LinkState>,
 }
 
@@ -732,7 +747,8 @@ impl Link {
         if let Some(t) = st.retry_at.filter(|t| *t > now) {
             return Recovery::Wait(t);
         }
-        match connect(&self.target, self.transport, self.grpc_client, self.keepalive.as_ref()).await
+        let keepalive = self.keepalive.as_ref();
+        match connect(&self.target, self.transport, self.grpc_client, keepalive, self.lb).await
         {
             Ok(c) => {
                 st.generation += 1;
@@ -927,10 +943,17 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             cfg.target
         )));
     }
+    if cfg.transport == Transport::Lean && cfg.lb != LbPolicy::PickFirst {
+        return Err(Error::Config(format!(
+            "--lb {}: the lean transport connects to one address; use --transport grpc",
+            cfg.lb.name()
+        )));
+    }
 
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
-        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, cfg.keepalive.as_ref())
+        let keepalive = cfg.keepalive.as_ref();
+        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, cfg.lb)
             .await
             .map_err(|e| {
                 Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
@@ -949,6 +972,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             target: cfg.target.clone(),
             transport: cfg.transport,
             grpc_client: cfg.grpc_client,
+            lb: cfg.lb,
             keepalive: cfg.keepalive.clone(),
             state: tokio::sync::Mutex::new(LinkState {
                 generation: 0,
@@ -1398,6 +1422,7 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
         target: args.target.clone(),
         transport: args.transport,
         grpc_client: args.grpc_client,
+        lb: args.lb,
         keepalive,
         calls,
         concurrency: args.concurrency,

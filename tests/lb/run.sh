@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Many backends from the command line: `protoplane load --target ... --lb`
+# against four `protoplane serve --metrics-addr` processes, each server's
+# share read from its own /metrics (what a check from outside reads).
+#
+#   - round_robin over `ipv4:A,B,C,D`: every server within 5% of a quarter
+#     of the calls the load generator made (`calls_made`);
+#   - pick_first over the same list: the first server takes every call;
+#   - `dns:///localhost:PORT` connects and is served;
+#   - round_robin under load while one server is stopped with SIGTERM (a
+#     graceful drain): no call fails, and the three others take the rest.
+#
+# usage: tests/lb/run.sh [--protoplane PATH]
+# Logs: target/lb-check/*
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PP="$ROOT/target/release/protoplane"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --protoplane) PP="$2"; shift 2 ;;
+        *) echo "unknown argument $1 (see the usage at the top of $0)" >&2; exit 2 ;;
+    esac
+done
+OUT="$ROOT/target/lb-check"
+rm -rf "$OUT"; mkdir -p "$OUT"
+PROTO_DIR="$ROOT/protos/socialnetwork"
+DATA="$OUT/login.ldelim"
+METHOD=socialnetwork.SocialNetwork/Login
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+await() { # log pattern: the last field of the first matching line
+    local log="$1" pattern="$2" v
+    for _ in $(seq 1 100); do
+        v="$(grep -E "$pattern" "$log" | head -1 | awk '{print $NF}' || true)"
+        [[ -n "$v" ]] && { echo "$v"; return 0; }
+        sleep 0.1
+    done
+    echo "no \"$pattern\" in $log:" >&2; cat "$log" >&2; return 1
+}
+hostport() { sed -E 's#^http://##; s#/metrics$##' <<<"$1"; }
+
+for i in $(seq 1 32); do
+    echo "{\"reqId\": \"$i\", \"username\": \"user$i\", \"password\": \"pw$i\"}"
+done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
+    --type socialnetwork.LoginRequest --delimited >"$DATA"
+
+PORTS=(); METRICS=(); SERVER_PIDS=()
+for i in 0 1 2 3; do
+    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 >"$OUT/serve-$i.log" 2>&1 &
+    PIDS+=($!); SERVER_PIDS+=($!)
+    METRICS+=("$(hostport "$(await "$OUT/serve-$i.log" '^metrics on')")")
+    PORTS+=("$(await "$OUT/serve-$i.log" '^listening on' | sed 's/.*://')")
+done
+LIST="ipv4:127.0.0.1:${PORTS[0]},127.0.0.1:${PORTS[1]},127.0.0.1:${PORTS[2]},127.0.0.1:${PORTS[3]}"
+
+# Login calls server $1 has counted.
+served() {
+    curl -sf "http://${METRICS[$1]}/metrics" |
+        awk -v m="grpc_method=\"$METHOD\"" 'index($0, "grpc_server_call_started_total{") == 1 && index($0, m) { print $NF }' |
+        head -1 | awk '{ print ($1 == "" ? 0 : $1) }'
+}
+counts() { local c=(); for i in 0 1 2 3; do c+=("$(served "$i")"); done; echo "${c[@]}"; }
+load() { # name target policy extra...
+    local name="$1" target="$2" lb="$3"; shift 3
+    "$PP" load --target "$target" --lb "$lb" --method "$METHOD" \
+        --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" --data "$DATA" \
+        --concurrency 16 --json "$OUT/load-$name.json" --quiet "$@" >"$OUT/load-$name.txt" 2>&1 ||
+        { echo "FAIL  load $name:"; cat "$OUT/load-$name.txt"; return 1; }
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["calls_made"], sum(j["errors"].values()) + (j["aborted"] is not None))' "$OUT/load-$name.json"
+}
+failed=0
+pass() { echo "ok    $*"; }
+fail() { echo "FAIL  $*"; failed=1; }
+
+# Round robin: a quarter each.
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load rr "$LIST" round_robin --requests 8000)
+read -r -a after <<<"$(counts)"
+got=(); for i in 0 1 2 3; do got+=($((after[i] - before[i]))); done
+if python3 - "$made" "${got[@]}" <<'EOF'
+import sys
+made, got = int(sys.argv[1]), [int(x) for x in sys.argv[2:]]
+q = made / 4
+sys.exit(0 if sum(got) == made and all(abs(n - q) <= 0.05 * q for n in got) else 1)
+EOF
+then pass "round_robin: ${got[*]} of $made calls (each within 5% of a quarter), $errors failed"
+else fail "round_robin: ${got[*]} of $made calls, not a quarter each within 5%"; fi
+[[ "$errors" == 0 ]] || fail "round_robin: $errors failed calls"
+
+# Pick first: all on the first address.
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load pf "$LIST" pick_first --requests 2000)
+read -r -a after <<<"$(counts)"
+got=(); for i in 0 1 2 3; do got+=($((after[i] - before[i]))); done
+if [[ "${got[0]}" == "$made" && "${got[1]}${got[2]}${got[3]}" == 000 && "$errors" == 0 ]]; then
+    pass "pick_first: ${got[*]} of $made calls (all on the first address)"
+else fail "pick_first: ${got[*]} of $made calls, $errors failed"; fi
+
+# DNS.
+read -r made errors < <(load dns "dns:///localhost:${PORTS[2]}" pick_first --requests 500)
+if [[ "$errors" == 0 && "$made" -ge 500 ]]; then pass "dns:///localhost:${PORTS[2]}: $made calls"
+else fail "dns:///localhost: $made calls, $errors failed"; fi
+
+# A server drained under load (SIGTERM): no call fails.
+load drain "$LIST" round_robin --duration 3 >"$OUT/drain.out" &
+LOAD=$!
+sleep 1
+kill -TERM "${SERVER_PIDS[1]}"
+wait "$LOAD" || { fail "load during the drain"; cat "$OUT/load-drain.txt"; }
+read -r made errors <"$OUT/drain.out"
+if [[ "$errors" == 0 ]]; then
+    pass "round_robin while server 1 drained (SIGTERM at 1 s of 3): $made calls, none failed"
+else fail "round_robin while a server drained: $errors of $made calls failed"; fi
+exit "$failed"

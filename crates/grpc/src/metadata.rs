@@ -48,12 +48,19 @@ pub fn is_binary(key: &str) -> bool {
     key.ends_with("-bin")
 }
 
+/// The protocol's own keys that travel as metadata: gRFC A6's retry
+/// fields, which the client library sets on a retry
+/// (`grpc-previous-rpc-attempts`) and a server handler sets in its
+/// trailers to tell the client when (or, when negative, not) to retry
+/// (`grpc-retry-pushback-ms`). Every other `grpc-` key is reserved.
+pub const RETRY_KEYS: [&str; 2] = ["grpc-previous-rpc-attempts", "grpc-retry-pushback-ms"];
+
 /// Checks an application key: valid and not reserved.
 pub fn check_key(key: &str) -> Result<(), MetadataError> {
     if !valid_key(key) {
         return Err(MetadataError::BadKey(key.to_string()));
     }
-    if key.starts_with("grpc-") {
+    if key.starts_with("grpc-") && !RETRY_KEYS.contains(&key) {
         return Err(MetadataError::Reserved(key.to_string()));
     }
     Ok(())
@@ -186,7 +193,7 @@ impl Metadata {
     ) -> Result<Metadata, MetadataError> {
         let mut md = Metadata::new();
         for (name, value) in fields {
-            if name.starts_with(b"grpc-")
+            if name.starts_with(b"grpc-") && !RETRY_KEYS.iter().any(|k| k.as_bytes() == name)
                 || matches!(name, b"content-type" | b"te" | b"connection" | b"keep-alive" | b"host")
             {
                 continue;

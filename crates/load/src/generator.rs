@@ -748,8 +748,7 @@ impl Link {
             return Recovery::Wait(t);
         }
         let keepalive = self.keepalive.as_ref();
-        match connect(&self.target, self.transport, self.grpc_client, keepalive, self.lb).await
-        {
+        match connect(&self.target, self.transport, self.grpc_client, keepalive, self.lb).await {
             Ok(c) => {
                 st.generation += 1;
                 st.channel = c.clone();

@@ -134,7 +134,9 @@ impl Subchannel {
             (Some(addr), true) => format!("{addr}: "),
             _ => String::new(),
         };
-        Some(unavailable(format!("{addr}{why} ({failures} failed attempts; the next in {left} ms)")))
+        Some(unavailable(format!(
+            "{addr}{why} ({failures} failed attempts; the next in {left} ms)"
+        )))
     }
 }
 
@@ -469,7 +471,9 @@ impl Balancer {
                         continue;
                     }
                     let kept = st.subs.iter().find(|s| s.addr.as_ref() == Some(&a)).cloned();
-                    subs.push(kept.unwrap_or_else(|| Subchannel::new(Some(a), Link::Idle, &self.opts)));
+                    subs.push(
+                        kept.unwrap_or_else(|| Subchannel::new(Some(a), Link::Idle, &self.opts)),
+                    );
                 }
                 for old in &st.subs {
                     if !subs.iter().any(|s| Arc::ptr_eq(s, old)) {

@@ -26,10 +26,11 @@ use tokio::net::TcpStream;
 use crate::backoff::Backoff;
 pub use crate::balance::Connectivity;
 use crate::balance::{Balancer, LbPolicy};
-use crate::resolve::{Address, Resolver};
+use crate::config::{RetryPolicy, ServiceConfig, Throttle};
 use crate::http2::client::{self as native, Fields};
 use crate::intercept::{ClientChain, Ending};
 use crate::metrics::{CallSizes, MethodCalls, Metrics};
+use crate::resolve::{Address, Resolver};
 use crate::server::GrpcTransport;
 use protoplane_grpc::call::{Message, Request};
 use protoplane_grpc::codec::{self, Encoding, ACCEPT_ENCODING};
@@ -76,6 +77,10 @@ pub struct ChannelOptions {
     /// The shortest time between two resolutions that lost connections
     /// ask for (grpc-go's DNS resolver: 30 s).
     pub resolve_min_interval: Duration,
+    /// gRPC service config ([`crate::config`]): per-method timeouts,
+    /// `wait_for_ready` and retry policies, retry throttling; its
+    /// load-balancing policy, when it names one, replaces `lb`.
+    pub service_config: Option<Arc<ServiceConfig>>,
 }
 
 /// TLS settings of a client.
@@ -122,6 +127,7 @@ impl Default for ChannelOptions {
             resolver: None,
             resolve_every: Duration::from_secs(300),
             resolve_min_interval: Duration::from_secs(30),
+            service_config: None,
         }
     }
 }
@@ -159,6 +165,8 @@ pub struct Channel {
     interceptors: Option<Arc<ClientChain>>,
     /// A66 client metrics ([`Channel::metrics`]) and the target they name.
     metrics: Option<(Arc<Metrics>, Arc<str>)>,
+    /// The service config's retry token bucket (one per channel).
+    throttle: Option<Arc<Throttle>>,
 }
 
 /// One connection of a channel.
@@ -379,7 +387,15 @@ impl Channel {
         }
     }
 
-    fn lazy_checked(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
+    fn lazy_checked(target: &str, mut opts: ChannelOptions) -> Result<Channel, Status> {
+        if let Some(lb) = opts.service_config.as_ref().and_then(|sc| sc.lb) {
+            opts.lb = lb;
+        }
+        let throttle = opts
+            .service_config
+            .as_ref()
+            .and_then(|sc| sc.throttling)
+            .map(|t| Arc::new(Throttle::new(t)));
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         let (authority, resolver) = match &opts.resolver {
             Some(r) => (authority_of(target), r.clone()),
@@ -396,6 +412,7 @@ impl Channel {
             opts,
             interceptors: None,
             metrics: None,
+            throttle,
         })
     }
 
@@ -420,6 +437,11 @@ impl Channel {
             lb: Balancer::fixed(link, opts.clone()),
             authority: authority.to_string(),
             scheme: "http",
+            throttle: opts
+                .service_config
+                .as_ref()
+                .and_then(|sc| sc.throttling)
+                .map(|t| Arc::new(Throttle::new(t))),
             opts,
             interceptors: None,
             metrics: None,
@@ -495,18 +517,54 @@ impl Channel {
         }
     }
 
-    async fn start_plain(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+    async fn start_plain(&self, path: &str, mut call: CallOptions) -> Result<ClientCall, Status> {
+        let method = self.opts.service_config.as_ref().and_then(|sc| sc.method(path));
+        let Some(m) = method else {
+            let deadline = call.deadline(Instant::now());
+            return self.start_attempt(path, &call, deadline).await;
+        };
+        if let Some(t) = m.timeout {
+            call.timeout = Some(call.timeout.map_or(t, |own| own.min(t)));
+        }
+        if m.wait_for_ready == Some(true) {
+            call.wait_for_ready = true;
+        }
         let deadline = call.deadline(Instant::now());
+        let mut c = self.start_attempt(path, &call, deadline).await?;
+        if let Some(policy) = &m.retry {
+            c.throttle = self.throttle.clone();
+            c.retry = Some(Box::new(Retry {
+                channel: self.clone(),
+                path: path.into(),
+                opts: call,
+                backoff: policy.initial_backoff,
+                policy: policy.clone(),
+                sent: Vec::new(),
+                bytes: 0,
+                closed: false,
+                attempts: 1,
+            }));
+        }
+        Ok(c)
+    }
+
+    /// One attempt of a call: a connection picked, the stream opened.
+    async fn start_attempt(
+        &self,
+        path: &str,
+        call: &CallOptions,
+        deadline: Option<Instant>,
+    ) -> Result<ClientCall, Status> {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(deadline_exceeded());
         }
         let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
-        match self.start_on(&link, path, &call, deadline).await {
+        match self.start_on(&link, path, call, deadline).await {
             // Refused before the request left: once more, on another
             // connection (a new one, or another backend's).
             Err(st) if st.code == Code::Unavailable && !link.usable() => {
                 let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
-                self.start_on(&link, path, &call, deadline).await
+                self.start_on(&link, path, call, deadline).await
             }
             other => other,
         }
@@ -572,6 +630,8 @@ impl Channel {
             last_compressed: false,
             ending: None,
             measured: None,
+            retry: None,
+            throttle: None,
         })
     }
 }
@@ -588,7 +648,9 @@ fn authority_of(target: &str) -> String {
 struct Failing(Status);
 
 impl Resolver for Failing {
-    fn resolve(&self) -> protoplane_grpc::BoxFuture<'static, Result<crate::resolve::Resolution, Status>> {
+    fn resolve(
+        &self,
+    ) -> protoplane_grpc::BoxFuture<'static, Result<crate::resolve::Resolution, Status>> {
         let st = self.0.clone();
         Box::pin(async move { Err(st) })
     }
@@ -724,6 +786,42 @@ pub struct ClientCall {
     ending: Option<Box<Ending>>,
     /// With metrics: the instruments, the start, the bytes so far.
     measured: Option<(Arc<MethodCalls>, Instant, CallSizes)>,
+    /// Until the call commits: what a new attempt needs (a retry policy).
+    retry: Option<Box<Retry>>,
+    /// The channel's retry token bucket, told how the call ended.
+    throttle: Option<Arc<Throttle>>,
+}
+
+/// What a call with a retry policy keeps until it commits (gRFC A6): the
+/// requests sent so far, to send again on a new attempt. A call commits
+/// when response headers or a message arrive, when its requests outgrow
+/// [`RETRY_BUFFER`], or when it ends.
+#[derive(Debug)]
+struct Retry {
+    channel: Channel,
+    path: Box<str>,
+    opts: CallOptions,
+    policy: RetryPolicy,
+    /// The wait before the next attempt is random below this.
+    backoff: Duration,
+    sent: Vec<Bytes>,
+    bytes: usize,
+    /// The requests ended (half-close).
+    closed: bool,
+    /// Attempts made, this one included.
+    attempts: u32,
+}
+
+/// Requests a call keeps for its retries (gRPC's per-call default,
+/// 256 KiB); past it, the call commits to its current attempt.
+pub const RETRY_BUFFER: usize = 256 << 10;
+
+/// A wait uniformly below `d` (gRFC A6's jittered backoff).
+fn below(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
+    d.mul_f64(unit)
 }
 
 impl ClientCall {
@@ -731,6 +829,10 @@ impl ClientCall {
     /// interceptors and the metrics.
     fn set_status(&mut self, st: Status) {
         if self.status.is_none() {
+            self.retry = None;
+            if let (Some(t), Code::Ok) = (&self.throttle, st.code) {
+                t.succeeded();
+            }
             if let Some(e) = self.ending.take() {
                 e.end(&st);
             }
@@ -783,6 +885,18 @@ impl ClientCall {
                 ),
             ));
         }
+        if let Some(r) = &mut self.retry {
+            r.sent.push(Bytes::copy_from_slice(message));
+            r.bytes += message.len();
+            r.closed |= end;
+            if r.bytes > RETRY_BUFFER {
+                self.retry = None;
+            } else if !self.io.can_send() && self.status.is_none() {
+                // This attempt failed: the message waits for the next,
+                // which starts when the response is read.
+                return Ok(());
+            }
+        }
         if !self.io.can_send() {
             return Err(self
                 .status
@@ -791,6 +905,12 @@ impl ClientCall {
         }
         let r = timed(self.deadline, self.io.send(message, self.compress, end)).await;
         match r {
+            Err(st) if self.retry.is_some() && st.code != Code::DeadlineExceeded => {
+                // Kept for the next attempt; the status comes with the
+                // response.
+                self.io.drop_send();
+                Ok(())
+            }
             Ok(n) => {
                 if let Some(m) = &mut self.measured {
                     m.2.sent += n;
@@ -816,7 +936,77 @@ impl ClientCall {
 
     /// Half-closes: no more requests.
     pub fn close_send(&mut self) {
+        if let Some(r) = &mut self.retry {
+            r.closed = true;
+        }
         self.io.close_send();
+    }
+
+    /// After attempt failed with `st` (its trailers, if any): starts the
+    /// next attempt and sends it the requests again, if the retry policy,
+    /// the throttle, the server's pushback and the deadline allow.
+    async fn retry_after(&mut self, st: &Status, trailers: Option<&Metadata>) -> bool {
+        let Some(r) = self.retry.as_mut() else { return false };
+        if !r.policy.retryable.contains(&st.code) {
+            return false;
+        }
+        if let Some(t) = &self.throttle {
+            t.failed();
+            if !t.allows() {
+                return false;
+            }
+        }
+        if r.attempts >= r.policy.max_attempts {
+            return false;
+        }
+        let wait = match trailers.and_then(|m| m.get("grpc-retry-pushback-ms")) {
+            // The server says when (and resets the backoff); a value that
+            // is not a count of milliseconds says not to.
+            Some(v) => match v.parse::<u64>() {
+                Ok(ms) => {
+                    r.backoff = r.policy.initial_backoff;
+                    Duration::from_millis(ms)
+                }
+                Err(_) => return false,
+            },
+            None => {
+                let w = below(r.backoff);
+                let next = r.backoff.mul_f64(r.policy.backoff_multiplier);
+                r.backoff = next.min(r.policy.max_backoff);
+                w
+            }
+        };
+        if self.deadline.is_some_and(|d| Instant::now() + wait >= d) {
+            return false;
+        }
+        tokio::time::sleep(wait).await;
+        let mut opts = r.opts.clone();
+        let _ = opts.metadata.insert("grpc-previous-rpc-attempts", &r.attempts.to_string());
+        let Ok(mut next) = r.channel.start_attempt(&r.path, &opts, self.deadline).await else {
+            return false;
+        };
+        r.attempts += 1;
+        let last = r.sent.len().checked_sub(1);
+        for (i, m) in r.sent.iter().enumerate() {
+            let end = r.closed && Some(i) == last;
+            if timed(self.deadline, next.io.send(m, self.compress, end)).await.is_err() {
+                // This attempt failed too: its response says how.
+                next.io.drop_send();
+                break;
+            }
+        }
+        if r.closed && r.sent.is_empty() {
+            next.io.close_send();
+        }
+        std::mem::swap(&mut self.io, &mut next.io);
+        next.phase = Phase::Done;
+        self.phase = Phase::Head;
+        self.frames = FrameDecoder::new(self.limit);
+        self.encoding = Encoding::Identity;
+        self.headers = None;
+        self.trailers = None;
+        self.queued.clear();
+        true
     }
 
     /// Cancels the call (`RST_STREAM(CANCEL)`); it ends with CANCELLED.
@@ -828,13 +1018,28 @@ impl ClientCall {
     /// Waits for the response headers; returns the initial metadata.
     pub async fn headers(&mut self) -> Result<&Metadata, Status> {
         if self.phase == Phase::Head {
-            let (f, ends) = match timed(self.deadline, self.io.head()).await {
-                Ok(h) => h,
-                Err(st) => {
-                    self.phase = Phase::Done;
-                    return Err(self.fail(st));
+            let (f, ends) = loop {
+                match timed(self.deadline, self.io.head()).await {
+                    Ok((f, true)) if f.http == 200 && self.retry.is_some() => {
+                        // Trailers-only: a failure the policy may retry.
+                        let st =
+                            f.status.clone().unwrap_or_else(|| Status::from_trailers(None, None));
+                        if st.code == Code::Ok || !self.retry_after(&st, Some(&f.metadata)).await {
+                            break (f, true);
+                        }
+                    }
+                    Ok(h) => break h,
+                    Err(st) => {
+                        if st.code != Code::DeadlineExceeded && self.retry_after(&st, None).await {
+                            continue;
+                        }
+                        self.phase = Phase::Done;
+                        return Err(self.fail(st));
+                    }
                 }
             };
+            // Response headers (or the end): the call commits.
+            self.retry = None;
             self.phase = Phase::Body;
             if f.http != 200 {
                 let st = Status::new(Code::from_http(f.http), format!("HTTP status {}", f.http));

@@ -31,6 +31,7 @@ pub mod backoff;
 pub mod balance;
 pub mod busy;
 pub mod client;
+pub mod config;
 pub mod deadline;
 pub mod drain;
 #[cfg(feature = "h2")]

@@ -248,7 +248,10 @@ impl Resolver for Dns {
                     return Err(Status::new(Code::Unavailable, format!("resolve {host}: {e}")))
                 }
                 Err(_) => {
-                    return Err(Status::new(Code::Unavailable, format!("resolve {host}: timed out")))
+                    return Err(Status::new(
+                        Code::Unavailable,
+                        format!("resolve {host}: timed out"),
+                    ))
                 }
             };
             // The system's order, without repeats.

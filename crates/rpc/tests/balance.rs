@@ -194,7 +194,10 @@ async fn pick_first_stays_on_the_first_address_that_connects() {
 }
 
 /// Calls from 16 tasks until told to stop; the failures they saw.
-fn load(ch: &Channel, stop: &Arc<std::sync::atomic::AtomicBool>) -> Vec<tokio::task::JoinHandle<Vec<Status>>> {
+fn load(
+    ch: &Channel,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Status>>> {
     (0..16)
         .map(|_| {
             let (ch, stop) = (ch.clone(), stop.clone());
@@ -228,8 +231,7 @@ async fn a_backend_draining_under_load_fails_no_call() {
     let tasks = load(&ch, &stop);
     eventually(BOUND, "load reaches every backend", || s.iter().all(|b| b.served() > 200)).await;
     s[1].router.drain().start();
-    bounded(BOUND, "the drained backend's connection closes", s[1].router.drain().finished())
-        .await;
+    bounded(BOUND, "the drained backend's connection closes", s[1].router.drain().finished()).await;
     let after_drain = s[1].served();
     let others: Vec<usize> = counts(&s);
     eventually(BOUND, "the others keep serving", || {
@@ -238,7 +240,12 @@ async fn a_backend_draining_under_load_fails_no_call() {
     .await;
     stop.store(true, Ordering::SeqCst);
     let failed = failures(tasks).await;
-    assert!(failed.is_empty(), "{} failed calls: {:?}", failed.len(), &failed[..failed.len().min(3)]);
+    assert!(
+        failed.is_empty(),
+        "{} failed calls: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
     assert_eq!(s[1].served(), after_drain, "no call reached the drained backend");
 }
 
@@ -267,7 +274,12 @@ async fn addresses_withdrawn_and_added_by_the_resolver_take_effect_under_load() 
     .await;
     stop.store(true, Ordering::SeqCst);
     let failed = failures(tasks).await;
-    assert!(failed.is_empty(), "{} failed calls: {:?}", failed.len(), &failed[..failed.len().min(3)]);
+    assert!(
+        failed.is_empty(),
+        "{} failed calls: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
     assert_eq!(s[0].served(), withdrawn, "the withdrawn backend got no new call");
 }
 

@@ -309,10 +309,14 @@ fn main() {
     let attach = attach_seeds(corpus);
     let versions = versions_seeds(corpus);
     let metrics_http = metrics_http_seeds(corpus);
+    let orca = orca_seeds(corpus);
+    let service_config = service_config_seeds(corpus);
 
     for dir in [
         &attach,
         &metrics_http,
+        &orca,
+        &service_config,
         &versions,
         &wire,
         &gen_wire,
@@ -330,6 +334,43 @@ fn main() {
     ] {
         println!("seed: {} inputs in {}", dir.written, dir.path.display());
     }
+}
+
+/// Seeds of the `orca` target: reports as `serve --orca` and grpc-go's
+/// recorders send them (CPU, rates, named metrics), and an older server's
+/// whole-number rps.
+fn orca_seeds(corpus: &Path) -> Dir {
+    use protoplane_grpc_services::orca::LoadReport;
+    let mut dir = Dir::new(corpus, "orca");
+    let full = LoadReport {
+        cpu_utilization: 0.42,
+        mem_utilization: 0.3,
+        rps_fractional: 1234.5,
+        eps: 1.5,
+        application_utilization: 0.25,
+        request_cost: vec![("db".into(), 2.0)],
+        utilization: vec![("disk".into(), 0.1)],
+        named_metrics: vec![("queue".into(), 7.0)],
+    };
+    dir.put("full", &full.encode());
+    dir.put("cpu-only", &LoadReport { cpu_utilization: 0.9, ..LoadReport::default() }.encode());
+    dir.put("old-rps", &[0x18, 0xe8, 0x07]);
+    dir
+}
+
+/// Seeds of the `service_config` target: gRPC's documented examples
+/// (retry, hedging, throttling, a policy list) and protoplane's own.
+fn service_config_seeds(corpus: &Path) -> Dir {
+    let mut dir = Dir::new(corpus, "service_config");
+    for (name, json) in [
+        ("retry", r#"{"methodConfig":[{"name":[{"service":"pkg.Svc","method":"M"}],"timeout":"1.5s","waitForReady":true,"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE",10]}}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}"#),
+        ("hedging", r#"{"methodConfig":[{"name":[{}],"hedgingPolicy":{"maxAttempts":4,"hedgingDelay":"0.5s","nonFatalStatusCodes":["UNAVAILABLE"]}}]}"#),
+        ("lb", r#"{"loadBalancingConfig":[{"grpclb":{}},{"weighted_round_robin":{"blackoutPeriod":"1s","weightUpdatePeriod":"0.2s","errorUtilizationPenalty":1.5}},{"round_robin":{}}]}"#),
+        ("old-lb", r#"{"loadBalancingPolicy":"ROUND_ROBIN"}"#),
+    ] {
+        dir.put(name, json.as_bytes());
+    }
+    dir
 }
 
 /// Seeds of the `metrics_http` target (a cut byte, then what a client

@@ -7,6 +7,11 @@
 #     of the calls the load generator made (`calls_made`);
 #   - pick_first over the same list: the first server takes every call;
 #   - `dns:///localhost:PORT` connects and is served;
+#   - weighted_round_robin (gRFC A58) over the same four, which report
+#     their load (`serve --orca`: measured CPU utilization and call rate
+#     in every call's trailers), two of them spending 200 µs of CPU more
+#     per call (`--work-us 200`): each light server gets at least twice
+#     the calls of each heavy one (a quarter each under round_robin);
 #   - round_robin under load while one server is stopped with SIGTERM (a
 #     graceful drain): no call fails, and the three others take the rest.
 #
@@ -49,7 +54,8 @@ done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
 
 PORTS=(); METRICS=(); SERVER_PIDS=()
 for i in 0 1 2 3; do
-    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 >"$OUT/serve-$i.log" 2>&1 &
+    work=(); [[ $i -ge 2 ]] && work=(--work-us 200)
+    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 --orca "${work[@]}" >"$OUT/serve-$i.log" 2>&1 &
     PIDS+=($!); SERVER_PIDS+=($!)
     METRICS+=("$(hostport "$(await "$OUT/serve-$i.log" '^metrics on')")")
     PORTS+=("$(await "$OUT/serve-$i.log" '^listening on' | sed 's/.*://')")
@@ -103,6 +109,23 @@ else fail "pick_first: ${got[*]} of $made calls, $errors failed"; fi
 read -r made errors < <(load dns "dns:///localhost:${PORTS[2]}" pick_first --requests 500)
 if [[ "$errors" == 0 && "$made" -ge 500 ]]; then pass "dns:///localhost:${PORTS[2]}: $made calls"
 else fail "dns:///localhost: $made calls, $errors failed"; fi
+
+# Weighted round robin: the heavy servers report more CPU per call.
+cat >"$OUT/wrr.json" <<'EOF'
+{"loadBalancingConfig": [{"weighted_round_robin": {"blackoutPeriod": "1s", "weightUpdatePeriod": "0.2s"}}]}
+EOF
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load wrr "$LIST" round_robin --service-config "$OUT/wrr.json" --warmup 3 --duration 3)
+read -r -a after <<<"$(counts)"
+got=(); for i in 0 1 2 3; do got+=($((after[i] - before[i]))); done
+if python3 - "${got[@]}" <<'EOF'
+import sys
+light, heavy = [int(x) for x in sys.argv[1:3]], [int(x) for x in sys.argv[3:5]]
+sys.exit(0 if min(light) >= 2 * max(heavy) > 0 else 1)
+EOF
+then pass "weighted_round_robin (service config): light ${got[0]} ${got[1]}, heavy (--work-us 200) ${got[2]} ${got[3]} of $made calls (warm-up included), $errors failed"
+else fail "weighted_round_robin: light ${got[0]} ${got[1]}, heavy ${got[2]} ${got[3]}: light not at least twice heavy"; fi
+[[ "$errors" == 0 ]] || fail "weighted_round_robin: $errors failed calls"
 
 # A server drained under load (SIGTERM): no call fails.
 load drain "$LIST" round_robin --duration 3 >"$OUT/drain.out" &

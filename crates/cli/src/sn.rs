@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use protoplane_load::host;
-use protoplane_load::social::{router_with, schema, SocialNetwork};
+use protoplane_load::social::{router_with_chain, schema, SocialNetwork};
 use protoplane_rpc::ServerOptions;
 
 #[derive(clap::Args, Debug)]
@@ -56,6 +56,63 @@ pub(crate) struct ServeArgs {
     /// defaults).
     #[command(flatten)]
     keepalive: KeepaliveArgs,
+    /// Report load to clients (ORCA, gRFC A51): every call's trailers carry
+    /// this process's CPU utilization and its call and error rates,
+    /// measured each second (`endpoint-load-metrics-bin`, read by
+    /// weighted_round_robin), and xds.service.orca.v3.OpenRcaService
+    /// streams them out of band.
+    #[arg(long, conflicts_with = "attach")]
+    orca: bool,
+    /// The shortest interval between out-of-band reports.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, requires = "orca")]
+    orca_min_interval: f64,
+    /// Spend this many µs of CPU on each call before its handler: a
+    /// heavier backend, for load-balancing experiments.
+    #[arg(long, value_name = "US", conflicts_with = "attach")]
+    work_us: Option<u64>,
+}
+
+/// Burns CPU before each call ([`ServeArgs::work_us`]).
+struct Work(std::time::Duration);
+
+impl protoplane_grpc::intercept::Interceptor for Work {
+    fn before(
+        &self,
+        _: &mut protoplane_grpc::intercept::CallHead<'_>,
+    ) -> Result<(), protoplane_grpc::Status> {
+        let t = std::time::Instant::now();
+        while t.elapsed() < self.0 {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+/// Sets `recorder`'s CPU utilization and rates from this process, every
+/// second.
+async fn measure_load(recorder: Arc<protoplane_grpc_services::orca::Recorder>) {
+    let mut last = (std::time::Instant::now(), host::process_cpu_seconds(), recorder.counts());
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = (std::time::Instant::now(), host::process_cpu_seconds(), recorder.counts());
+        let wall = now.0.duration_since(last.0).as_secs_f64();
+        if wall > 0.0 {
+            let cpu = match (last.1, now.1) {
+                (Some(a), Some(b)) => (b - a) / wall,
+                _ => 0.0,
+            };
+            let calls = now.2 .0.saturating_sub(last.2 .0) as f64 / wall;
+            let errors = now.2 .1.saturating_sub(last.2 .1) as f64 / wall;
+            recorder.update(|r| {
+                r.cpu_utilization = cpu;
+                r.rps_fractional = calls;
+                r.eps = errors;
+            });
+        }
+        last = now;
+    }
 }
 
 /// The server's keepalive settings, in seconds (fractions allowed).
@@ -135,11 +192,29 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     }
     let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
     let keepalive = args.keepalive.settings()?;
-    let mut router = router_with(ServerOptions {
-        transport: args.grpc_transport,
-        keepalive,
-        ..ServerOptions::default()
-    })?;
+    let mut chain = protoplane_grpc::intercept::Chain::new();
+    if let Some(us) = args.work_us {
+        chain = chain.with(Work(std::time::Duration::from_micros(us.min(1_000_000))));
+    }
+    let recorder = args.orca.then(protoplane_grpc_services::orca::Recorder::new);
+    if let Some(r) = &recorder {
+        chain = chain.with(r.interceptor());
+    }
+    let mut router = router_with_chain(
+        ServerOptions { transport: args.grpc_transport, keepalive, ..ServerOptions::default() },
+        &chain,
+    )?;
+    if let Some(r) = &recorder {
+        let every = args.orca_min_interval;
+        if !(every.is_finite() && (0.001..=86_400.0).contains(&every)) {
+            return Err(format!("--orca-min-interval {every}: seconds, 0.001 or more"));
+        }
+        let every = std::time::Duration::from_secs_f64(every);
+        router = router.add_service(
+            protoplane_grpc_services::orca::OpenRca::new(r.clone(), every)
+                .map_err(|e| e.message)?,
+        );
+    }
     let metrics = args.metrics_addr.as_ref().map(|_| protoplane_rpc::metrics::Metrics::new());
     if let Some(m) = &metrics {
         router = router.with_metrics(m.clone());
@@ -156,6 +231,9 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("listen on {}:{}: {e}", args.host, args.port))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let router = Arc::new(router);
+        if let Some(r) = recorder {
+            tokio::spawn(measure_load(r));
+        }
         if let (Some(at), Some(m)) = (&args.metrics_addr, metrics) {
             let l = tokio::net::TcpListener::bind(at.as_str())
                 .await

@@ -15,6 +15,7 @@ use protoplane_rpc::lean::LeanChannel;
 use protoplane_rpc::{
     CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport, LbPolicy,
 };
+use protoplane_rpc::config::ServiceConfig;
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 
@@ -56,6 +57,11 @@ pub struct LoadArgs {
     /// (every address connected, calls in turn).
     #[arg(long, value_name = "POLICY", default_value = "pick_first")]
     lb: LbPolicy,
+    /// A gRPC service config (JSON): per-method timeouts and retry
+    /// policies, retry throttling; a load-balancing policy in it replaces
+    /// --lb.
+    #[arg(long, value_name = "FILE")]
+    service_config: Option<PathBuf>,
     /// The protocol: gRPC over HTTP/2, or protoplane's lean transport
     /// (protoplane servers only; unary methods).
     #[arg(long, value_enum, default_value_t = Transport::Grpc)]
@@ -150,6 +156,8 @@ pub struct LoadConfig {
     pub grpc_client: GrpcTransport,
     /// How a gRPC connection spreads calls over the target's addresses.
     pub lb: LbPolicy,
+    /// The gRPC channel's service config.
+    pub service_config: Option<Arc<ServiceConfig>>,
     /// Keepalive pings (native gRPC client).
     pub keepalive: Option<ClientKeepalive>,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
@@ -184,6 +192,7 @@ impl LoadConfig {
             transport: Transport::Grpc,
             grpc_client: GrpcTransport::Native,
             lb: LbPolicy::PickFirst,
+            service_config: None,
             keepalive: None,
             calls,
             concurrency: 1,
@@ -643,7 +652,7 @@ async fn connect(
     transport: Transport,
     grpc_client: GrpcTransport,
     keepalive: Option<&ClientKeepalive>,
-    lb: LbPolicy,
+    (lb, service_config): (LbPolicy, Option<&Arc<ServiceConfig>>),
 ) -> Result<Conn, Status> {
     match transport {
         Transport::Grpc => {
@@ -651,6 +660,7 @@ async fn connect(
                 connect_timeout: CONNECT_TIMEOUT,
                 transport: grpc_client,
                 lb,
+                service_config: service_config.cloned(),
                 keepalive: keepalive.cloned(),
                 ..Default::default()
             };
@@ -715,6 +725,7 @@ struct Link {
     grpc_client: GrpcTransport,
     keepalive: Option<ClientKeepalive>,
     lb: LbPolicy,
+    service_config: Option<Arc<ServiceConfig>>,
     state: tokio::sync::Mutex<LinkState>,
 }
 
@@ -748,7 +759,8 @@ impl Link {
             return Recovery::Wait(t);
         }
         let keepalive = self.keepalive.as_ref();
-        match connect(&self.target, self.transport, self.grpc_client, keepalive, self.lb).await {
+        let balancing = (self.lb, self.service_config.as_ref());
+        match connect(&self.target, self.transport, self.grpc_client, keepalive, balancing).await {
             Ok(c) => {
                 st.generation += 1;
                 st.channel = c.clone();
@@ -952,7 +964,8 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
         let keepalive = cfg.keepalive.as_ref();
-        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, cfg.lb)
+        let balancing = (cfg.lb, cfg.service_config.as_ref());
+        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, balancing)
             .await
             .map_err(|e| {
                 Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
@@ -972,6 +985,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             transport: cfg.transport,
             grpc_client: cfg.grpc_client,
             lb: cfg.lb,
+            service_config: cfg.service_config.clone(),
             keepalive: cfg.keepalive.clone(),
             state: tokio::sync::Mutex::new(LinkState {
                 generation: 0,
@@ -1417,11 +1431,22 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
         }),
         None => None,
     };
+    let service_config = match &args.service_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--service-config {}: {e}", path.display()))?;
+            let sc = ServiceConfig::from_json(&text)
+                .map_err(|e| format!("--service-config {}: {}", path.display(), e.message))?;
+            Some(Arc::new(sc))
+        }
+        None => None,
+    };
     Ok(LoadConfig {
         target: args.target.clone(),
         transport: args.transport,
         grpc_client: args.grpc_client,
         lb: args.lb,
+        service_config,
         keepalive,
         calls,
         concurrency: args.concurrency,

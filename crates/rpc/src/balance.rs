@@ -11,6 +11,11 @@
 //!   connects. When that connection is lost, the next call starts over
 //!   from the first address. An address list that still holds the
 //!   connected address keeps it.
+//! - [`LbPolicy::WeightedRoundRobin`] (gRFC A58): round robin whose
+//!   shares follow the ORCA load reports the backends put in each call's
+//!   trailers (`endpoint-load-metrics-bin`, see
+//!   `protoplane_grpc_services::orca`): a backend that serves more queries
+//!   per unit of utilization gets more calls ([`WrrConfig`]).
 //! - [`LbPolicy::RoundRobin`]: every address is kept connected (a lost or
 //!   failed one is dialled again in the background, after its backoff)
 //!   and calls rotate over the ready ones. A backend that goes away costs
@@ -44,13 +49,44 @@ use crate::client::{dial, unavailable, ChannelOptions, Link};
 use crate::resolve::{Address, Resolution, Resolver};
 
 /// How a channel spreads its calls over its target's addresses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum LbPolicy {
     /// The first address that connects takes every call (gRFC A62).
     #[default]
     PickFirst,
     /// Every address connected; calls rotate over the ready ones.
     RoundRobin,
+    /// Round robin weighted by the backends' ORCA load reports (gRFC A58).
+    WeightedRoundRobin(WrrConfig),
+}
+
+/// Weighted round robin's settings (gRFC A58's names and defaults).
+///
+/// A backend's weight is `qps / (utilization + error_utilization_penalty
+/// * eps / qps)` from its latest report (utilization: the application's
+/// own when it reports one, else CPU). A weight counts once the backend
+/// has reported for `blackout_period` without a gap longer than
+/// `weight_expiration_period`; backends without one get the mean of the
+/// others, and with fewer than two weighted backends the policy is plain
+/// round robin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WrrConfig {
+    pub blackout_period: Duration,
+    pub weight_expiration_period: Duration,
+    /// How often the weights in use are recomputed (at least 100 ms).
+    pub weight_update_period: Duration,
+    pub error_utilization_penalty: f64,
+}
+
+impl Default for WrrConfig {
+    fn default() -> Self {
+        WrrConfig {
+            blackout_period: Duration::from_secs(10),
+            weight_expiration_period: Duration::from_secs(180),
+            weight_update_period: Duration::from_secs(1),
+            error_utilization_penalty: 1.0,
+        }
+    }
 }
 
 impl LbPolicy {
@@ -59,7 +95,13 @@ impl LbPolicy {
         match self {
             LbPolicy::PickFirst => "pick_first",
             LbPolicy::RoundRobin => "round_robin",
+            LbPolicy::WeightedRoundRobin(_) => "weighted_round_robin",
         }
+    }
+
+    /// Whether every address is kept connected.
+    fn keeps_all(self) -> bool {
+        !matches!(self, LbPolicy::PickFirst)
     }
 }
 
@@ -70,14 +112,21 @@ impl FromStr for LbPolicy {
         match s {
             "pick_first" => Ok(LbPolicy::PickFirst),
             "round_robin" => Ok(LbPolicy::RoundRobin),
-            "weighted_round_robin" => Err(
-                "weighted_round_robin needs ORCA load reports, which protoplane does not read yet; \
-                 use round_robin"
-                    .into(),
-            ),
-            other => Err(format!("unknown policy {other:?} (pick_first or round_robin)")),
+            "weighted_round_robin" => Ok(LbPolicy::WeightedRoundRobin(WrrConfig::default())),
+            other => Err(format!(
+                "unknown policy {other:?} (pick_first, round_robin or weighted_round_robin)"
+            )),
         }
     }
+}
+
+/// A subchannel's weight from its load reports.
+#[derive(Debug, Default)]
+struct Weight {
+    weight: f64,
+    /// Since when it has had a weight without a gap (the blackout).
+    non_empty_since: Option<Instant>,
+    last_updated: Option<Instant>,
 }
 
 /// One address and its connection.
@@ -94,6 +143,8 @@ pub(crate) struct Subchannel {
     kept: AtomicBool,
     /// Its address left the resolver's list: never dialled again.
     removed: AtomicBool,
+    /// Weighted round robin's view of its load.
+    weight: Mutex<Weight>,
 }
 
 impl Subchannel {
@@ -105,7 +156,46 @@ impl Subchannel {
             dialling: AtomicBool::new(false),
             kept: AtomicBool::new(false),
             removed: AtomicBool::new(false),
+            weight: Mutex::new(Weight::default()),
         })
+    }
+
+    fn weight(&self) -> MutexGuard<'_, Weight> {
+        self.weight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A load report arrived from this backend (gRFC A58's weight).
+    pub(crate) fn report(&self, r: &protoplane_grpc_services::orca::LoadReport, penalty: f64) {
+        let util = if r.application_utilization > 0.0 {
+            r.application_utilization
+        } else {
+            r.cpu_utilization
+        };
+        let qps = r.rps_fractional;
+        if !(util > 0.0 && qps > 0.0 && util.is_finite() && qps.is_finite()) {
+            return;
+        }
+        let eps = if r.eps.is_finite() { r.eps.max(0.0) } else { 0.0 };
+        let w = qps / (util + penalty * eps / qps);
+        let now = Instant::now();
+        let mut s = self.weight();
+        s.weight = w;
+        s.last_updated = Some(now);
+        s.non_empty_since.get_or_insert(now);
+    }
+
+    /// The weight to use now: 0 while blacked out, expired or unknown.
+    fn current_weight(&self, now: Instant, cfg: &WrrConfig) -> f64 {
+        let mut s = self.weight();
+        let Some(last) = s.last_updated else { return 0.0 };
+        if now.saturating_duration_since(last) > cfg.weight_expiration_period {
+            s.non_empty_since = None;
+            return 0.0;
+        }
+        match s.non_empty_since {
+            Some(since) if now.saturating_duration_since(since) >= cfg.blackout_period => s.weight,
+            _ => 0.0,
+        }
     }
 
     fn attempts(&self) -> MutexGuard<'_, Attempts> {
@@ -177,6 +267,51 @@ struct State {
     resolve_error: Option<Status>,
     /// A pick-first pass over the addresses is under way.
     passing: bool,
+    /// Weighted round robin's scheduler over `ready`.
+    wrr: Scheduler,
+}
+
+/// Smooth weighted round robin (nginx's): each pick adds every weight to
+/// its running total and takes the largest, which then gives back the sum;
+/// over any run of picks each backend gets its share, interleaved. The
+/// weights are those of the ready list when last rebuilt.
+#[derive(Debug, Default)]
+struct Scheduler {
+    weights: Vec<f64>,
+    running: Vec<f64>,
+    total: f64,
+    built: Option<Instant>,
+}
+
+impl Scheduler {
+    fn rebuild(&mut self, ready: &[(Arc<Subchannel>, Link)], now: Instant, cfg: &WrrConfig) {
+        let mut w: Vec<f64> = ready.iter().map(|(s, _)| s.current_weight(now, cfg)).collect();
+        let known: Vec<f64> = w.iter().copied().filter(|&x| x > 0.0).collect();
+        if known.len() < 2 {
+            w.iter_mut().for_each(|x| *x = 1.0);
+        } else {
+            let mean = known.iter().sum::<f64>() / known.len() as f64;
+            w.iter_mut().filter(|x| **x <= 0.0).for_each(|x| *x = mean);
+        }
+        self.total = w.iter().sum();
+        if self.running.len() != w.len() {
+            self.running = vec![0.0; w.len()];
+        }
+        self.weights = w;
+        self.built = Some(now);
+    }
+
+    fn pick(&mut self) -> usize {
+        let mut best = 0;
+        for i in 0..self.weights.len() {
+            self.running[i] += self.weights[i];
+            if self.running[i] > self.running[best] {
+                best = i;
+            }
+        }
+        self.running[best] -= self.total;
+        best
+    }
 }
 
 /// The subchannels of a channel and its policy.
@@ -333,16 +468,44 @@ impl Balancer {
     /// The fast path: a ready connection, or `None` to look closer.
     fn pick_ready(&self) -> Option<(Arc<Subchannel>, Link)> {
         let (sub, link) = {
-            let st = self.lock();
-            let n = st.ready.len();
-            let i = match (n, self.policy) {
-                (0, _) => return None,
-                (1, _) | (_, LbPolicy::PickFirst) => 0,
-                (n, LbPolicy::RoundRobin) => self.next.fetch_add(1, Ordering::Relaxed) % n,
-            };
+            let mut st = self.lock();
+            if st.ready.is_empty() {
+                return None;
+            }
+            let i = self.index(&mut st);
             st.ready[i].clone()
         };
         link.usable().then_some((sub, link))
+    }
+
+    /// Which ready subchannel the next call takes (`ready` not empty).
+    fn index(&self, st: &mut State) -> usize {
+        let n = st.ready.len();
+        match self.policy {
+            _ if n == 1 => 0,
+            LbPolicy::PickFirst => 0,
+            LbPolicy::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            LbPolicy::WeightedRoundRobin(cfg) => {
+                let now = Instant::now();
+                let period = cfg.weight_update_period.max(Duration::from_millis(100));
+                let stale = st.wrr.weights.len() != n
+                    || st.wrr.built.is_none_or(|b| now.saturating_duration_since(b) >= period);
+                if stale {
+                    let State { ready, wrr, .. } = st;
+                    wrr.rebuild(ready, now, &cfg);
+                }
+                st.wrr.pick()
+            }
+        }
+    }
+
+    /// Where a call's load report goes: its subchannel, under weighted
+    /// round robin.
+    pub(crate) fn reports_to(&self, sub: &Arc<Subchannel>) -> Option<(Arc<Subchannel>, f64)> {
+        match self.policy {
+            LbPolicy::WeightedRoundRobin(cfg) => Some((sub.clone(), cfg.error_utilization_penalty)),
+            _ => None,
+        }
     }
 
     /// One look at the state: a pick, an error, or what to wait for.
@@ -351,10 +514,7 @@ impl Balancer {
         let mut st = self.lock();
         self.prune(&mut st);
         if !st.ready.is_empty() {
-            let i = match self.policy {
-                LbPolicy::PickFirst => 0,
-                LbPolicy::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % st.ready.len(),
-            };
+            let i = self.index(&mut st);
             let (sub, link) = st.ready[i].clone();
             return Ok(Step::Picked(sub, link));
         }
@@ -381,7 +541,7 @@ impl Balancer {
                     return Ok(Step::Wait(None));
                 }
             }
-            LbPolicy::RoundRobin => {
+            LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => {
                 for s in &st.subs {
                     self.keep_connected(s);
                 }
@@ -484,7 +644,7 @@ impl Balancer {
                 }
                 st.ready.retain(|(s, _)| !s.removed.load(Ordering::SeqCst));
                 st.subs = subs;
-                if self.policy == LbPolicy::RoundRobin {
+                if self.policy.keeps_all() {
                     for s in &st.subs {
                         self.keep_connected(s);
                     }
@@ -511,9 +671,11 @@ impl Balancer {
         }
         sub.set_link(link.clone());
         sub.attempts().connected();
+        // A new connection's weight starts over (its blackout again).
+        *sub.weight() = Weight::default();
         match self.policy {
             LbPolicy::PickFirst => st.ready = vec![(sub.clone(), link)],
-            LbPolicy::RoundRobin => {
+            LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => {
                 st.ready.retain(|(s, _)| !Arc::ptr_eq(s, sub));
                 st.ready.push((sub.clone(), link));
             }

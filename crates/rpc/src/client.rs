@@ -258,7 +258,8 @@ impl CallOptions {
     /// When the call must end: its own timeout from `now`, or the deadline
     /// of the handler it is made from, whichever is first.
     fn deadline(&self, now: Instant) -> Option<Instant> {
-        let own = self.timeout.map(|t| now + t);
+        // A timeout too long to add is no timeout.
+        let own = self.timeout.and_then(|t| now.checked_add(t));
         match (own, crate::deadline::current()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -558,16 +559,19 @@ impl Channel {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(deadline_exceeded());
         }
-        let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
-        match self.start_on(&link, path, call, deadline).await {
+        let (sub, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
+        let started = match self.start_on(&link, path, call, deadline).await {
             // Refused before the request left: once more, on another
             // connection (a new one, or another backend's).
             Err(st) if st.code == Code::Unavailable && !link.usable() => {
-                let (_, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
-                self.start_on(&link, path, call, deadline).await
+                let (sub, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
+                self.start_on(&link, path, call, deadline).await.map(|c| (c, sub))
             }
-            other => other,
-        }
+            other => other.map(|c| (c, sub)),
+        };
+        let (mut c, sub) = started?;
+        c.report_to = self.lb.reports_to(&sub);
+        Ok(c)
     }
 
     async fn start_on(
@@ -632,6 +636,7 @@ impl Channel {
             measured: None,
             retry: None,
             throttle: None,
+            report_to: None,
         })
     }
 }
@@ -790,6 +795,9 @@ pub struct ClientCall {
     retry: Option<Box<Retry>>,
     /// The channel's retry token bucket, told how the call ended.
     throttle: Option<Arc<Throttle>>,
+    /// Weighted round robin: the subchannel the call went to, told the
+    /// ORCA load report of the trailers (with the error penalty).
+    report_to: Option<(Arc<crate::balance::Subchannel>, f64)>,
 }
 
 /// What a call with a retry policy keeps until it commits (gRFC A6): the
@@ -971,8 +979,10 @@ impl ClientCall {
             },
             None => {
                 let w = below(r.backoff);
-                let next = r.backoff.mul_f64(r.policy.backoff_multiplier);
-                r.backoff = next.min(r.policy.max_backoff);
+                // In floating point, so that no multiplier overflows.
+                let next = r.backoff.as_secs_f64() * r.policy.backoff_multiplier;
+                let max = r.policy.max_backoff.as_secs_f64();
+                r.backoff = Duration::from_secs_f64(next.min(max));
                 w
             }
         };
@@ -1000,6 +1010,7 @@ impl ClientCall {
         }
         std::mem::swap(&mut self.io, &mut next.io);
         next.phase = Phase::Done;
+        self.report_to = next.report_to.take();
         self.phase = Phase::Head;
         self.frames = FrameDecoder::new(self.limit);
         self.encoding = Encoding::Identity;
@@ -1093,6 +1104,13 @@ impl ClientCall {
     }
 
     fn end_with(&mut self, f: Fields) {
+        if let Some((sub, penalty)) = self.report_to.take() {
+            use protoplane_grpc_services::orca::{LoadReport, TRAILER};
+            // A report that does not decode is ignored, as gRPC does.
+            if let Some(Ok(r)) = f.metadata.get_bin(TRAILER).map(LoadReport::decode) {
+                sub.report(&r, penalty);
+            }
+        }
         let st = f.status.unwrap_or_else(|| Status::from_trailers(None, None));
         self.set_status(st);
         self.trailers = Some(f.metadata);

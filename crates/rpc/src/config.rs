@@ -204,15 +204,48 @@ fn hedging_policy(v: &Value, at: &str) -> Result<HedgingPolicy, Status> {
     })
 }
 
+/// `weighted_round_robin`'s settings (gRFC A58's JSON names).
+fn wrr(v: &Value) -> Result<LbPolicy, Status> {
+    let at = "loadBalancingConfig.weighted_round_robin";
+    let o = object(v, at)?;
+    let mut c = crate::balance::WrrConfig::default();
+    let f = |k: &str| format!("{at}.{k}");
+    if let Some(d) = o.get("blackoutPeriod") {
+        c.blackout_period = duration(d, &f("blackoutPeriod"))?;
+    }
+    if let Some(d) = o.get("weightExpirationPeriod") {
+        c.weight_expiration_period = duration(d, &f("weightExpirationPeriod"))?;
+    }
+    if let Some(d) = o.get("weightUpdatePeriod") {
+        c.weight_update_period = duration(d, &f("weightUpdatePeriod"))?;
+    }
+    if let Some(p) = o.get("errorUtilizationPenalty") {
+        c.error_utilization_penalty = p
+            .as_f64()
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| bad(&f("errorUtilizationPenalty"), "must be a number, 0 or more"))?;
+    }
+    if o.get("enableOobLoadReport").and_then(Value::as_bool) == Some(true) {
+        return Err(bad(
+            &f("enableOobLoadReport"),
+            "out-of-band reports are served (OpenRcaService) but not read by this client yet",
+        ));
+    }
+    Ok(LbPolicy::WeightedRoundRobin(c))
+}
+
 fn lb_policy(root: &serde_json::Map<String, Value>) -> Result<Option<LbPolicy>, Status> {
     if let Some(list) = root.get("loadBalancingConfig") {
         let list = list.as_array().ok_or_else(|| bad("loadBalancingConfig", "not a list"))?;
         for entry in list {
             let o = object(entry, "loadBalancingConfig[]")?;
             // The first policy this client has wins (gRPC's rule).
-            if let Some(name) = o.keys().next() {
+            if let Some((name, settings)) = o.iter().next() {
                 if let Ok(p) = name.parse::<LbPolicy>() {
-                    return Ok(Some(p));
+                    return match p {
+                        LbPolicy::WeightedRoundRobin(_) => wrr(settings).map(Some),
+                        p => Ok(Some(p)),
+                    };
                 }
             }
         }

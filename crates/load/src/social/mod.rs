@@ -100,8 +100,17 @@ pub fn router() -> Result<Router, Error> {
 
 /// [`router`] with explicit server settings.
 pub fn router_with(opts: ServerOptions) -> Result<Router, Error> {
+    router_with_chain(opts, &protoplane_grpc::intercept::Chain::new())
+}
+
+/// [`router_with`], the service wrapped in `chain` (the standard services
+/// are not).
+pub fn router_with_chain(
+    opts: ServerOptions,
+    chain: &protoplane_grpc::intercept::Chain,
+) -> Result<Router, Error> {
     let svc = Arc::new(SocialNetwork::new(schema()?)?);
-    let router = Router::new(opts).add_service(svc);
+    let router = Router::new(opts).add_service(chain.wrap(svc));
     Ok(router.with_standard_services().map_err(|e| Error::Config(e.to_string()))?.0)
 }
 

@@ -292,8 +292,7 @@ impl Interceptor for PerCall {
 }
 
 const SERVICE_PROTO: &str = include_str!("../../../protos/xds/service/orca/v3/orca.proto");
-const REPORT_PROTO: &str =
-    include_str!("../../../protos/xds/data/orca/v3/orca_load_report.proto");
+const REPORT_PROTO: &str = include_str!("../../../protos/xds/data/orca/v3/orca_load_report.proto");
 const DURATION_PROTO: &str = include_str!("../../../protos/google/protobuf/duration.proto");
 
 /// The schema of the out-of-band service and its messages.
@@ -324,7 +323,11 @@ impl OpenRca {
         Ok(Arc::new(OpenRca { schema: Arc::new(schema()?), recorder, min_interval }))
     }
 
-    async fn run(self: Arc<Self>, mut req: Request<Streaming>, mut out: Responder) -> Result<Metadata, Status> {
+    async fn run(
+        self: Arc<Self>,
+        mut req: Request<Streaming>,
+        mut out: Responder,
+    ) -> Result<Metadata, Status> {
         let m = req.message.single().await?;
         let v = m.view(self.schema.tables())?;
         let asked = match v.by_number(1)?.and_then(|d| d.as_message()) {
@@ -405,6 +408,9 @@ mod tests {
             let e = LoadReport::decode(b).expect_err("bad");
             assert!(e.0.contains(why), "{b:?}: {e}");
         }
-        assert!(LoadReport::decode(&[0xf8, 0x01, 0x05]).is_ok(), "an unknown varint field is skipped");
+        assert!(
+            LoadReport::decode(&[0xf8, 0x01, 0x05]).is_ok(),
+            "an unknown varint field is skipped"
+        );
     }
 }

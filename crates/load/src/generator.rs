@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use protoplane_grpc::{Code, Metadata, Schema, Status};
+use protoplane_rpc::config::ServiceConfig;
 use protoplane_rpc::lean::LeanChannel;
 use protoplane_rpc::{
     CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport, LbPolicy,
 };
-use protoplane_rpc::config::ServiceConfig;
 use protoplane_wire::{Block, DecodeOptions, Decoder};
 use tokio::sync::watch;
 

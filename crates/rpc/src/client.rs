@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use crate::backoff::Backoff;
 pub use crate::balance::Connectivity;
 use crate::balance::{Balancer, LbPolicy};
-use crate::config::{RetryPolicy, ServiceConfig, Throttle};
+use crate::config::{MethodConfig, RetryPolicy, ServiceConfig, Throttle};
 use crate::http2::client::{self as native, Fields};
 use crate::intercept::{ClientChain, Ending};
 use crate::metrics::{CallSizes, MethodCalls, Metrics};
@@ -167,6 +167,9 @@ pub struct Channel {
     metrics: Option<(Arc<Metrics>, Arc<str>)>,
     /// The service config's retry token bucket (one per channel).
     throttle: Option<Arc<Throttle>>,
+    /// A routed channel (`xds:///`): each call's channel is picked here
+    /// (and `lb` is not used).
+    routed: Option<Arc<dyn crate::route::CallRouter>>,
 }
 
 /// One connection of a channel.
@@ -389,6 +392,23 @@ impl Channel {
     }
 
     fn lazy_checked(target: &str, mut opts: ChannelOptions) -> Result<Channel, Status> {
+        if opts.resolver.is_none() {
+            if let Some(factory) = crate::route::factory_for(target) {
+                let router = factory(target, &opts)?;
+                let scheme = if opts.tls.is_some() { "https" } else { "http" };
+                let opts = Arc::new(opts);
+                return Ok(Channel {
+                    lb: Balancer::new(Arc::new(Failing(unavailable("routed"))), opts.clone()),
+                    authority: authority_of(target),
+                    scheme,
+                    opts,
+                    interceptors: None,
+                    metrics: None,
+                    throttle: None,
+                    routed: Some(router),
+                });
+            }
+        }
         if let Some(lb) = opts.service_config.as_ref().and_then(|sc| sc.lb) {
             opts.lb = lb;
         }
@@ -414,6 +434,7 @@ impl Channel {
             interceptors: None,
             metrics: None,
             throttle,
+            routed: None,
         })
     }
 
@@ -422,7 +443,10 @@ impl Channel {
     /// [`Channel::over`] whose stream ended is in transient failure for
     /// good: it has nowhere to dial.
     pub fn connectivity(&self) -> Connectivity {
-        self.lb.connectivity()
+        match &self.routed {
+            Some(r) => r.connectivity(),
+            None => self.lb.connectivity(),
+        }
     }
 
     /// A channel over a byte stream already established (a Unix socket,
@@ -446,6 +470,7 @@ impl Channel {
             opts,
             interceptors: None,
             metrics: None,
+            routed: None,
         })
     }
 
@@ -456,7 +481,10 @@ impl Channel {
     /// graceful shutdown counts streams it received before its final
     /// GOAWAY as accepted).
     pub fn takes_calls(&self) -> bool {
-        self.lb.takes_calls()
+        match &self.routed {
+            Some(r) => r.connectivity() == Connectivity::Ready,
+            None => self.lb.takes_calls(),
+        }
     }
 
     /// The same channel (the same connection) with `chain` around every
@@ -518,8 +546,24 @@ impl Channel {
         }
     }
 
-    async fn start_plain(&self, path: &str, mut call: CallOptions) -> Result<ClientCall, Status> {
+    async fn start_plain(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        if let Some(r) = &self.routed {
+            let deadline = call.deadline(Instant::now());
+            let routed = r.route(path, &call.metadata, call.wait_for_ready, deadline).await?;
+            return Box::pin(routed.channel.start_with(path, call, Some(&routed.method))).await;
+        }
         let method = self.opts.service_config.as_ref().and_then(|sc| sc.method(path));
+        self.start_with(path, call, method).await
+    }
+
+    /// Starts a call with `method`'s settings (from the service config or
+    /// a route).
+    async fn start_with(
+        &self,
+        path: &str,
+        mut call: CallOptions,
+        method: Option<&MethodConfig>,
+    ) -> Result<ClientCall, Status> {
         let Some(m) = method else {
             let deadline = call.deadline(Instant::now());
             return self.start_attempt(path, &call, deadline).await;

@@ -42,6 +42,7 @@ pub mod keepalive;
 pub mod lean;
 pub mod metrics;
 pub mod resolve;
+pub mod route;
 pub mod server;
 pub mod tls;
 

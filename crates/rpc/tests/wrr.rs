@@ -124,9 +124,8 @@ async fn shares_follow_the_reported_load() {
     let (a, ba, _) = backend(Some(0.1)).await;
     let (b, bb, _) = backend(Some(0.2)).await;
     let (c, bc, _) = backend(Some(0.4)).await;
-    let ch = Channel::connect_with(&format!("ipv4:{a},{b},{c}"), wrr_options())
-        .await
-        .expect("connect");
+    let ch =
+        Channel::connect_with(&format!("ipv4:{a},{b},{c}"), wrr_options()).await.expect("connect");
     let got = shares(&ch, &[&ba, &bb, &bc], 7000).await;
     // Weights qps/utilization: 10000, 5000, 2500, so 4:2:1.
     let want = [4000.0, 2000.0, 1000.0];
@@ -138,9 +137,8 @@ async fn a_backend_without_reports_gets_the_mean_weight() {
     let (a, ba, _) = backend(Some(0.1)).await;
     let (b, bb, _) = backend(Some(0.3)).await;
     let (c, bc, _) = backend(None).await;
-    let ch = Channel::connect_with(&format!("ipv4:{a},{b},{c}"), wrr_options())
-        .await
-        .expect("connect");
+    let ch =
+        Channel::connect_with(&format!("ipv4:{a},{b},{c}"), wrr_options()).await.expect("connect");
     let got = shares(&ch, &[&ba, &bb, &bc], 6000).await;
     // 10000 and 3333; the silent one the mean, 6667: 3:1:2.
     let want = [3000.0, 1000.0, 2000.0];
@@ -166,5 +164,9 @@ async fn the_out_of_band_stream_sends_the_recorder_s_figures() {
         assert_eq!((r.cpu_utilization, r.application_utilization), (0.5, 0.25));
         assert_eq!(r.rps_fractional, 1000.0);
     }
-    assert!(t.elapsed() >= Duration::from_millis(100), "three reports 50 ms apart: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "three reports 50 ms apart: {:?}",
+        t.elapsed()
+    );
 }

@@ -342,5 +342,5 @@ async fn bad_targets_are_refused_with_the_reason() {
     let err = echo(&ch, CallOptions::default()).await.expect_err("no resolver");
     assert_eq!(err.code, Code::InvalidArgument, "{err:?}");
     assert!(err.message.contains("no resolver for the scheme"), "{}", err.message);
-    assert!("weighted_round_robin".parse::<LbPolicy>().is_err());
+    assert!("ring_hash".parse::<LbPolicy>().is_err());
 }

@@ -293,7 +293,6 @@ impl Interceptor for PerCall {
 
 const SERVICE_PROTO: &str = include_str!("../../../protos/xds/service/orca/v3/orca.proto");
 const REPORT_PROTO: &str = include_str!("../../../protos/xds/data/orca/v3/orca_load_report.proto");
-const DURATION_PROTO: &str = include_str!("../../../protos/google/protobuf/duration.proto");
 
 /// The schema of the out-of-band service and its messages.
 pub fn schema() -> Result<Schema, Status> {
@@ -301,7 +300,6 @@ pub fn schema() -> Result<Schema, Status> {
         &[
             ProtoSource { name: "xds/service/orca/v3/orca.proto", text: SERVICE_PROTO },
             ProtoSource { name: "xds/data/orca/v3/orca_load_report.proto", text: REPORT_PROTO },
-            ProtoSource { name: "google/protobuf/duration.proto", text: DURATION_PROTO },
         ],
         &["xds/service/orca/v3/orca.proto"],
     )

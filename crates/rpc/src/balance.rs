@@ -145,6 +145,8 @@ pub(crate) struct Subchannel {
     removed: AtomicBool,
     /// Weighted round robin's view of its load.
     weight: Mutex<Weight>,
+    /// Round robin's weight from the resolver (1 unless it gave some).
+    static_weight: std::sync::atomic::AtomicU32,
 }
 
 impl Subchannel {
@@ -157,6 +159,7 @@ impl Subchannel {
             kept: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             weight: Mutex::new(Weight::default()),
+            static_weight: std::sync::atomic::AtomicU32::new(1),
         })
     }
 
@@ -269,6 +272,10 @@ struct State {
     passing: bool,
     /// Weighted round robin's scheduler over `ready`.
     wrr: Scheduler,
+    /// Bumped whenever `ready` or the resolver's weights change.
+    generation: u64,
+    /// The resolver gave weights that are not all equal.
+    weighted: bool,
 }
 
 /// Smooth weighted round robin (nginx's): each pick adds every weight to
@@ -281,9 +288,21 @@ struct Scheduler {
     running: Vec<f64>,
     total: f64,
     built: Option<Instant>,
+    /// The state's generation when built.
+    generation: u64,
 }
 
 impl Scheduler {
+    /// Weights from the resolver.
+    fn rebuild_static(&mut self, ready: &[(Arc<Subchannel>, Link)], generation: u64) {
+        let w: Vec<f64> =
+            ready.iter().map(|(s, _)| f64::from(s.static_weight.load(Ordering::Relaxed))).collect();
+        self.total = w.iter().sum();
+        self.running = vec![0.0; w.len()];
+        self.weights = w;
+        self.generation = generation;
+    }
+
     fn rebuild(&mut self, ready: &[(Arc<Subchannel>, Link)], now: Instant, cfg: &WrrConfig) {
         let mut w: Vec<f64> = ready.iter().map(|(s, _)| s.current_weight(now, cfg)).collect();
         let known: Vec<f64> = w.iter().copied().filter(|&x| x > 0.0).collect();
@@ -484,7 +503,14 @@ impl Balancer {
         match self.policy {
             _ if n == 1 => 0,
             LbPolicy::PickFirst => 0,
-            LbPolicy::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            LbPolicy::RoundRobin if !st.weighted => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            LbPolicy::RoundRobin => {
+                if st.wrr.generation != st.generation || st.wrr.weights.len() != n {
+                    let State { ready, wrr, generation, .. } = st;
+                    wrr.rebuild_static(ready, *generation);
+                }
+                st.wrr.pick()
+            }
             LbPolicy::WeightedRoundRobin(cfg) => {
                 let now = Instant::now();
                 let period = cfg.weight_update_period.max(Duration::from_millis(100));
@@ -572,6 +598,7 @@ impl Balancer {
     /// call), and DNS is asked again.
     fn prune(&self, st: &mut State) {
         let before = st.ready.len();
+        st.generation += 1;
         st.ready.retain(|(sub, link)| {
             if link.usable() {
                 return true;
@@ -626,15 +653,19 @@ impl Balancer {
                 st.resolve_error = None;
                 st.resolved = true;
                 let mut subs: Vec<Arc<Subchannel>> = Vec::with_capacity(r.addresses.len());
-                for a in r.addresses {
+                for (i, a) in r.addresses.into_iter().enumerate() {
                     if subs.iter().any(|s| s.addr.as_ref() == Some(&a)) {
                         continue;
                     }
                     let kept = st.subs.iter().find(|s| s.addr.as_ref() == Some(&a)).cloned();
-                    subs.push(
-                        kept.unwrap_or_else(|| Subchannel::new(Some(a), Link::Idle, &self.opts)),
-                    );
+                    let sub =
+                        kept.unwrap_or_else(|| Subchannel::new(Some(a), Link::Idle, &self.opts));
+                    let w = r.weights.get(i).copied().unwrap_or(1).max(1);
+                    sub.static_weight.store(w, Ordering::Relaxed);
+                    subs.push(sub);
                 }
+                st.weighted = subs.iter().any(|s| s.static_weight.load(Ordering::Relaxed) != 1);
+                st.generation += 1;
                 for old in &st.subs {
                     if !subs.iter().any(|s| Arc::ptr_eq(s, old)) {
                         old.removed.store(true, Ordering::SeqCst);
@@ -673,6 +704,7 @@ impl Balancer {
         sub.attempts().connected();
         // A new connection's weight starts over (its blackout again).
         *sub.weight() = Weight::default();
+        st.generation += 1;
         match self.policy {
             LbPolicy::PickFirst => st.ready = vec![(sub.clone(), link)],
             LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => {

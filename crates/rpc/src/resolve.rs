@@ -65,12 +65,15 @@ pub struct Resolution {
     /// resolution too (the service has no endpoint): calls then wait for
     /// one or fail, as their `wait_for_ready` says.
     pub addresses: Vec<Address>,
+    /// A weight per address, for round robin (an xDS endpoint's locality
+    /// weight times its own); empty: every address weighs the same.
+    pub weights: Vec<u32>,
 }
 
 impl Resolution {
     /// A resolution of `addresses`.
     pub fn new(addresses: impl IntoIterator<Item = Address>) -> Resolution {
-        Resolution { addresses: addresses.into_iter().collect() }
+        Resolution { addresses: addresses.into_iter().collect(), weights: Vec::new() }
     }
 }
 
@@ -295,7 +298,13 @@ impl ManualResolver {
 
     /// Replaces the addresses.
     pub fn set(&self, addresses: Vec<Address>) {
-        self.tx.send_replace(Resolution { addresses });
+        self.tx.send_replace(Resolution::new(addresses));
+    }
+
+    /// Replaces the addresses, each with a round-robin weight.
+    pub fn set_weighted(&self, addresses: Vec<(Address, u32)>) {
+        let (addresses, weights) = addresses.into_iter().unzip();
+        self.tx.send_replace(Resolution { addresses, weights });
     }
 
     /// The addresses now.

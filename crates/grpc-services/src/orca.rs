@@ -10,7 +10,7 @@
 //!   utilization and rates each second), with [`Recorder::interceptor`]
 //!   adding the report to every call's trailers and counting the calls
 //!   and errors the rates come from;
-//! - [`OpenRca`]: `xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`,
+//! - [`OpenRca`], `xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`:
 //!   the out-of-band stream: a report now and then every interval the
 //!   client asks for (no shorter than the server's minimum, 30 s by
 //!   default as in grpc-go, settable for tests).
@@ -384,8 +384,8 @@ mod tests {
         assert_eq!(LoadReport::decode(&bytes), Ok(r.clone()));
         // The same key twice: the second entry counts.
         let mut twice = bytes.clone();
-        let mut again = LoadReport::default();
-        again.named_metrics = vec![("queue".into(), 7.0)];
+        let again =
+            LoadReport { named_metrics: vec![("queue".into(), 7.0)], ..LoadReport::default() };
         twice.extend_from_slice(&again.encode());
         let d = LoadReport::decode(&twice).expect("decodes");
         assert_eq!(d.named_metrics, vec![("queue".to_string(), 7.0)]);

@@ -47,8 +47,9 @@ const DRAIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
     /// The server: HOST:PORT, or a gRPC target name (dns:///HOST:PORT,
-    /// ipv4:A:PORT,B:PORT, ipv6:[A]:PORT,..., unix:PATH) whose addresses
-    /// --lb spreads the calls over (plaintext HTTP/2, prior knowledge;
+    /// ipv4:A:PORT,B:PORT, ipv6:[A]:PORT,..., unix:PATH, or xds:///NAME
+    /// with GRPC_XDS_BOOTSTRAP set) whose addresses --lb spreads the calls
+    /// over (plaintext HTTP/2, prior knowledge;
     /// with --transport lean: HOST:PORT or unix:PATH).
     #[arg(long, value_name = "TARGET")]
     target: String,
@@ -1385,6 +1386,10 @@ fn read_data(schema: &Schema, path: &Path, input: u32) -> Result<Vec<Bytes>, Str
 }
 
 fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
+    if args.target.starts_with("xds:") {
+        // xds:///NAME: routed by the management server GRPC_XDS_BOOTSTRAP names.
+        protoplane_xds::register();
+    }
     if args.methods.len() != args.data.len() {
         return Err(format!(
             "give one --data FILE per --method (got {} methods, {} data files)",

@@ -62,8 +62,9 @@ pub enum LbPolicy {
 
 /// Weighted round robin's settings (gRFC A58's names and defaults).
 ///
-/// A backend's weight is `qps / (utilization + error_utilization_penalty
-/// * eps / qps)` from its latest report (utilization: the application's
+/// A backend's weight is
+/// `qps / (utilization + error_utilization_penalty × eps / qps)` from its
+/// latest report (utilization: the application's
 /// own when it reports one, else CPU). A weight counts once the backend
 /// has reported for `blackout_period` without a gap longer than
 /// `weight_expiration_period`; backends without one get the mean of the

@@ -365,6 +365,11 @@ impl Channel {
     pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
         let limit = opts.connect_timeout;
         let ch = Channel::lazy_checked(target, opts)?;
+        if ch.routed.is_some() {
+            // Each call picks its own channel (and waits for the
+            // configuration): nothing to connect to yet.
+            return Ok(ch);
+        }
         match ch.lb.pick(false, Some(Instant::now() + limit)).await {
             Ok(_) => Ok(ch),
             Err(st) if st.code == Code::DeadlineExceeded => {

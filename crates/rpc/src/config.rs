@@ -17,9 +17,9 @@
 //!     }
 //!   }],
 //!   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
-//! }"#).unwrap();
-//! let m = sc.method("/pkg.Store/Get").unwrap();
-//! assert_eq!(m.retry.as_ref().unwrap().max_attempts, 3);
+//! }"#).expect("test value");
+//! let m = sc.method("/pkg.Store/Get").expect("test value");
+//! assert_eq!(m.retry.as_ref().expect("test value").max_attempts, 3);
 //! ```
 //!
 //! What is read, and how strictly: unknown fields are ignored (the JSON

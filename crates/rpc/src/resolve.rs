@@ -281,8 +281,8 @@ impl Resolver for Dns {
 /// ```
 /// use protoplane_rpc::resolve::{Address, ManualResolver};
 ///
-/// let r = ManualResolver::new(["127.0.0.1:50051".parse::<std::net::SocketAddr>().unwrap().into()]);
-/// r.set(vec![Address::Tcp("127.0.0.1:50052".parse().unwrap())]);
+/// let r = ManualResolver::new(["127.0.0.1:50051".parse::<std::net::SocketAddr>().expect("test value").into()]);
+/// r.set(vec![Address::Tcp("127.0.0.1:50052".parse().expect("test value"))]);
 /// assert_eq!(r.current().addresses.len(), 1);
 /// ```
 #[derive(Clone, Debug)]
@@ -329,12 +329,13 @@ mod tests {
     use super::*;
 
     fn addrs(t: &str) -> Vec<Address> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("test value");
         rt.block_on(parse(t).expect("parses").resolver.resolve()).expect("resolves").addresses
     }
 
     fn tcp(s: &str) -> Address {
-        Address::Tcp(s.parse().unwrap())
+        Address::Tcp(s.parse().expect("test value"))
     }
 
     #[test]
@@ -359,11 +360,17 @@ mod tests {
 
     #[test]
     fn authorities_are_what_calls_name() {
-        assert_eq!(parse("dns:///example.com:50051").unwrap().authority, "example.com:50051");
-        assert_eq!(parse("example.com:8").unwrap().authority, "example.com:8");
-        assert_eq!(parse("dns:example.com").unwrap().authority, "example.com:443");
-        assert_eq!(parse("unix:/x").unwrap().authority, "localhost");
-        assert_eq!(parse("ipv4:10.0.0.1:5,10.0.0.2:5").unwrap().authority, "10.0.0.1:5");
+        assert_eq!(
+            parse("dns:///example.com:50051").expect("test value").authority,
+            "example.com:50051"
+        );
+        assert_eq!(parse("example.com:8").expect("test value").authority, "example.com:8");
+        assert_eq!(parse("dns:example.com").expect("test value").authority, "example.com:443");
+        assert_eq!(parse("unix:/x").expect("test value").authority, "localhost");
+        assert_eq!(
+            parse("ipv4:10.0.0.1:5,10.0.0.2:5").expect("test value").authority,
+            "10.0.0.1:5"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ fn text(v: Option<&Value>, field: &str) -> Result<String, Status> {
 impl Bootstrap {
     /// Parses bootstrap JSON.
     pub fn from_json(json: &str) -> Result<Bootstrap, Status> {
-        let v: Value = serde_json::from_str(json).map_err(|e| bad(e))?;
+        let v: Value = serde_json::from_str(json).map_err(bad)?;
         let servers = v
             .get("xds_servers")
             .and_then(Value::as_array)

@@ -164,7 +164,7 @@ fn decode_err(what: &str, e: impl std::fmt::Display) -> Invalid {
 fn duration(d: Option<wkt::DurationView<'_>>) -> Option<Duration> {
     let d = d?;
     let (s, n) = (d.seconds(), d.nanos());
-    if s < 0 || n < 0 || n > 999_999_999 {
+    if s < 0 || !(0..=999_999_999).contains(&n) {
         return None;
     }
     Some(Duration::from_secs(s as u64) + Duration::from_nanos(n as u64))

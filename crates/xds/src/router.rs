@@ -133,6 +133,11 @@ impl XdsRouter {
                 st.clusters.retain(|name, _| wanted.contains(name));
                 let mut clusters = HashMap::new();
                 for (name, eps) in endpoints {
+                    // A cluster whose endpoints are not known yet gets no
+                    // channel (its calls wait), unless it had one.
+                    if eps.is_none() && !st.clusters.contains_key(&name) {
+                        continue;
+                    }
                     let (ch, resolver) = st.clusters.entry(name.clone()).or_insert_with(|| {
                         let resolver = ManualResolver::new([]);
                         let opts = ChannelOptions {
@@ -236,8 +241,9 @@ impl XdsRouter {
         Ok((vhost, listener.max_stream_duration, endpoints))
     }
 
-    /// The route a call takes.
-    fn pick(&self, config: &Config, path: &str, md: &Metadata) -> Result<Routed, Status> {
+    /// The route a call takes; `None` while its cluster has no endpoints
+    /// yet.
+    fn pick(&self, config: &Config, path: &str, md: &Metadata) -> Result<Option<Routed>, Status> {
         let Some(route) = config.vhost.routes.iter().find(|r| matches(r, path, md)) else {
             return Err(Status::new(
                 Code::Unavailable,
@@ -263,15 +269,13 @@ impl XdsRouter {
                 return Err(Status::new(Code::Unavailable, "matched a non-forwarding route"))
             }
         };
-        let channel = config.clusters.get(cluster).cloned().ok_or_else(|| {
-            Status::new(Code::Unavailable, format!("cluster {cluster:?} is not known"))
-        })?;
+        let Some(channel) = config.clusters.get(cluster).cloned() else { return Ok(None) };
         let method = MethodConfig {
             timeout: route.timeout.or(config.default_timeout),
             retry: route.retry.clone().or_else(|| config.vhost.retry.clone()),
             ..MethodConfig::default()
         };
-        Ok(Routed { channel, method })
+        Ok(Some(Routed { channel, method }))
     }
 }
 
@@ -395,16 +399,21 @@ impl CallRouter for XdsRouter {
             self.start();
             let mut updates = self.updated.subscribe();
             loop {
-                {
+                let (config, error) = {
                     let st = self.lock();
-                    if let Some(c) = &st.config {
-                        let c = c.clone();
-                        drop(st);
-                        return self.pick(&c, path, metadata);
+                    (st.config.clone(), st.error.clone())
+                };
+                match (config, error) {
+                    (Some(c), _) => {
+                        if let Some(routed) = self.pick(&c, path, metadata)? {
+                            return Ok(routed);
+                        }
+                        // Its cluster's endpoints are on their way.
                     }
-                    if let (Some(why), false) = (&st.error, wait_for_ready) {
+                    (None, Some(why)) if !wait_for_ready => {
                         return Err(Status::new(Code::Unavailable, format!("xDS: {why}")));
                     }
+                    (None, _) => {}
                 }
                 let wait = updates.changed();
                 match deadline {

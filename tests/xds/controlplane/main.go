@@ -1,7 +1,7 @@
 // Command controlplane is an xDS management server for integration tests.
 //
 // It serves the state-of-the-world ADS service on 127.0.0.1 from a
-// SnapshotCache in ADS mode. Every node maps to the same cache key, so all
+// SnapshotCache (responses on the one ADS stream). Every node maps to the same cache key, so all
 // clients see the same snapshot. Snapshots arrive as JSON lines on stdin; each
 // line replaces the whole snapshot. Events are logged to stdout, one line each.
 package main
@@ -505,14 +505,22 @@ func applyLine(ctx context.Context, snapshots cachev3.SnapshotCache, text string
 
 // ---- server callbacks ----
 
-// streamNodes remembers the node id of each stream, since clients usually
-// send the node only in the first request of a stream.
-type streamNodes struct {
-	mu    sync.Mutex
-	nodes map[int64]string
+// sentResponse is the last response sent on a stream for one type.
+type sentResponse struct {
+	nonce   string
+	version string
 }
 
-func (s *streamNodes) nodeFor(id int64, req *discovery.DiscoveryRequest) string {
+// streamState holds per-stream data the callbacks need: the node id (clients
+// usually send the node only in the first request of a stream) and the last
+// response sent for each type.
+type streamState struct {
+	mu    sync.Mutex
+	nodes map[int64]string
+	sent  map[int64]map[string]sentResponse
+}
+
+func (s *streamState) nodeFor(id int64, req *discovery.DiscoveryRequest) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := req.GetNode().GetId(); n != "" {
@@ -522,21 +530,42 @@ func (s *streamNodes) nodeFor(id int64, req *discovery.DiscoveryRequest) string 
 	return s.nodes[id]
 }
 
-func (s *streamNodes) forget(id int64) {
+func (s *streamState) recordResponse(id int64, resp *discovery.DiscoveryResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sent[id] == nil {
+		s.sent[id] = map[string]sentResponse{}
+	}
+	s.sent[id][resp.GetTypeUrl()] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
+}
+
+// rejectedVersion returns the version of the response a NACK refers to.
+func (s *streamState) rejectedVersion(id int64, req *discovery.DiscoveryRequest) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, ok := s.sent[id][req.GetTypeUrl()]
+	if !ok || last.nonce != req.GetResponseNonce() {
+		return "", false
+	}
+	return last.version, true
+}
+
+func (s *streamState) forget(id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.nodes, id)
+	delete(s.sent, id)
 }
 
 func callbacks() serverv3.Callbacks {
-	nodes := &streamNodes{nodes: map[int64]string{}}
+	state := &streamState{nodes: map[int64]string{}, sent: map[int64]map[string]sentResponse{}}
 	return serverv3.CallbackFuncs{
 		StreamOpenFunc: func(context.Context, int64, string) error {
 			emit("stream open")
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) {
-			nodes.forget(id)
+			state.forget(id)
 			emit("stream closed")
 		},
 		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
@@ -550,11 +579,22 @@ func callbacks() serverv3.Callbacks {
 				ack = "first"
 			}
 			emit("request node=%s type=%s version=%s nonce=%s names=%s ack=%s detail=%s",
-				nodes.nodeFor(id, req), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(),
+				state.nodeFor(id, req), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(),
 				strings.Join(req.GetResourceNames(), ","), ack, detail)
+			// A NACK carries the last accepted version, which differs from the
+			// snapshot's, so the snapshot cache would answer it at once with the
+			// same rejected resources, and the client would NACK again in a
+			// tight loop. Marking the request as being at the rejected version
+			// makes the cache wait for the next snapshot instead.
+			if req.GetErrorDetail() != nil {
+				if version, ok := state.rejectedVersion(id, req); ok {
+					req.VersionInfo = version
+				}
+			}
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+			state.recordResponse(id, resp)
 			emit("response type=%s version=%s nonce=%s resources=%d",
 				resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()))
 		},
@@ -568,7 +608,11 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	snapshots := cachev3.NewSnapshotCache(true, sameHash{}, nil)
+	// Not in the cache's ADS mode: that mode answers only requests that
+	// name every resource of the snapshot, and a gRPC client names only
+	// the ones it needs (the cluster its route uses, not every cluster).
+	// Responses still go out on the one ADS stream.
+	snapshots := cachev3.NewSnapshotCache(false, sameHash{}, nil)
 	xds := serverv3.NewServer(ctx, snapshots, callbacks())
 
 	// Permissive keepalive enforcement so that clients sending frequent

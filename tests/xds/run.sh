@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# xds:/// targets against a real control plane: a Go program built on
+# Envoy's go-control-plane (tests/xds/controlplane: its SnapshotCache and
+# ADS server, installed from the Go module proxy here), which takes a
+# snapshot per line on stdin. Four `protoplane serve --metrics-addr`
+# backends; `protoplane load --target xds:///sn`; each backend's share
+# read from its own /metrics.
+#
+#   1. endpoint weights: two endpoints weighted 1 and 3 get 1:3 of the
+#      calls (each within 5%);
+#   2. endpoints replaced under load (one removed, one added) with no
+#      failed call, and the removed one gets no new call a second after;
+#   3. a route change (another cluster) is applied: every call goes there;
+#   4. a bad resource (a STATIC cluster) is NACKed, named in the NACK, and
+#      the last good configuration stays in use: calls still succeed;
+#   5. weighted clusters 70/30 (gRFC A28) split the calls within 5%.
+#
+# usage: tests/xds/run.sh [--protoplane PATH]
+# Logs: target/xds-check/*
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PP="$ROOT/target/release/protoplane"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --protoplane) PP="$2"; shift 2 ;;
+        *) echo "unknown argument $1 (see the usage at the top of $0)" >&2; exit 2 ;;
+    esac
+done
+OUT="$ROOT/target/xds-check"
+rm -rf "$OUT"; mkdir -p "$OUT" "$ROOT/target/go-bin"
+PROTO_DIR="$ROOT/protos/socialnetwork"
+DATA="$OUT/login.ldelim"
+METHOD=socialnetwork.SocialNetwork/Login
+CP="$ROOT/target/go-bin/xds-controlplane"
+
+echo "building the control plane (go-control-plane, from the Go module proxy)"
+(cd "$ROOT/tests/xds/controlplane" && GOFLAGS=-buildvcs=false go build -mod=readonly -o "$CP" .) >"$OUT/build.log" 2>&1 ||
+    { cat "$OUT/build.log" >&2; exit 1; }
+
+PIDS=()
+cleanup() { exec 3>&- 2>/dev/null || true; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+await() { # log pattern: the last field of the first matching line
+    local log="$1" pattern="$2" v
+    for _ in $(seq 1 150); do
+        v="$(grep -E "$pattern" "$log" | head -1 | awk '{print $NF}' || true)"
+        [[ -n "$v" ]] && { echo "$v"; return 0; }
+        sleep 0.1
+    done
+    echo "no \"$pattern\" in $log:" >&2; cat "$log" >&2; return 1
+}
+hostport() { sed -E 's#^http://##; s#/metrics$##' <<<"$1"; }
+
+for i in $(seq 1 32); do
+    echo "{\"reqId\": \"$i\", \"username\": \"user$i\", \"password\": \"pw$i\"}"
+done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
+    --type socialnetwork.LoginRequest --delimited >"$DATA"
+
+PORTS=(); METRICS=()
+for i in 0 1 2 3; do
+    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 >"$OUT/serve-$i.log" 2>&1 &
+    PIDS+=($!)
+    METRICS+=("$(hostport "$(await "$OUT/serve-$i.log" '^metrics on')")")
+    PORTS+=("$(await "$OUT/serve-$i.log" '^listening on' | sed 's/.*://')")
+done
+
+mkfifo "$OUT/cp.in"
+"$CP" --port 0 <"$OUT/cp.in" >"$OUT/cp.log" 2>&1 &
+PIDS+=($!)
+exec 3>"$OUT/cp.in"
+CP_ADDR="$(await "$OUT/cp.log" '^xds listening on')"
+cat >"$OUT/bootstrap.json" <<EOF
+{"xds_servers": [{"server_uri": "$CP_ADDR", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+ "node": {"id": "protoplane-load", "cluster": "test", "locality": {"zone": "a"}}}
+EOF
+export GRPC_XDS_BOOTSTRAP="$OUT/bootstrap.json"
+
+# A snapshot: version, the route's action (JSON), each cluster's endpoints
+# as "name=port:weight,port:weight" ... and optional extra clusters JSON.
+snapshot() { # version action endpoints-spec [cluster-type-of-c2]
+    local version="$1" action="$2" spec="$3" c2type="${4:-EDS}"
+    python3 - "$version" "$action" "$spec" "$c2type" <<'EOF' >&3
+import json, sys
+version, action, spec, c2type = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+endpoints = []
+for part in spec.split():
+    name, eps = part.split("=")
+    endpoints.append({"cluster": name, "localities": [{"zone": "a", "weight": 1, "endpoints": [
+        {"address": "127.0.0.1", "port": int(p), "weight": int(w)} for p, w in (e.split(":") for e in eps.split(","))]}]})
+route = {"prefix": ""}; route.update(action)
+print(json.dumps({"version": version,
+    "listeners": [{"name": "sn", "route_config": "sn-routes"}],
+    "routes": [{"name": "sn-routes", "domains": ["*"], "routes": [route]}],
+    "clusters": [{"name": "c1", "eds_service_name": "c1"}, {"name": "c2", "eds_service_name": "c2", "type": c2type}],
+    "endpoints": endpoints}), flush=True)
+EOF
+    await "$OUT/cp.log" "^snapshot $version set" >/dev/null
+}
+
+served() {
+    curl -sf "http://${METRICS[$1]}/metrics" |
+        awk -v m="grpc_method=\"$METHOD\"" 'index($0, "grpc_server_call_started_total{") == 1 && index($0, m) { print $NF }' |
+        head -1 | awk '{ print ($1 == "" ? 0 : $1) }'
+}
+counts() { local c=(); for i in 0 1 2 3; do c+=("$(served "$i")"); done; echo "${c[@]}"; }
+load() { # name extra...
+    local name="$1"; shift
+    "$PP" load --target xds:///sn --method "$METHOD" \
+        --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" --data "$DATA" \
+        --concurrency 16 --json "$OUT/load-$name.json" --quiet "$@" >"$OUT/load-$name.txt" 2>&1 ||
+        { echo "FAIL  load $name:" >&2; cat "$OUT/load-$name.txt" >&2; return 1; }
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["calls_made"], sum(j["errors"].values()) + (j["aborted"] is not None))' "$OUT/load-$name.json"
+}
+delta() { local -n b=$1 a=$2; local d=(); for i in 0 1 2 3; do d+=($((a[i] - b[i]))); done; echo "${d[@]}"; }
+failed=0
+pass() { echo "ok    $*"; }
+fail() { echo "FAIL  $*"; failed=1; }
+P0=${PORTS[0]}; P1=${PORTS[1]}; P2=${PORTS[2]}; P3=${PORTS[3]}
+
+# 1. Endpoint weights 1:3.
+snapshot 1 '{"cluster": "c1"}' "c1=$P0:1,$P1:3 c2=$P3:1"
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load weights --requests 8000)
+read -r -a after <<<"$(counts)"
+read -r -a got <<<"$(delta before after)"
+if python3 -c "import sys; a,b=${got[0]},${got[1]}; t=a+b; sys.exit(0 if t==$made and abs(a-t/4)<=0.05*t/4 and abs(b-3*t/4)<=0.05*3*t/4 and ${got[2]}+${got[3]}==0 else 1)"; then
+    pass "endpoint weights 1:3: ${got[0]} and ${got[1]} of $made calls (each within 5%), $errors failed"
+else fail "endpoint weights 1:3: got ${got[*]} of $made calls"; fi
+[[ "$errors" == 0 ]] || fail "endpoint weights: $errors failed calls"
+
+# 2. Endpoints replaced under load: P1 removed, P2 added.
+load swap --duration 4 >"$OUT/swap.out" &
+LOAD=$!
+sleep 1
+snapshot 2 '{"cluster": "c1"}' "c1=$P0:1,$P2:1 c2=$P3:1"
+sleep 1
+removed_at="$(served 1)"
+wait "$LOAD" || fail "load during the endpoint change"
+read -r made errors <"$OUT/swap.out"
+removed_end="$(served 1)"
+if [[ "$errors" == 0 && "$removed_at" == "$removed_end" && "$(served 2)" -gt 0 ]]; then
+    pass "endpoints replaced under load: $made calls, none failed; the removed endpoint got none after 1 s ($removed_end in all)"
+else fail "endpoints replaced under load: $errors failed of $made; removed endpoint $removed_at -> $removed_end"; fi
+
+# 3. A route change: everything to c2.
+snapshot 3 '{"cluster": "c2"}' "c1=$P0:1,$P2:1 c2=$P3:1"
+sleep 0.5
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load route --requests 2000)
+read -r -a after <<<"$(counts)"
+read -r -a got <<<"$(delta before after)"
+if [[ "${got[3]}" == "$made" && "$errors" == 0 ]]; then pass "route change applied: ${got[*]} of $made calls (all on c2)"
+else fail "route change: ${got[*]} of $made calls, $errors failed"; fi
+
+# 4. A bad resource pushed under load: c2 as a STATIC cluster is NACKed and
+#    the running client keeps its last good c2.
+read -r -a before <<<"$(counts)"
+load nack --duration 3 >"$OUT/nack.out" &
+LOAD=$!
+sleep 1
+snapshot 4 '{"cluster": "c2"}' "c1=$P0:1,$P2:1 c2=$P3:1" STATIC
+wait "$LOAD" || fail "load during the bad push"
+read -r made errors <"$OUT/nack.out"
+read -r -a after <<<"$(counts)"
+read -r -a got <<<"$(delta before after)"
+nack="$(grep -E 'type=type.googleapis.com/envoy.config.cluster.v3.Cluster .*ack=no' "$OUT/cp.log" | head -1 || true)"
+if [[ -n "$nack" && "$nack" == *STATIC* && "$errors" == 0 && "${got[3]}" == "$made" ]]; then
+    pass "bad cluster NACKed (\"${nack##*detail=}\"), the last good one kept: $made calls on c2, none failed"
+else fail "bad cluster: NACK line [$nack], ${got[*]} of $made calls, $errors failed"; fi
+
+# 5. Weighted clusters 70/30.
+snapshot 5 '{"weighted_clusters": [{"name": "c1", "weight": 70}, {"name": "c2", "weight": 30}]}' "c1=$P0:1 c2=$P3:1"
+sleep 0.5
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load weighted --requests 8000)
+read -r -a after <<<"$(counts)"
+read -r -a got <<<"$(delta before after)"
+if python3 -c "import sys; a,b=${got[0]},${got[3]}; t=a+b; sys.exit(0 if t==$made and abs(a-0.7*t)<=0.05*0.7*t and abs(b-0.3*t)<=0.05*0.3*t else 1)"; then
+    pass "weighted clusters 70/30: ${got[0]} and ${got[3]} of $made calls (each within 5%), $errors failed"
+else fail "weighted clusters 70/30: got ${got[*]} of $made calls"; fi
+exit "$failed"

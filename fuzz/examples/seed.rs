@@ -311,12 +311,14 @@ fn main() {
     let metrics_http = metrics_http_seeds(corpus);
     let orca = orca_seeds(corpus);
     let service_config = service_config_seeds(corpus);
+    let xds = xds_seeds(corpus);
 
     for dir in [
         &attach,
         &metrics_http,
         &orca,
         &service_config,
+        &xds,
         &versions,
         &wire,
         &gen_wire,
@@ -355,6 +357,123 @@ fn orca_seeds(corpus: &Path) -> Dir {
     dir.put("full", &full.encode());
     dir.put("cpu-only", &LoadReport { cpu_utilization: 0.9, ..LoadReport::default() }.encode());
     dir.put("old-rps", &[0x18, 0xe8, 0x07]);
+    dir
+}
+
+/// Seeds of the `xds` target (a selector byte: 0 listener, 1 route
+/// configuration, 2 cluster, 3 endpoints; then the resource), laid out
+/// with the generated builders as a management server would send them.
+fn xds_seeds(corpus: &Path) -> Dir {
+    use protoplane_wire::{EncodeOptions, Encoder, Source};
+    use protoplane_xds::pb::envoy::config::cluster::v3::{Cluster, ClusterBuilder};
+    use protoplane_xds::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, ClusterLoadAssignmentBuilder,
+    };
+    use protoplane_xds::pb::envoy::config::listener::v3::{Listener, ListenerBuilder};
+    use protoplane_xds::pb::envoy::config::route::v3::{
+        RouteConfiguration, RouteConfigurationBuilder,
+    };
+    use protoplane_xds::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, HttpConnectionManagerBuilder,
+    };
+    let mut dir = Dir::new(corpus, "xds");
+    let opts = EncodeOptions::default();
+    let mut enc = Encoder::new();
+
+    let mut b = RouteConfiguration::builder();
+    {
+        let mut rc = RouteConfigurationBuilder::root(&mut b);
+        rc.set_name("sn-routes").expect("name");
+        let mut vh = rc.add_virtual_hosts().expect("vhost");
+        vh.push_domains("*").expect("domain");
+        let mut r = vh.add_routes().expect("route");
+        r.r#match().expect("match").set_prefix("/socialnetwork.").expect("prefix");
+        let mut a = r.route().expect("action");
+        let mut w = a.weighted_clusters().expect("weighted");
+        for (name, weight) in [("c1", 70), ("c2", 30)] {
+            let mut c = w.add_clusters().expect("cluster");
+            c.set_name(name).expect("name");
+            c.weight().expect("weight").set_value(weight);
+        }
+        let mut retry = a.retry_policy().expect("retry");
+        retry.set_retry_on("unavailable,cancelled").expect("retry_on");
+        retry.num_retries().expect("n").set_value(2);
+    }
+    let block = b.finish();
+    let rc = RouteConfiguration::encode(&mut enc, Source::owned(block.as_bytes()), &opts)
+        .expect("encodes")
+        .to_vec();
+    dir.put_selected("route", 1, &rc);
+
+    let mut b = HttpConnectionManager::builder();
+    {
+        let mut h = HttpConnectionManagerBuilder::root(&mut b);
+        let mut rds = h.rds().expect("rds");
+        rds.config_source().expect("source").ads().expect("ads");
+        rds.set_route_config_name("sn-routes").expect("name");
+        let mut f = h.add_http_filters().expect("filter");
+        f.set_name("envoy.filters.http.router").expect("name");
+        f.typed_config()
+            .expect("any")
+            .set_type_url("type.googleapis.com/envoy.extensions.filters.http.router.v3.Router")
+            .expect("type");
+    }
+    let block = b.finish();
+    let hcm = HttpConnectionManager::encode(&mut enc, Source::owned(block.as_bytes()), &opts)
+        .expect("encodes")
+        .to_vec();
+    let mut b = Listener::builder();
+    {
+        let mut l = ListenerBuilder::root(&mut b);
+        l.set_name("sn").expect("name");
+        let mut api = l.api_listener().expect("api");
+        let mut any = api.api_listener().expect("any");
+        any.set_type_url(
+            "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        )
+        .expect("type");
+        any.set_value(&hcm).expect("value");
+    }
+    let block = b.finish();
+    let listener =
+        Listener::encode(&mut enc, Source::owned(block.as_bytes()), &opts).expect("encodes").to_vec();
+    dir.put_selected("listener", 0, &listener);
+
+    let mut b = Cluster::builder();
+    {
+        let mut c = ClusterBuilder::root(&mut b);
+        c.set_name("c1").expect("name");
+        c.set_type(3);
+        let mut eds = c.eds_cluster_config().expect("eds");
+        eds.eds_config().expect("source").ads().expect("ads");
+        eds.set_service_name("c1-eds").expect("service");
+    }
+    let block = b.finish();
+    let cluster =
+        Cluster::encode(&mut enc, Source::owned(block.as_bytes()), &opts).expect("encodes").to_vec();
+    dir.put_selected("cluster", 2, &cluster);
+
+    let mut b = ClusterLoadAssignment::builder();
+    {
+        let mut cla = ClusterLoadAssignmentBuilder::root(&mut b);
+        cla.set_cluster_name("c1-eds").expect("name");
+        for (zone, weight, priority) in [("a", 3, 0), ("b", 1, 1)] {
+            let mut l = cla.add_endpoints().expect("locality");
+            l.locality().expect("loc").set_zone(zone).expect("zone");
+            l.load_balancing_weight().expect("w").set_value(weight);
+            l.set_priority(priority);
+            let mut e = l.add_lb_endpoints().expect("endpoint");
+            e.load_balancing_weight().expect("w").set_value(2);
+            let mut ep = e.endpoint().expect("ep");
+            let mut a = ep.address().expect("address");
+            a.socket_address().expect("sa").set_address("127.0.0.1").expect("ip").set_port_value(50051);
+        }
+    }
+    let block = b.finish();
+    let cla = ClusterLoadAssignment::encode(&mut enc, Source::owned(block.as_bytes()), &opts)
+        .expect("encodes")
+        .to_vec();
+    dir.put_selected("endpoints", 3, &cla);
     dir
 }
 

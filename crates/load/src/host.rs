@@ -78,7 +78,8 @@ pub fn thread_id() -> Option<String> {
 pub fn process_cpu_precise() -> Option<f64> {
     let mut ns: u64 = 0;
     for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        // A thread that exits while the list is read is no longer live.
+        let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) else { continue };
         ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
     }
     Some(ns as f64 / 1e9)
@@ -87,6 +88,12 @@ pub fn process_cpu_precise() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CPU time of the calling thread, in seconds, at nanosecond resolution.
+    fn thread_cpu_precise() -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        Some(text.split_whitespace().next()?.parse::<u64>().ok()? as f64 / 1e9)
+    }
 
     #[test]
     fn proc_stat_cpu() {
@@ -98,14 +105,17 @@ mod tests {
         let tid = thread_id().unwrap_or_default();
         assert!(thread_cpu_seconds(&tid).is_some_and(|s| s >= 0.0));
         assert!(pid_cpu_seconds(std::process::id()).is_some_and(|s| s >= 0.0));
-        let before = process_cpu_precise().unwrap_or(f64::NAN);
+        // The process's sum goes down when another test's thread exits, so
+        // the busy loop is checked on this thread's own clock.
+        assert!(process_cpu_precise().is_some_and(|s| s > 0.0));
+        let before = thread_cpu_precise().unwrap_or(f64::NAN);
         let mut x = 0u64;
         for i in 0..3_000_000u64 {
             x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(i));
         }
         std::hint::black_box(x);
         assert!(
-            process_cpu_precise().is_some_and(|after| after > before),
+            thread_cpu_precise().is_some_and(|after| after > before),
             "a busy loop takes CPU time"
         );
     }

@@ -28,58 +28,22 @@ while [[ $# -gt 0 ]]; do
 done
 OUT="$ROOT/target/lb-check"
 rm -rf "$OUT"; mkdir -p "$OUT"
-PROTO_DIR="$ROOT/protos/socialnetwork"
-DATA="$OUT/login.ldelim"
-METHOD=socialnetwork.SocialNetwork/Login
-
-PIDS=()
+source "$ROOT/tests/lib/backends.sh"
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-await() { # log pattern: the last field of the first matching line
-    local log="$1" pattern="$2" v
-    for _ in $(seq 1 100); do
-        v="$(grep -E "$pattern" "$log" | head -1 | awk '{print $NF}' || true)"
-        [[ -n "$v" ]] && { echo "$v"; return 0; }
-        sleep 0.1
-    done
-    echo "no \"$pattern\" in $log:" >&2; cat "$log" >&2; return 1
-}
-hostport() { sed -E 's#^http://##; s#/metrics$##' <<<"$1"; }
-
-for i in $(seq 1 32); do
-    echo "{\"reqId\": \"$i\", \"username\": \"user$i\", \"password\": \"pw$i\"}"
-done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
-    --type socialnetwork.LoginRequest --delimited >"$DATA"
-
-PORTS=(); METRICS=(); SERVER_PIDS=()
+login_data
 for i in 0 1 2 3; do
     work=(); [[ $i -ge 2 ]] && work=(--work-us 200)
-    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 --orca "${work[@]}" >"$OUT/serve-$i.log" 2>&1 &
-    PIDS+=($!); SERVER_PIDS+=($!)
-    METRICS+=("$(hostport "$(await "$OUT/serve-$i.log" '^metrics on')")")
-    PORTS+=("$(await "$OUT/serve-$i.log" '^listening on' | sed 's/.*://')")
+    start_backend "$i" --orca "${work[@]}"
 done
+SERVER_PIDS=("${PIDS[@]}")
 LIST="ipv4:127.0.0.1:${PORTS[0]},127.0.0.1:${PORTS[1]},127.0.0.1:${PORTS[2]},127.0.0.1:${PORTS[3]}"
 
-# Login calls server $1 has counted.
-served() {
-    curl -sf "http://${METRICS[$1]}/metrics" |
-        awk -v m="grpc_method=\"$METHOD\"" 'index($0, "grpc_server_call_started_total{") == 1 && index($0, m) { print $NF }' |
-        head -1 | awk '{ print ($1 == "" ? 0 : $1) }'
-}
-counts() { local c=(); for i in 0 1 2 3; do c+=("$(served "$i")"); done; echo "${c[@]}"; }
 load() { # name target policy extra...
     local name="$1" target="$2" lb="$3"; shift 3
-    "$PP" load --target "$target" --lb "$lb" --method "$METHOD" \
-        --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" --data "$DATA" \
-        --concurrency 16 --json "$OUT/load-$name.json" --quiet "$@" >"$OUT/load-$name.txt" 2>&1 ||
-        { echo "FAIL  load $name:"; cat "$OUT/load-$name.txt"; return 1; }
-    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["calls_made"], sum(j["errors"].values()) + (j["aborted"] is not None))' "$OUT/load-$name.json"
+    run_load "$name" --target "$target" --lb "$lb" "$@"
 }
-failed=0
-pass() { echo "ok    $*"; }
-fail() { echo "FAIL  $*"; failed=1; }
 
 # Round robin: a quarter each.
 read -r -a before <<<"$(counts)"

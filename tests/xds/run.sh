@@ -28,42 +28,18 @@ while [[ $# -gt 0 ]]; do
 done
 OUT="$ROOT/target/xds-check"
 rm -rf "$OUT"; mkdir -p "$OUT" "$ROOT/target/go-bin"
-PROTO_DIR="$ROOT/protos/socialnetwork"
-DATA="$OUT/login.ldelim"
-METHOD=socialnetwork.SocialNetwork/Login
 CP="$ROOT/target/go-bin/xds-controlplane"
 
 echo "building the control plane (go-control-plane, from the Go module proxy)"
 (cd "$ROOT/tests/xds/controlplane" && GOFLAGS=-buildvcs=false go build -mod=readonly -o "$CP" .) >"$OUT/build.log" 2>&1 ||
     { cat "$OUT/build.log" >&2; exit 1; }
 
-PIDS=()
+source "$ROOT/tests/lib/backends.sh"
 cleanup() { exec 3>&- 2>/dev/null || true; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-await() { # log pattern: the last field of the first matching line
-    local log="$1" pattern="$2" v
-    for _ in $(seq 1 150); do
-        v="$(grep -E "$pattern" "$log" | head -1 | awk '{print $NF}' || true)"
-        [[ -n "$v" ]] && { echo "$v"; return 0; }
-        sleep 0.1
-    done
-    echo "no \"$pattern\" in $log:" >&2; cat "$log" >&2; return 1
-}
-hostport() { sed -E 's#^http://##; s#/metrics$##' <<<"$1"; }
-
-for i in $(seq 1 32); do
-    echo "{\"reqId\": \"$i\", \"username\": \"user$i\", \"password\": \"pw$i\"}"
-done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
-    --type socialnetwork.LoginRequest --delimited >"$DATA"
-
-PORTS=(); METRICS=()
-for i in 0 1 2 3; do
-    "$PP" serve --port 0 --metrics-addr 127.0.0.1:0 >"$OUT/serve-$i.log" 2>&1 &
-    PIDS+=($!)
-    METRICS+=("$(hostport "$(await "$OUT/serve-$i.log" '^metrics on')")")
-    PORTS+=("$(await "$OUT/serve-$i.log" '^listening on' | sed 's/.*://')")
-done
+login_data
+for i in 0 1 2 3; do start_backend "$i"; done
 
 mkfifo "$OUT/cp.in"
 "$CP" --port 0 <"$OUT/cp.in" >"$OUT/cp.log" 2>&1 &
@@ -98,24 +74,11 @@ EOF
     await "$OUT/cp.log" "^snapshot $version set" >/dev/null
 }
 
-served() {
-    curl -sf "http://${METRICS[$1]}/metrics" |
-        awk -v m="grpc_method=\"$METHOD\"" 'index($0, "grpc_server_call_started_total{") == 1 && index($0, m) { print $NF }' |
-        head -1 | awk '{ print ($1 == "" ? 0 : $1) }'
-}
-counts() { local c=(); for i in 0 1 2 3; do c+=("$(served "$i")"); done; echo "${c[@]}"; }
 load() { # name extra...
     local name="$1"; shift
-    "$PP" load --target xds:///sn --method "$METHOD" \
-        --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" --data "$DATA" \
-        --concurrency 16 --json "$OUT/load-$name.json" --quiet "$@" >"$OUT/load-$name.txt" 2>&1 ||
-        { echo "FAIL  load $name:" >&2; cat "$OUT/load-$name.txt" >&2; return 1; }
-    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["calls_made"], sum(j["errors"].values()) + (j["aborted"] is not None))' "$OUT/load-$name.json"
+    run_load "$name" --target xds:///sn "$@"
 }
 delta() { local -n b=$1 a=$2; local d=(); for i in 0 1 2 3; do d+=($((a[i] - b[i]))); done; echo "${d[@]}"; }
-failed=0
-pass() { echo "ok    $*"; }
-fail() { echo "FAIL  $*"; failed=1; }
 P0=${PORTS[0]}; P1=${PORTS[1]}; P2=${PORTS[2]}; P3=${PORTS[3]}
 
 # 1. Endpoint weights 1:3.

@@ -234,6 +234,10 @@ impl Subchannel {
     }
 }
 
+/// Where a call's ORCA load report goes (weighted round robin): its
+/// subchannel and the error penalty.
+pub(crate) type ReportTo = Option<(Arc<Subchannel>, f64)>;
+
 /// Where a channel is, in gRPC's connectivity states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Connectivity {
@@ -370,7 +374,7 @@ impl Drop for Balancer {
 
 /// What one look at the state decided.
 enum Step {
-    Picked(Arc<Subchannel>, Link),
+    Picked(Link, ReportTo),
     /// Wait for a change (or until then, when every address backs off).
     Wait(Option<Instant>),
 }
@@ -449,16 +453,13 @@ impl Balancer {
         &self,
         wait: bool,
         deadline: Option<Instant>,
-    ) -> Result<(Arc<Subchannel>, Link), Status> {
+    ) -> Result<(Link, ReportTo), Status> {
         if let Some(p) = self.pick_ready() {
             return Ok(p);
         }
         if self.resolver.is_none() {
             // Nowhere to dial: the one connection answers for itself.
-            let st = self.lock();
-            let sub = st.subs[0].clone();
-            let link = sub.link();
-            return Ok((sub, link));
+            return Ok((self.lock().subs[0].link(), None));
         }
         self.start_resolving();
         loop {
@@ -466,7 +467,7 @@ impl Balancer {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let until = match self.step(wait)? {
-                Step::Picked(sub, link) => return Ok((sub, link)),
+                Step::Picked(link, report) => return Ok((link, report)),
                 Step::Wait(until) => until,
             };
             let limit = match (until, deadline) {
@@ -486,16 +487,17 @@ impl Balancer {
     }
 
     /// The fast path: a ready connection, or `None` to look closer.
-    fn pick_ready(&self) -> Option<(Arc<Subchannel>, Link)> {
-        let (sub, link) = {
+    fn pick_ready(&self) -> Option<(Link, ReportTo)> {
+        let (link, report) = {
             let mut st = self.lock();
             if st.ready.is_empty() {
                 return None;
             }
             let i = self.index(&mut st);
-            st.ready[i].clone()
+            let (sub, link) = &st.ready[i];
+            (link.clone(), self.reports_to(sub))
         };
-        link.usable().then_some((sub, link))
+        link.usable().then_some((link, report))
     }
 
     /// Which ready subchannel the next call takes (`ready` not empty).
@@ -527,8 +529,8 @@ impl Balancer {
     }
 
     /// Where a call's load report goes: its subchannel, under weighted
-    /// round robin.
-    pub(crate) fn reports_to(&self, sub: &Arc<Subchannel>) -> Option<(Arc<Subchannel>, f64)> {
+    /// round robin (only then is the subchannel held by the call).
+    fn reports_to(&self, sub: &Arc<Subchannel>) -> ReportTo {
         match self.policy {
             LbPolicy::WeightedRoundRobin(cfg) => Some((sub.clone(), cfg.error_utilization_penalty)),
             _ => None,
@@ -542,8 +544,8 @@ impl Balancer {
         self.prune(&mut st);
         if !st.ready.is_empty() {
             let i = self.index(&mut st);
-            let (sub, link) = st.ready[i].clone();
-            return Ok(Step::Picked(sub, link));
+            let (sub, link) = &st.ready[i];
+            return Ok(Step::Picked(link.clone(), self.reports_to(sub)));
         }
         if st.subs.is_empty() {
             // Resolving, or resolved to nothing.
@@ -599,7 +601,6 @@ impl Balancer {
     /// call), and DNS is asked again.
     fn prune(&self, st: &mut State) {
         let before = st.ready.len();
-        st.generation += 1;
         st.ready.retain(|(sub, link)| {
             if link.usable() {
                 return true;
@@ -616,6 +617,7 @@ impl Balancer {
             false
         });
         if st.ready.len() != before {
+            st.generation += 1;
             self.signals.resolve_now.notify_one();
         }
     }
@@ -835,7 +837,12 @@ async fn resolve(
                     () = signals.close.notified() => return,
                 }
             }
-            changed = async { updates.as_mut().expect("guarded").changed().await }, if updates.is_some() => {
+            changed = async {
+                match updates.as_mut() {
+                    Some(u) => u.changed().await,
+                    None => std::future::pending().await,
+                }
+            }, if updates.is_some() => {
                 if changed.is_err() {
                     // The resolver is gone: the last addresses stay.
                     updates = None;

@@ -156,8 +156,9 @@ impl Default for ChannelOptions {
 /// stays on its one stream.
 #[derive(Clone, Debug)]
 pub struct Channel {
-    /// The connections and the policy that picks among them.
-    lb: Arc<Balancer>,
+    /// Where calls go: a balancer's connections, or a router that picks
+    /// each call's channel.
+    calls: Calls,
     authority: String,
     scheme: &'static str,
     opts: Arc<ChannelOptions>,
@@ -167,9 +168,15 @@ pub struct Channel {
     metrics: Option<(Arc<Metrics>, Arc<str>)>,
     /// The service config's retry token bucket (one per channel).
     throttle: Option<Arc<Throttle>>,
-    /// A routed channel (`xds:///`): each call's channel is picked here
-    /// (and `lb` is not used).
-    routed: Option<Arc<dyn crate::route::CallRouter>>,
+}
+
+/// Where a channel's calls go.
+#[derive(Clone, Debug)]
+enum Calls {
+    /// The connections and the policy that picks among them.
+    Balanced(Arc<Balancer>),
+    /// A routed channel (`xds:///`): each call's channel is picked here.
+    Routed(Arc<dyn crate::route::CallRouter>),
 }
 
 /// One connection of a channel.
@@ -365,12 +372,12 @@ impl Channel {
     pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
         let limit = opts.connect_timeout;
         let ch = Channel::lazy_checked(target, opts)?;
-        if ch.routed.is_some() {
+        let Calls::Balanced(lb) = &ch.calls else {
             // Each call picks its own channel (and waits for the
             // configuration): nothing to connect to yet.
             return Ok(ch);
-        }
-        match ch.lb.pick(false, Some(Instant::now() + limit)).await {
+        };
+        match lb.pick(false, Some(Instant::now() + limit)).await {
             Ok(_) => Ok(ch),
             Err(st) if st.code == Code::DeadlineExceeded => {
                 Err(unavailable(format!("connect to {target}: timed out")))
@@ -403,14 +410,13 @@ impl Channel {
                 let scheme = if opts.tls.is_some() { "https" } else { "http" };
                 let opts = Arc::new(opts);
                 return Ok(Channel {
-                    lb: Balancer::new(Arc::new(Failing(unavailable("routed"))), opts.clone()),
+                    calls: Calls::Routed(router),
                     authority: authority_of(target),
                     scheme,
                     opts,
                     interceptors: None,
                     metrics: None,
                     throttle: None,
-                    routed: Some(router),
                 });
             }
         }
@@ -432,14 +438,13 @@ impl Channel {
         };
         let opts = Arc::new(opts);
         Ok(Channel {
-            lb: Balancer::new(resolver, opts.clone()),
+            calls: Calls::Balanced(Balancer::new(resolver, opts.clone())),
             authority,
             scheme,
             opts,
             interceptors: None,
             metrics: None,
             throttle,
-            routed: None,
         })
     }
 
@@ -448,9 +453,9 @@ impl Channel {
     /// [`Channel::over`] whose stream ended is in transient failure for
     /// good: it has nowhere to dial.
     pub fn connectivity(&self) -> Connectivity {
-        match &self.routed {
-            Some(r) => r.connectivity(),
-            None => self.lb.connectivity(),
+        match &self.calls {
+            Calls::Routed(r) => r.connectivity(),
+            Calls::Balanced(lb) => lb.connectivity(),
         }
     }
 
@@ -464,7 +469,7 @@ impl Channel {
         let link = handshake(io, &opts).await?;
         let opts = Arc::new(opts);
         Ok(Channel {
-            lb: Balancer::fixed(link, opts.clone()),
+            calls: Calls::Balanced(Balancer::fixed(link, opts.clone())),
             authority: authority.to_string(),
             scheme: "http",
             throttle: opts
@@ -475,7 +480,6 @@ impl Channel {
             opts,
             interceptors: None,
             metrics: None,
-            routed: None,
         })
     }
 
@@ -486,9 +490,9 @@ impl Channel {
     /// graceful shutdown counts streams it received before its final
     /// GOAWAY as accepted).
     pub fn takes_calls(&self) -> bool {
-        match &self.routed {
-            Some(r) => r.connectivity() == Connectivity::Ready,
-            None => self.lb.takes_calls(),
+        match &self.calls {
+            Calls::Routed(r) => r.connectivity() == Connectivity::Ready,
+            Calls::Balanced(lb) => lb.takes_calls(),
         }
     }
 
@@ -552,7 +556,7 @@ impl Channel {
     }
 
     async fn start_plain(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
-        if let Some(r) = &self.routed {
+        if let Calls::Routed(r) = &self.calls {
             let deadline = call.deadline(Instant::now());
             let routed = r.route(path, &call.metadata, call.wait_for_ready, deadline).await?;
             return Box::pin(routed.channel.start_with(path, call, Some(&routed.method))).await;
@@ -608,18 +612,25 @@ impl Channel {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(deadline_exceeded());
         }
-        let (sub, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
+        let Calls::Balanced(lb) = &self.calls else {
+            // Routed channels start calls on the channel their route picks.
+            return Err(Status::new(
+                Code::Internal,
+                "a routed channel has no connection of its own",
+            ));
+        };
+        let (link, report_to) = lb.pick(call.wait_for_ready, deadline).await?;
         let started = match self.start_on(&link, path, call, deadline).await {
             // Refused before the request left: once more, on another
             // connection (a new one, or another backend's).
             Err(st) if st.code == Code::Unavailable && !link.usable() => {
-                let (sub, link) = self.lb.pick(call.wait_for_ready, deadline).await?;
-                self.start_on(&link, path, call, deadline).await.map(|c| (c, sub))
+                let (link, report_to) = lb.pick(call.wait_for_ready, deadline).await?;
+                self.start_on(&link, path, call, deadline).await.map(|c| (c, report_to))
             }
-            other => other.map(|c| (c, sub)),
+            other => other.map(|c| (c, report_to)),
         };
-        let (mut c, sub) = started?;
-        c.report_to = self.lb.reports_to(&sub);
+        let (mut c, report_to) = started?;
+        c.report_to = report_to;
         Ok(c)
     }
 
@@ -846,7 +857,7 @@ pub struct ClientCall {
     throttle: Option<Arc<Throttle>>,
     /// Weighted round robin: the subchannel the call went to, told the
     /// ORCA load report of the trailers (with the error penalty).
-    report_to: Option<(Arc<crate::balance::Subchannel>, f64)>,
+    report_to: crate::balance::ReportTo,
 }
 
 /// What a call with a retry policy keeps until it commits (gRFC A6): the

@@ -130,21 +130,6 @@ impl XdsClient {
         self.start();
     }
 
-    /// Replaces the subscriptions of `type_url` with `names`.
-    pub fn set_subscriptions(&self, type_url: &str, names: BTreeSet<String>) {
-        let Some(i) = index(type_url) else { return };
-        let changed = {
-            let mut st = self.lock();
-            let changed = st.types[i].wanted != names;
-            st.types[i].wanted = names;
-            changed
-        };
-        if changed {
-            self.0.wake.notify_one();
-        }
-        self.start();
-    }
-
     /// The accepted resource `name` of `type_url`.
     pub fn get(&self, type_url: &str, name: &str) -> Option<Resource> {
         let i = index(type_url)?;
@@ -270,7 +255,7 @@ impl XdsClient {
                     found.insert(name, res);
                 }
                 Err(why) => {
-                    if let Some(name) = name_of(i, v) {
+                    if let Some(name) = name_of(v) {
                         invalid.insert(name);
                     }
                     errors.push(why);
@@ -321,7 +306,7 @@ impl XdsClient {
 
 /// The name of a resource that did not validate, if its bytes say (field
 /// 1 of every type read here).
-fn name_of(_type: usize, wire: &[u8]) -> Option<String> {
+fn name_of(wire: &[u8]) -> Option<String> {
     let (&tag, rest) = wire.split_first()?;
     if tag != 0x0a {
         return None;

@@ -48,6 +48,7 @@ use protoplane_shm::attach::{Hello, VERSION};
 
 mod connect;
 mod error;
+mod outbound;
 mod session;
 mod units;
 
@@ -65,6 +66,11 @@ pub struct App {
     retry: Duration,
     stats: Arc<Stats>,
     units: Units,
+    /// Outbound channels declared (index = channel index in descriptors),
+    /// and the schemas they call.
+    channels: Vec<protoplane_shm::attach::ChannelDecl>,
+    channel_schemas: Vec<Arc<protoplane_grpc::Schema>>,
+    outbound: Arc<outbound::Shared>,
 }
 
 /// What an application counts, across its attachments.
@@ -97,6 +103,9 @@ pub fn attach(path: impl AsRef<Path>) -> App {
         retry: Duration::from_millis(100),
         stats: Arc::default(),
         units: Units::default(),
+        channels: Vec::new(),
+        channel_schemas: Vec::new(),
+        outbound: Arc::default(),
     }
 }
 
@@ -123,6 +132,38 @@ impl App {
     /// [`Units`]): take it before `serve` and give it to the handlers.
     pub fn units(&self) -> Units {
         self.units.clone()
+    }
+
+    /// A channel to `target` whose calls the engine makes (see
+    /// [`outbound`](crate::outbound)): every service of `schema` may be
+    /// called on it, with the client stub one would use in monolithic
+    /// mode (`KvClient::new(app.channel(target, kv_server::schema()))`).
+    /// Declared at attach: call it before `serve`. The engine refuses the
+    /// attachment if it may not call `target` (`[outbound] allow`).
+    ///
+    /// Unary calls only: streaming calls on it fail UNIMPLEMENTED.
+    pub fn channel(
+        &mut self,
+        target: &str,
+        schema: &Arc<protoplane_grpc::Schema>,
+    ) -> protoplane_rpc::Channel {
+        let first = self.channels.len();
+        let decls = outbound::declare(target, schema);
+        let services = decls
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.digest, d.service.clone(), (first + i).min(255) as u8))
+            .collect();
+        self.channels.extend(decls);
+        if !self.channel_schemas.iter().any(|s| s.tables().digest() == schema.tables().digest()) {
+            self.channel_schemas.push(schema.clone());
+        }
+        let ch = outbound::EngineChannel {
+            shared: self.outbound.clone(),
+            target: target.to_string(),
+            services,
+        };
+        protoplane_rpc::Channel::delegated(target, Arc::new(ch))
     }
 
     /// How long to spin after work before parking.
@@ -229,8 +270,15 @@ impl App {
         &self,
         mut moved: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> Result<Ended, Error> {
-        if self.services.is_empty() {
-            return Err(Error::Refused("no service to serve".into()));
+        if self.services.is_empty() && self.channels.is_empty() {
+            return Err(Error::Refused("no service to serve and no channel to call".into()));
+        }
+        if self.channels.len() > protoplane_shm::attach::MAX_CHANNELS {
+            return Err(Error::Refused(format!(
+                "{} outbound channels (at most {})",
+                self.channels.len(),
+                protoplane_shm::attach::MAX_CHANNELS
+            )));
         }
         let hello = Hello {
             version: VERSION,
@@ -241,6 +289,7 @@ impl App {
                 .map(|s| (s.name().to_string(), s.schema().tables().digest()))
                 .collect(),
             schemas: false,
+            channels: self.channels.clone(),
         };
         // One file per distinct schema, as many as a message carries.
         let hello =
@@ -251,8 +300,11 @@ impl App {
         let sets: Vec<Vec<u8>> = hello
             .digests()
             .iter()
-            .filter_map(|d| self.services.iter().find(|s| s.schema().tables().digest() == *d))
-            .map(|s| connect::descriptor_set(s.schema()))
+            .filter_map(|d| {
+                let served = self.services.iter().map(|s| s.schema());
+                served.chain(self.channel_schemas.iter()).find(|s| s.tables().digest() == *d)
+            })
+            .map(|s| connect::descriptor_set(s))
             .collect();
         let path = self.path.clone();
         let joined =
@@ -268,6 +320,7 @@ impl App {
         )
         .map_err(Error::Unreachable)?;
         self.units.inner.attach(&session);
+        self.outbound.attach(&session);
         eprintln!(
             "app: attached to {} ({})",
             self.path.display(),

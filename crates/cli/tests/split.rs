@@ -122,6 +122,7 @@ mod hostile {
             pid: std::process::id(),
             services: vec![("grpc.testing.TestService".into(), schema.tables().digest())],
             schemas: false,
+            channels: vec![],
         };
         attach::send(&sock, &hello.encode(), &[]).expect("hello");
         let (msg, fds) = attach::recv(&sock).expect("answer");

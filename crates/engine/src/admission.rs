@@ -306,6 +306,7 @@ mod tests {
             pid: 1,
             services: names.iter().map(|n| (n.to_string(), 7)).collect(),
             schemas: false,
+            channels: vec![],
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Budgets {
     pub answer_timeout: Duration,
     /// Responses (messages, headers, status) queued for one call.
     pub max_queued: usize,
+    /// Outbound calls open at once (`[outbound] max_calls`); more fail
+    /// with RESOURCE_EXHAUSTED.
+    pub max_outbound: usize,
 }
 
 impl Default for Budgets {
@@ -49,6 +52,7 @@ impl Default for Budgets {
             max_unanswered: 64,
             answer_timeout: Duration::from_secs(10),
             max_queued: 1024,
+            max_outbound: 4096,
         }
     }
 }

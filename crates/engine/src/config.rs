@@ -77,6 +77,12 @@
 //! rate = 5000
 //! concurrency = 256
 //!
+//! [outbound]                      # applications' calls to other services: see `crate::outbound`
+//! allow = ["dns:///*", "127.0.0.1:*"]  # targets they may call (default: any)
+//! lb = "round_robin"              # pick_first (default), round_robin, weighted_round_robin
+//! service_config = "sc.json"      # retries, timeouts per method (gRFC A6)
+//! max_calls = 4096                # open per application; more fail RESOURCE_EXHAUSTED
+//!
 //! [admin]
 //! socket = "/tmp/protoplane-admin.sock"  # reload, status, take-over: see `crate::admin`
 //! ```
@@ -151,6 +157,8 @@ pub struct Config {
     pub admission: Admission,
     /// What each attached application may cost the engine.
     pub budgets: Budgets,
+    /// What applications may call through the engine, and how.
+    pub outbound: crate::outbound::OutboundOptions,
     /// What the engine decides about each call before it reaches an
     /// application (`[policy]`, see [`crate::policy`]); replaced at run
     /// time by [`crate::Running::reload`].
@@ -190,6 +198,7 @@ impl Default for Config {
             device: DeviceOptions::default(),
             admission: Admission::default(),
             budgets: Budgets::default(),
+            outbound: crate::outbound::OutboundOptions::default(),
             policy: PolicySpec::default(),
             file: None,
             admin: None,
@@ -411,6 +420,20 @@ impl Config {
                     }
                     ("budgets", "max_queued") => {
                         self.budgets.max_queued = uint(v, &k)?.clamp(1, 1 << 20) as usize
+                    }
+                    ("outbound", "allow") => {
+                        self.outbound.allow =
+                            list(v, &k)?.iter().map(|t| string(t, &k)).collect::<Result<_, _>>()?
+                    }
+                    ("outbound", "lb") => {
+                        self.outbound.lb =
+                            string(v, &k)?.parse().map_err(|e| format!("{k}: {e}"))?
+                    }
+                    ("outbound", "service_config") => {
+                        self.outbound.service_config = Some(path(string(v, &k)?))
+                    }
+                    ("outbound", "max_calls") => {
+                        self.budgets.max_outbound = uint(v, &k)?.clamp(1, 1 << 20) as usize
                     }
                     ("limits", "stall_timeout_ms") => {
                         self.stall_timeout = Duration::from_millis(uint(v, &k)?.max(10))

@@ -42,6 +42,7 @@ pub mod functional;
 #[doc(hidden)]
 pub mod fuzzing;
 mod metrics;
+pub mod outbound;
 pub mod policy;
 pub mod proxy;
 pub mod registry;
@@ -306,8 +307,11 @@ struct Ctx {
     drain: protoplane_rpc::drain::Drain,
     /// Set when the applications are to attach to the engine taking over.
     moving: tokio::sync::watch::Sender<bool>,
-    /// Schemas applications brought (other versions of the engine's).
+    /// Schemas applications brought (other versions of the engine's, and
+    /// those of the services they call).
     versions: versions::Versions,
+    /// The channels of applications' outbound calls, one per target.
+    outbound: outbound::Channels,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -587,6 +591,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         drain: router.drain().clone(),
         moving,
         versions: versions::Versions::default(),
+        outbound: outbound::Channels::new(config.outbound.clone()).map_err(Error::Config)?,
     });
     tokio::spawn(admit_all(listener, ctx));
     Ok(running)
@@ -747,6 +752,41 @@ async fn handshake(
         })?;
         versions.push(Some(Arc::new(v)));
     }
+    let mut channels = Vec::with_capacity(hello.channels.len());
+    for c in &hello.channels {
+        let name = &c.service;
+        let own = ctx.schemas.iter().find(|s| s.tables().digest() == c.digest).cloned();
+        let schema = match own {
+            Some(s) => s,
+            None => {
+                let at = digests.iter().position(|d| *d == c.digest).unwrap_or(usize::MAX);
+                let bytes = match sets.get_mut(at).map(Option::take) {
+                    Some(Some(fd)) => protoplane_shm::attach::read_schema_file(fd)
+                        .map_err(|e| format!("channel to {name}: the descriptor set: {e}"))?,
+                    // Read for an earlier service or channel: built already.
+                    Some(None) => Vec::new(),
+                    None => {
+                        return Err(format!(
+                            "channel to {name}: the engine does not know its schema \
+                             (tables {:016x}) and the application sent no descriptor set",
+                            c.digest
+                        ))
+                    }
+                };
+                ctx.versions.schema(c.digest, &bytes)?
+            }
+        };
+        if !schema.services().contains(name) {
+            return Err(format!("channel to {name}: its schema has no service {name}"));
+        }
+        let channel = ctx.outbound.channel(&c.target)?;
+        channels.push(outbound::OutChannel {
+            channel,
+            schema,
+            service: name.clone(),
+            target: c.target.clone(),
+        });
+    }
     let Some(seat) = ctx.seats.take(ctx.admission.max_applications) else {
         return Err(format!(
             "the engine serves its maximum of {} applications (attach.max_applications)",
@@ -772,6 +812,18 @@ async fn handshake(
         );
     }
     attached.0.set_versions(versions);
+    if !channels.is_empty() {
+        eprintln!(
+            "engine: application {} calls out to {}",
+            attached.0.id,
+            channels
+                .iter()
+                .map(|c| format!("{} at {}", c.service, c.target))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    attached.0.set_outbound(channels);
     seat.keep();
     Ok(attached)
 }

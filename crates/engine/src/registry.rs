@@ -27,6 +27,9 @@ pub struct Registry {
     expected: Mutex<Option<(Vec<String>, std::time::Instant)>>,
     /// Woken when an instance attaches.
     arrived: tokio::sync::Notify,
+    /// Applications that serve nothing (they only call out through the
+    /// engine).
+    callers: Mutex<Vec<Arc<Attachment>>>,
 }
 
 /// Detachments the registry remembers (for operators and tests).
@@ -65,6 +68,10 @@ impl Registry {
 
     /// Adds an attached application under each of its services.
     pub fn add(&self, att: Arc<Attachment>) {
+        if att.services.is_empty() {
+            self.callers.lock().unwrap_or_else(|e| e.into_inner()).push(att);
+            return;
+        }
         let mut map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         for s in &att.services {
@@ -116,13 +123,7 @@ impl Registry {
     /// Detaches every attached application with `why` (each one's drain
     /// loop then ends and removes it); returns how many.
     pub fn detach_all(&self, why: &str) -> usize {
-        let all: Vec<Arc<Attachment>> = {
-            let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
-            let mut all: Vec<Arc<Attachment>> = map.values().flatten().cloned().collect();
-            all.sort_by_key(|a| a.id);
-            all.dedup_by_key(|a| a.id);
-            all
-        };
+        let all = self.all();
         for a in &all {
             a.detach(why);
         }
@@ -143,6 +144,7 @@ impl Registry {
                 reason: att.closed_reason().unwrap_or_else(|| "removed".into()),
             });
         }
+        self.callers.lock().unwrap_or_else(|e| e.into_inner()).retain(|a| !Arc::ptr_eq(a, att));
         let mut map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
         let mut emptied = Vec::new();
         for s in &att.services {
@@ -170,6 +172,8 @@ impl Registry {
     pub fn all(&self) -> Vec<Arc<Attachment>> {
         let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<Arc<Attachment>> = map.values().flatten().cloned().collect();
+        drop(map);
+        all.extend(self.callers.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
         all.sort_by_key(|a| a.id);
         all.dedup_by_key(|a| a.id);
         all
@@ -177,11 +181,7 @@ impl Registry {
 
     /// Applications attached now (each counted once).
     pub fn applications(&self) -> usize {
-        let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
-        let mut ids: Vec<u32> = map.values().flatten().map(|a| a.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len()
+        self.all().len()
     }
 
     /// The last detachments, oldest first.

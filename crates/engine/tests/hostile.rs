@@ -353,7 +353,13 @@ type Attached = (UnixStream, Layout, Vec<std::os::fd::OwnedFd>);
 
 fn try_attach(path: &Path, services: Vec<(String, u64)>) -> Result<Attached, String> {
     let sock = UnixStream::connect(path).expect("connect to the attach socket");
-    let hello = Hello { version: VERSION, pid: std::process::id(), services, schemas: false };
+    let hello = Hello {
+        version: VERSION,
+        pid: std::process::id(),
+        services,
+        schemas: false,
+        channels: vec![],
+    };
     attach::send(&sock, &hello.encode(), &[]).expect("send the hello");
     let (msg, fds) = attach::recv(&sock).expect("the answer");
     match Answer::decode(&msg).expect("an answer") {

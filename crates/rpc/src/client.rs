@@ -177,6 +177,8 @@ enum Calls {
     Balanced(Arc<Balancer>),
     /// A routed channel (`xds:///`): each call's channel is picked here.
     Routed(Arc<dyn crate::route::CallRouter>),
+    /// Calls made by another process (a split application's engine).
+    Delegated(Arc<dyn crate::delegate::Delegate>),
 }
 
 /// One connection of a channel.
@@ -456,6 +458,7 @@ impl Channel {
         match &self.calls {
             Calls::Routed(r) => r.connectivity(),
             Calls::Balanced(lb) => lb.connectivity(),
+            Calls::Delegated(d) => d.connectivity(),
         }
     }
 
@@ -483,6 +486,29 @@ impl Channel {
         })
     }
 
+    /// A channel whose calls `delegate` makes (see [`crate::delegate`]):
+    /// requests name `authority`.
+    pub fn delegated(authority: &str, delegate: Arc<dyn crate::delegate::Delegate>) -> Channel {
+        Channel {
+            calls: Calls::Delegated(delegate),
+            authority: authority.to_string(),
+            scheme: "http",
+            opts: Arc::default(),
+            interceptors: None,
+            metrics: None,
+            throttle: None,
+        }
+    }
+
+    /// The delegate making this channel's calls, if another process makes
+    /// them.
+    fn delegate(&self) -> Option<&Arc<dyn crate::delegate::Delegate>> {
+        match &self.calls {
+            Calls::Delegated(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// Whether a connection takes new calls now: false once every
     /// connection's server sent GOAWAY or it closed (the next call then
     /// dials again). A call started before the channel has seen the
@@ -493,6 +519,7 @@ impl Channel {
         match &self.calls {
             Calls::Routed(r) => r.connectivity() == Connectivity::Ready,
             Calls::Balanced(lb) => lb.takes_calls(),
+            Calls::Delegated(d) => d.connectivity() == Connectivity::Ready,
         }
     }
 
@@ -556,6 +583,16 @@ impl Channel {
     }
 
     async fn start_plain(&self, path: &str, call: CallOptions) -> Result<ClientCall, Status> {
+        if let Calls::Delegated(_) = &self.calls {
+            return Err(Status::new(
+                Code::Unimplemented,
+                format!(
+                    "{path}: a channel through the engine carries unary calls of typed clients \
+                     (a request block); streaming and raw-bytes calls need a channel of the \
+                     process's own"
+                ),
+            ));
+        }
         if let Calls::Routed(r) = &self.calls {
             let deadline = call.deadline(Instant::now());
             let routed = r.route(path, &call.metadata, call.wait_for_ready, deadline).await?;
@@ -613,11 +650,9 @@ impl Channel {
             return Err(deadline_exceeded());
         }
         let Calls::Balanced(lb) = &self.calls else {
-            // Routed channels start calls on the channel their route picks.
-            return Err(Status::new(
-                Code::Internal,
-                "a routed channel has no connection of its own",
-            ));
+            // Routed channels start calls on the channel their route picks;
+            // delegated ones never start a call here.
+            return Err(Status::new(Code::Internal, "the channel has no connection of its own"));
         };
         let (link, report_to) = lb.pick(call.wait_for_ready, deadline).await?;
         let started = match self.start_on(&link, path, call, deadline).await {
@@ -1375,6 +1410,9 @@ impl Client {
             timeout: request.deadline.map(|d| d.saturating_duration_since(Instant::now())),
             ..CallOptions::default()
         };
+        if let Some(d) = self.channel.delegate() {
+            return self.delegated(d, method, request.message, opts).await;
+        }
         let mut call = self.start(method, opts).await?;
         call.send_last(request.message).await?;
         // No response, or a second one, to a unary call is a cardinality
@@ -1400,6 +1438,52 @@ impl Client {
         }
     }
 }
+
+impl Client {
+    /// A unary call another process makes (see [`crate::delegate`]), with
+    /// the channel's interceptors around it.
+    async fn delegated(
+        &self,
+        d: &Arc<dyn crate::delegate::Delegate>,
+        method: u32,
+        block: &Block,
+        opts: CallOptions,
+    ) -> Result<UnaryResponse, Status> {
+        let m = self
+            .schema
+            .method(method)
+            .ok_or_else(|| Status::new(Code::InvalidArgument, format!("no method #{method}")))?;
+        let (opts, ending) = match &self.channel.interceptors {
+            Some(chain) => {
+                let (o, e) = chain.before(&m.path, opts).await?;
+                (o, Some(e))
+            }
+            None => (opts, None),
+        };
+        if block.type_index() != Some(m.input) {
+            return Err(Status::new(Code::InvalidArgument, "request block of the wrong type"));
+        }
+        let call = crate::delegate::DelegatedCall {
+            schema: &self.schema,
+            method,
+            request: block,
+            deadline: opts.deadline(Instant::now()),
+            metadata: opts.metadata,
+            wait_for_ready: opts.wait_for_ready,
+        };
+        let r = d.unary(call).await;
+        if let Some(e) = ending {
+            e.end(match &r {
+                Ok(_) => &OK_STATUS,
+                Err(st) => st,
+            });
+        }
+        r
+    }
+}
+
+static OK_STATUS: std::sync::LazyLock<Status> =
+    std::sync::LazyLock::new(|| Status::new(Code::Ok, ""));
 
 impl TypedCall {
     /// Encodes and sends one request block.

@@ -33,6 +33,7 @@ pub mod busy;
 pub mod client;
 pub mod config;
 pub mod deadline;
+pub mod delegate;
 pub mod drain;
 #[cfg(feature = "h2")]
 mod h2;

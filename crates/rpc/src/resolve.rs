@@ -150,6 +150,15 @@ fn host_port(s: &str) -> Result<(String, u16), String> {
     }
 }
 
+/// Whether a channel can be made to `target`: a scheme registered with
+/// [`crate::route::register_scheme`] (`xds:`), or one [`parse`] takes.
+pub fn check(target: &str) -> Result<(), Status> {
+    if crate::route::factory_for(target).is_some() {
+        return Ok(());
+    }
+    parse(target).map(|_| ())
+}
+
 /// Parses a target (see the module's table).
 pub fn parse(target: &str) -> Result<Target, Status> {
     const KNOWN: [&str; 6] = ["dns", "ipv4", "ipv6", "unix", "http", "https"];

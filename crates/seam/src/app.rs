@@ -63,6 +63,10 @@ pub enum Incoming {
         /// No request follows.
         end: bool,
     },
+    /// The answer to one of the application's outbound calls (response
+    /// and status); dropped when the call is no longer waiting
+    /// ([`AppSession::remove_outbound`]: the application gave up on it).
+    Outbound,
 }
 
 /// A descriptor's range the application cannot read; the call it is for
@@ -119,7 +123,7 @@ pub struct Taken {
 /// The application's side of one attachment (see the module
 /// documentation).
 #[derive(Debug)]
-pub struct AppSession<C, H> {
+pub struct AppSession<C, H, O = ()> {
     /// The application's half (the chunks it hands over).
     own: Half,
     /// The engine's half (the chunks it reads).
@@ -129,12 +133,15 @@ pub struct AppSession<C, H> {
     /// that keeps each out of the free list until its release.
     handed: Vec<Option<H>>,
     calls: HashMap<u64, C>,
+    /// Outbound calls waiting for their answer, by this side's ids.
+    outbound: HashMap<u64, O>,
+    next_outbound: u64,
     /// Chunks of the engine's half to hand back.
     releases: Vec<u32>,
     ended: bool,
 }
 
-impl<C, H> AppSession<C, H> {
+impl<C, H, O> AppSession<C, H, O> {
     /// A session handing over chunks of `own` and reading chunks of
     /// `engine`.
     pub fn new(own: Half, engine: Half) -> Self {
@@ -146,6 +153,8 @@ impl<C, H> AppSession<C, H> {
             engine,
             handed,
             calls: HashMap::new(),
+            outbound: HashMap::new(),
+            next_outbound: 1,
             releases: Vec::new(),
             ended: false,
         }
@@ -168,6 +177,7 @@ impl<C, H> AppSession<C, H> {
         match d.flags {
             desc::RELEASE => Incoming::Released,
             desc::NOTIFY => Incoming::Notify,
+            _ if d.has(desc::OUTBOUND) => Incoming::Outbound,
             _ if d.has(desc::CANCEL) => Incoming::Cancel,
             _ if d.has(desc::OPEN) => Incoming::Open,
             _ => Incoming::More { end: d.has(desc::END) },
@@ -255,6 +265,34 @@ impl<C, H> AppSession<C, H> {
     /// Calls in the table.
     pub fn open_calls(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Opens an outbound call carrying `value` (how to complete it): its
+    /// fresh id, never reused within the attachment.
+    pub fn open_outbound(&mut self, value: O) -> Result<u64, Ended> {
+        if self.ended {
+            return Err(Ended);
+        }
+        let id = self.next_outbound;
+        self.next_outbound += 1;
+        self.outbound.insert(id, value);
+        Ok(id)
+    }
+
+    /// Takes an outbound call out of the table (its answer came, or the
+    /// application gave up on it).
+    pub fn remove_outbound(&mut self, call: u64) -> Option<O> {
+        self.outbound.remove(&call)
+    }
+
+    /// Outbound calls waiting for their answer.
+    pub fn open_outbound_calls(&self) -> usize {
+        self.outbound.len()
+    }
+
+    /// Every outbound call still waiting (the session ended: each fails).
+    pub fn take_outbound(&mut self) -> Vec<O> {
+        std::mem::take(&mut self.outbound).into_values().collect()
     }
 
     /// Whether chunk `c` of the application's half may be handed over (it

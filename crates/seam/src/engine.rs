@@ -38,9 +38,16 @@ use std::time::{Duration, Instant};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Custody, Half, LayoutError};
 
-/// Flags an application may set.
+/// Flags an application may set on a reply to a call the engine opened.
 pub const APP_FLAGS: u16 =
     desc::HEADERS | desc::MESSAGE | desc::STATUS | desc::END | desc::COMPRESS | desc::ENCODED;
+
+/// Flags of an application's outbound call's opening descriptor: the
+/// request (one message, so the last: unary and server-streaming calls).
+pub const OUTBOUND_OPEN: u16 = desc::OUTBOUND | desc::OPEN | desc::MESSAGE | desc::END;
+
+/// Flags an application may add to [`OUTBOUND_OPEN`].
+pub const OUTBOUND_OPTIONAL: u16 = desc::ENCODED | desc::COMPRESS;
 
 /// Late descriptors each call the engine ends under the application
 /// allows (a streaming call's last messages may be on their way).
@@ -69,6 +76,9 @@ pub struct Limits {
     pub answer_timeout: Duration,
     /// `answer_timeout` in ticks.
     pub answer_ticks: u32,
+    /// Outbound calls open at once; more are refused (RESOURCE_EXHAUSTED),
+    /// not counted as a violation.
+    pub max_outbound: usize,
 }
 
 /// A rule the application broke; the driver detaches it (its text is the
@@ -100,6 +110,8 @@ pub enum Violation {
         /// The budget.
         timeout: Duration,
     },
+    /// An outbound call opened under an id that is open already.
+    OutboundTwice(u64),
     /// Calls in a row ended unanswered and none answered for the timeout.
     BlackHole {
         /// Calls in a row that ended unanswered.
@@ -127,6 +139,9 @@ impl std::fmt::Display for Violation {
             Violation::OutsideChunk(s) => {
                 write!(f, "range {:#x}+{} outside its chunk", s.offset, s.len)
             }
+            Violation::OutboundTwice(call) => {
+                write!(f, "outbound call {call} opened while it is open")
+            }
             Violation::TaskOutsideChunk => {
                 f.write_str("a task descriptor's range outside its chunk")
             }
@@ -149,7 +164,7 @@ impl std::error::Error for Violation {}
 /// What a descriptor from the application is for, once its releases are
 /// taken and every rule checked.
 #[derive(Debug)]
-pub enum Received<'a, T> {
+pub enum Received<'a, T, O = ()> {
     /// It only handed chunks back.
     Released,
     /// A compute-unit control message: its payload is `chunk`'s block
@@ -158,6 +173,23 @@ pub enum Received<'a, T> {
         /// The application's chunk holding the payload.
         chunk: Chunk,
     },
+    /// An outbound call opens: its request's ranges are checked inside
+    /// `chunk` (in the engine's custody until the driver gives it back).
+    /// The driver starts it and enters its value with
+    /// [`EngineSession::outbound_started`].
+    OutboundOpen {
+        /// The application's chunk holding the request.
+        chunk: Chunk,
+    },
+    /// An outbound call the engine cannot open now (as many are open as
+    /// the limit allows): the driver answers RESOURCE_EXHAUSTED.
+    OutboundRefused {
+        /// The application's chunk holding the request.
+        chunk: Chunk,
+    },
+    /// The application cancels an outbound call: its value, when it was
+    /// still open (the driver stops it; nothing is answered).
+    OutboundCancel(Option<O>),
     /// A reply (headers, message, status) for a call.
     Reply {
         /// Whose call it is.
@@ -250,9 +282,11 @@ impl Holds {
 
 /// What a detach leaves to the driver.
 #[derive(Debug)]
-pub struct Detached<T, H> {
+pub struct Detached<T, H, O = ()> {
     /// The calls that were open (each fails).
     pub calls: Vec<T>,
+    /// The outbound calls that were open (each stops).
+    pub outbound: Vec<O>,
     /// The tokens of every chunk the application held (dropping them
     /// frees the chunks).
     pub tokens: Vec<H>,
@@ -260,7 +294,7 @@ pub struct Detached<T, H> {
 
 /// The engine's side of one attachment (see the module documentation).
 #[derive(Debug)]
-pub struct EngineSession<T, H> {
+pub struct EngineSession<T, H, O = ()> {
     /// The engine's half (the chunks it hands over).
     half: Half,
     /// The application's half (the chunks it reads).
@@ -269,6 +303,9 @@ pub struct EngineSession<T, H> {
     custody: Custody,
     calls: HashMap<u64, OpenCall<T>>,
     next_call: u64,
+    /// The application's outbound calls open, by its ids; `None` between
+    /// the descriptor that opens one and the driver starting it.
+    outbound: HashMap<u64, Option<O>>,
     /// Chunks of the application's half to hand back. They stay in
     /// custody until their release is posted: the application may not hand
     /// a chunk over again before it has it back, or it could make the
@@ -290,7 +327,7 @@ pub struct EngineSession<T, H> {
     stale_allowance: u64,
 }
 
-impl<T, H: Clone> EngineSession<T, H> {
+impl<T, H: Clone, O> EngineSession<T, H, O> {
     /// A session handing over chunks of `engine_half` and reading chunks
     /// of `app_half`, holding the application to `limits`.
     pub fn new(engine_half: Half, app_half: Half, limits: Limits) -> Self {
@@ -303,6 +340,7 @@ impl<T, H: Clone> EngineSession<T, H> {
             handed,
             calls: HashMap::new(),
             next_call: 1,
+            outbound: HashMap::new(),
             releases: Vec::new(),
             cancels: Vec::new(),
             closed: None,
@@ -364,7 +402,12 @@ impl<T, H: Clone> EngineSession<T, H> {
         if self.closed.is_some() {
             return Err(self.closed.as_deref().unwrap_or_default());
         }
-        let mut call = self.calls.get_mut(&d.call);
+        // An outbound call's response is no call of the engine's: its chunk
+        // is held by none (the application copies it out and releases it).
+        let mut call = match d.has(desc::OUTBOUND) {
+            true => None,
+            false => self.calls.get_mut(&d.call),
+        };
         for (c, token) in chunks {
             if let Some(slot) = self.handed.get_mut(c.index as usize) {
                 if slot.count == 0 {
@@ -391,7 +434,11 @@ impl<T, H: Clone> EngineSession<T, H> {
     /// of chunks no longer handed go to `back`) and its release is owed
     /// again.
     pub fn not_handed(&mut self, d: &Descriptor, chunks: &[Chunk], back: &mut Vec<H>) {
-        if let Some(call) = self.calls.get_mut(&d.call) {
+        let call = match d.has(desc::OUTBOUND) {
+            true => None,
+            false => self.calls.get_mut(&d.call),
+        };
+        if let Some(call) = call {
             for c in chunks {
                 if let Some(slot) = self.handed.get_mut(c.index as usize) {
                     slot.open = slot.open.saturating_sub(1);
@@ -479,7 +526,7 @@ impl<T, H: Clone> EngineSession<T, H> {
         &mut self,
         d: &Descriptor,
         back: &mut Vec<H>,
-    ) -> Result<Received<'_, T>, Violation> {
+    ) -> Result<Received<'_, T, O>, Violation> {
         for c in d.released() {
             let chunk = self.half.chunk_at(c).filter(|c| self.is_handed(c.index));
             let Some(chunk) = chunk else { return Err(Violation::NotLent(c)) };
@@ -498,6 +545,9 @@ impl<T, H: Clone> EngineSession<T, H> {
                 return Err(Violation::TaskOutsideChunk);
             }
             return Ok(Received::Task { chunk: c });
+        }
+        if d.has(desc::OUTBOUND) {
+            return self.on_outbound(d);
         }
         if d.flags & !APP_FLAGS != 0
             || d.flags & (desc::MESSAGE | desc::STATUS | desc::HEADERS) == 0
@@ -549,6 +599,71 @@ impl<T, H: Clone> EngineSession<T, H> {
         Ok(Received::Reply { call, chunk, ends })
     }
 
+    /// An outbound call's descriptor (OPEN or CANCEL).
+    fn on_outbound(&mut self, d: &Descriptor) -> Result<Received<'_, T, O>, Violation> {
+        if d.flags == desc::OUTBOUND | desc::CANCEL {
+            if [d.block, d.wire, d.side].iter().any(|s| s.len > 0) || d.chunk != 0 {
+                return Err(Violation::Flags(d.flags));
+            }
+            return match self.outbound.remove(&d.call) {
+                Some(v) => Ok(Received::OutboundCancel(v)),
+                // The engine ended it meanwhile (its answer is on the way):
+                // allowed once per call the engine ended.
+                None if self.stale_allowance > 0 => {
+                    self.stale_allowance -= 1;
+                    Ok(Received::OutboundCancel(None))
+                }
+                None => Err(Violation::TooManyStale),
+            };
+        }
+        if d.flags & !OUTBOUND_OPTIONAL != OUTBOUND_OPEN {
+            return Err(Violation::Flags(d.flags));
+        }
+        if self.outbound.contains_key(&d.call) {
+            return Err(Violation::OutboundTwice(d.call));
+        }
+        let c = self.custody.take(d.chunk).map_err(Violation::Chunk)?;
+        if let Some(s) = [d.block, d.wire, d.side].iter().find(|s| !s.within(c.offset, c.len)) {
+            self.custody.give_back(c);
+            return Err(Violation::OutsideChunk(*s));
+        }
+        if self.outbound.len() >= self.limits.max_outbound {
+            return Ok(Received::OutboundRefused { chunk: c });
+        }
+        self.outbound.insert(d.call, None);
+        Ok(Received::OutboundOpen { chunk: c })
+    }
+
+    /// The driver started outbound call `call` (opened by the last
+    /// descriptor): its value, kept until the call ends. `false` if it is
+    /// not open (the application was cut off meanwhile).
+    pub fn outbound_started(&mut self, call: u64, value: O) -> bool {
+        match self.outbound.get_mut(&call) {
+            Some(slot) => {
+                *slot = Some(value);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Outbound call `call` is over on the engine's side (its answer is
+    /// about to be posted): `false` if it was not open (the application
+    /// cancelled it, or was cut off), and nothing is to be posted. The application may still cancel it
+    /// once, crossing the answer.
+    pub fn end_outbound(&mut self, call: u64) -> bool {
+        if self.outbound.remove(&call).is_none() {
+            return false;
+        }
+        self.stale_allowance = (self.stale_allowance + 1).min(STALE_MAX);
+        true
+    }
+
+    /// Outbound calls open.
+    pub fn open_outbound(&self) -> usize {
+        self.outbound.len()
+    }
+
     /// One tick of the budget clock: `Err` names the budget the
     /// application broke.
     pub fn tick(&mut self) -> Result<(), Violation> {
@@ -575,7 +690,7 @@ impl<T, H: Clone> EngineSession<T, H> {
     /// Cuts the application off (`why`): nothing is posted or held for it
     /// any more. What was open and held goes to the driver; `None` if it
     /// was cut off already.
-    pub fn detach(&mut self, why: &str) -> Option<Detached<T, H>> {
+    pub fn detach(&mut self, why: &str) -> Option<Detached<T, H, O>> {
         if self.closed.is_some() {
             return None;
         }
@@ -585,8 +700,9 @@ impl<T, H: Clone> EngineSession<T, H> {
             self.custody.give_back(c);
         }
         let calls = std::mem::take(&mut self.calls).into_values().map(|o| o.value).collect();
+        let outbound = std::mem::take(&mut self.outbound).into_values().flatten().collect();
         let tokens = std::mem::take(&mut self.handed).into_iter().filter_map(|h| h.token).collect();
-        Some(Detached { calls, tokens })
+        Some(Detached { calls, outbound, tokens })
     }
 
     /// Takes up to `n` owed releases to post, out of custody first.

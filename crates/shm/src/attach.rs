@@ -3,6 +3,9 @@
 //! ```text
 //! app -> engine   HELLO   "PPATTACH" | version u16 | flags u16 | pid u32
 //!                         | n u16 | n x (name len u16 | name | table-set digest u64)
+//!                         + with flag CHANNELS (2): m u16 | m x (target len u16 | target
+//!                           | service len u16 | service | table-set digest u64): the
+//!                           outbound channels, each a target and the service called on it
 //!                         + with flag SCHEMAS (1): one descriptor per distinct
 //!                           digest, in the order the digests first appear: a
 //!                           file (a sealed memfd) holding that schema's
@@ -55,7 +58,29 @@ pub struct Hello {
     pub services: Vec<(String, u64)>,
     /// Descriptor sets travel with it ([`SCHEMAS`]).
     pub schemas: bool,
+    /// Outbound channels ([`CHANNELS`]): the calls this application makes
+    /// through the engine, by index (the descriptor's service field).
+    pub channels: Vec<ChannelDecl>,
 }
+
+/// One outbound channel an application declares: where its calls go and
+/// the service they call there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelDecl {
+    /// A target URI (`dns:///host:port`, `ipv4:…`, `unix:…`, `xds:///…`).
+    pub target: String,
+    /// The service's full name.
+    pub service: String,
+    /// Its table-set digest (the schema's descriptor set travels with the
+    /// HELLO like a served service's).
+    pub digest: u64,
+}
+
+/// HELLO flag: outbound channels follow the services.
+pub const CHANNELS: u16 = 2;
+
+/// Most outbound channels one application declares.
+pub const MAX_CHANNELS: usize = 255;
 
 /// HELLO flag: a descriptor set per distinct digest is attached.
 pub const SCHEMAS: u16 = 1;
@@ -68,7 +93,8 @@ impl Hello {
     /// appear: the order of the descriptor sets attached.
     pub fn digests(&self) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::new();
-        for (_, d) in &self.services {
+        let channels = self.channels.iter().map(|c| &c.digest);
+        for d in self.services.iter().map(|(_, d)| d).chain(channels) {
             if !out.contains(d) {
                 out.push(*d);
             }
@@ -133,13 +159,25 @@ impl Hello {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = HELLO.to_vec();
         out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&(if self.schemas { SCHEMAS } else { 0 }).to_le_bytes());
+        let flags = if self.schemas { SCHEMAS } else { 0 }
+            | if self.channels.is_empty() { 0 } else { CHANNELS };
+        out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&self.pid.to_le_bytes());
         out.extend_from_slice(&(self.services.len() as u16).to_le_bytes());
         for (name, digest) in &self.services {
             out.extend_from_slice(&(name.len() as u16).to_le_bytes());
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(&digest.to_le_bytes());
+        }
+        if !self.channels.is_empty() {
+            out.extend_from_slice(&(self.channels.len() as u16).to_le_bytes());
+            for c in &self.channels {
+                for s in [&c.target, &c.service] {
+                    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                out.extend_from_slice(&c.digest.to_le_bytes());
+            }
         }
         out
     }
@@ -154,13 +192,14 @@ impl Hello {
         }
         let version = u16_at(b, 8)?;
         let flags = u16_at(b, 10)?;
-        if flags & !SCHEMAS != 0 {
+        if flags & !(SCHEMAS | CHANNELS) != 0 {
             return err("reserved bits set");
         }
         let pid = u32_at(b, 12)?;
         let n = u16_at(b, 16)? as usize;
-        if n == 0 || n > MAX_SERVICES {
-            return err("an application serves 1 to 255 services");
+        // An application that only calls out serves nothing.
+        if (n == 0 && flags & CHANNELS == 0) || n > MAX_SERVICES {
+            return err("an application serves 1 to 255 services (0 with outbound channels)");
         }
         let mut at = 18;
         let mut services = Vec::with_capacity(n);
@@ -177,10 +216,39 @@ impl Hello {
             services.push((name.to_string(), digest));
             at += 2 + len + 8;
         }
+        let mut channels = Vec::new();
+        if flags & CHANNELS != 0 {
+            let m = u16_at(b, at)? as usize;
+            if m == 0 || m > MAX_CHANNELS {
+                return err("1 to 255 outbound channels");
+            }
+            at += 2;
+            for _ in 0..m {
+                let mut text = [String::new(), String::new()];
+                for t in &mut text {
+                    let len = u16_at(b, at)? as usize;
+                    let s = b
+                        .get(at + 2..at + 2 + len)
+                        .ok_or(HandshakeError("truncated name".into()))?;
+                    let s = std::str::from_utf8(s).map_err(|_| {
+                        HandshakeError("channel target or service is not UTF-8".into())
+                    })?;
+                    if s.is_empty() || s.len() > 1024 {
+                        return err("channel target and service of 1 to 1024 bytes");
+                    }
+                    *t = s.to_string();
+                    at += 2 + len;
+                }
+                let digest = u64_at(b, at)?;
+                at += 8;
+                let [target, service] = text;
+                channels.push(ChannelDecl { target, service, digest });
+            }
+        }
         if at != b.len() {
             return err("bytes after the last service");
         }
-        Ok(Hello { version, pid, services, schemas: flags & SCHEMAS != 0 })
+        Ok(Hello { version, pid, services, schemas: flags & SCHEMAS != 0, channels })
     }
 }
 
@@ -294,6 +362,7 @@ mod tests {
             pid: 42,
             services: vec![("a.B".into(), 7), ("grpc.testing.TestService".into(), u64::MAX)],
             schemas: false,
+            channels: vec![],
         };
         let bytes = h.encode();
         assert_eq!(Hello::decode(&bytes), Ok(h.clone()));
@@ -301,7 +370,7 @@ mod tests {
         assert_eq!(Hello::decode(&with.encode()), Ok(with.clone()));
         assert_eq!(with.digests(), vec![7, u64::MAX]);
         let mut other = with.encode();
-        other[10] = 2;
+        other[10] = 4;
         assert!(Hello::decode(&other).is_err(), "an unknown flag");
         for cut in 0..bytes.len() {
             assert!(Hello::decode(&bytes[..cut]).is_err(), "cut {cut}");
@@ -309,8 +378,30 @@ mod tests {
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(Hello::decode(&extra).is_err());
-        let none = Hello { version: 1, pid: 1, services: vec![], schemas: false }.encode();
-        assert!(Hello::decode(&none).is_err());
+        let none = Hello { version: 1, pid: 1, services: vec![], schemas: false, channels: vec![] };
+        assert!(Hello::decode(&none.encode()).is_err());
+        // Only calling out: no service, two channels (a schema shared).
+        let out = Hello {
+            channels: vec![
+                ChannelDecl {
+                    target: "dns:///kv:50051".into(),
+                    service: "kv.Kv".into(),
+                    digest: 9,
+                },
+                ChannelDecl { target: "ipv4:10.0.0.1:1".into(), service: "a.B".into(), digest: 7 },
+            ],
+            schemas: true,
+            ..none
+        };
+        let bytes = out.encode();
+        assert_eq!(Hello::decode(&bytes), Ok(out.clone()));
+        assert_eq!(out.digests(), vec![9, 7]);
+        for cut in 0..bytes.len() {
+            assert!(Hello::decode(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let both = Hello { services: vec![("a.B".into(), 7)], ..out };
+        assert_eq!(Hello::decode(&both.encode()), Ok(both.clone()));
+        assert_eq!(both.digests(), vec![7, 9]);
     }
 
     #[test]

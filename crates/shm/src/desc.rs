@@ -60,6 +60,16 @@ pub const TASK: u16 = 0x200;
 /// the output's device range (offset in bits 0..32, length in 32..64) and
 /// the side range a text: the kernel's name, or why it failed.
 pub const NOTIFY: u16 = 0x400;
+/// The descriptor belongs to an outbound call: one the application makes
+/// through the engine (to another service) rather than one the engine
+/// brings it. Its call ids are the application's, a space of their own.
+/// App → engine: OUTBOUND|OPEN with the request (`service` is the channel,
+/// an index into the channels named at attach, `method` a method id of the
+/// channel's schema, the side range the request's metadata, `timeout_ns`
+/// its deadline), or OUTBOUND|CANCEL. Engine → app: OUTBOUND with the
+/// response (MESSAGE, a block decoded by the engine) and the status
+/// (STATUS|END, HEADERS: the side range holds headers and trailers).
+pub const OUTBOUND: u16 = 0x800;
 
 /// Words of a descriptor.
 pub const WORDS: usize = 7;

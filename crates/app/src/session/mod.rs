@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::{units, Stats};
 
 mod dispatch;
+mod outbound;
 mod pool;
 mod post;
 
@@ -51,7 +52,7 @@ struct State {
     /// The calls running beyond their first poll, and the chunks either
     /// side holds of the other's half (tokens: the bytes that keep a chunk
     /// of this side's half out of the free list until its release).
-    session: AppSession<CallCtl, Bytes>,
+    session: AppSession<CallCtl, Bytes, outbound::Waiter>,
 }
 
 /// One attachment's shared state.
@@ -125,9 +126,16 @@ impl Session {
 
     /// Cancels every call (the engine is gone).
     pub(crate) fn end(&self) {
-        let (calls, handed) = self.state().session.end();
+        let (calls, handed, waiting) = {
+            let mut st = self.state();
+            let (calls, handed) = st.session.end();
+            (calls, handed, st.session.take_outbound())
+        };
         for c in calls {
             c.abort.abort();
+        }
+        for w in waiting {
+            w.gone();
         }
         // Dropped outside the lock: the last reference frees its chunk,
         // which takes the lock.
@@ -214,6 +222,10 @@ impl Session {
                 }
                 return;
             }
+            Incoming::Outbound => {
+                self.complete_outbound(&d);
+                return;
+            }
             Incoming::Cancel | Incoming::Open | Incoming::More { .. } => {}
         }
         let message = match self.message_of(&d) {
@@ -235,7 +247,7 @@ impl Session {
                 return;
             }
             Incoming::More { end } => end,
-            Incoming::Released | Incoming::Notify => return,
+            Incoming::Released | Incoming::Notify | Incoming::Outbound => return,
         };
         let mut st = self.state();
         let Some(call) = st.session.call_mut(d.call) else { return };

@@ -154,6 +154,16 @@ impl Session {
                 }
             },
         };
+        self.push(d, held).await
+    }
+
+    /// Hands `held`'s chunk over with `d` and posts it, waiting for room
+    /// on the ring.
+    pub(super) async fn push(
+        self: &Arc<Self>,
+        mut d: Descriptor,
+        held: Option<(Chunk, Bytes)>,
+    ) -> Result<(), ()> {
         // Held until the engine releases it (before the descriptor leaves:
         // the release may come at once). `held` itself goes after the lock:
         // the last reference frees the chunk, which takes the lock.
@@ -178,7 +188,7 @@ impl Session {
 
     /// Copies a response's parts into a fresh chunk of this side's half,
     /// waiting for one to come back if none is free.
-    async fn copy(
+    pub(super) async fn copy(
         self: &Arc<Self>,
         d: &mut Descriptor,
         block: &[u8],
@@ -216,7 +226,7 @@ impl Session {
 }
 
 /// What [`Session::copy`] did.
-enum Posted {
+pub(super) enum Posted {
     /// Copied into a chunk, held by the bytes.
     Copied(Chunk, Bytes),
     /// Nothing to copy (a descriptor without bytes).

@@ -30,7 +30,7 @@ use protoplane_grpc::landing::{Keeper, Landing};
 use protoplane_grpc::{Code, Status};
 use protoplane_schema::TableSet;
 use protoplane_seam::engine::{CallRef, Detached, EngineSession, Limits, Received};
-use protoplane_seam::ReplyRepr;
+use protoplane_seam::{OpenRepr, ReplyRepr};
 use protoplane_shm::desc::{self, Descriptor, Span};
 use protoplane_shm::layout::{Chunk, Chunks, Half, Layout};
 use protoplane_shm::lease::{self, Holder, Pool};
@@ -70,6 +70,10 @@ pub struct Stats {
     pub responses_copied_out: AtomicU64,
     /// Bytes of those copies.
     pub response_bytes_copied_out: AtomicU64,
+    /// Outbound calls the application made through the engine.
+    pub outbound_calls: AtomicU64,
+    /// Of those, how many failed (any status but OK).
+    pub outbound_failed: AtomicU64,
 }
 
 /// What the attachment's lock guards: the session's rules and
@@ -79,7 +83,7 @@ struct State {
     /// The calls open with the application and the chunks either side
     /// holds of the other's half (tokens: the bytes that keep a chunk of
     /// the engine's half out of the free list until its release).
-    session: EngineSession<EventTx, Bytes>,
+    session: EngineSession<EventTx, Bytes, tokio::task::AbortHandle>,
     /// Compute-unit answers that found no room (posted by the drain loop;
     /// at most [`MAX_NOTIFIES`], beyond that the application's wait times
     /// out).
@@ -117,6 +121,8 @@ pub struct Attachment {
     versions: OnceLock<Vec<Option<Arc<crate::versions::Version>>>>,
     /// What it may cost the engine.
     budgets: Budgets,
+    /// Its outbound channels (by index), as it declared them at attach.
+    outbound: OnceLock<Vec<crate::outbound::OutChannel>>,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -171,6 +177,7 @@ impl Attachment {
             max_unanswered: budgets.max_unanswered,
             answer_timeout: budgets.answer_timeout,
             answer_ticks: budgets.ticks(budgets.answer_timeout),
+            max_outbound: budgets.max_outbound,
         };
         let state = State {
             chunks: Chunks::new(layout.engine_chunks()),
@@ -194,6 +201,7 @@ impl Attachment {
             device: OnceLock::new(),
             versions: OnceLock::new(),
             budgets,
+            outbound: OnceLock::new(),
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
@@ -224,6 +232,16 @@ impl Attachment {
     /// attach).
     pub fn set_versions(&self, versions: Vec<Option<Arc<crate::versions::Version>>>) {
         let _ = self.versions.set(versions);
+    }
+
+    /// Sets its outbound channels (once, at attach).
+    pub fn set_outbound(&self, channels: Vec<crate::outbound::OutChannel>) {
+        let _ = self.outbound.set(channels);
+    }
+
+    /// Its outbound channels.
+    pub fn outbound(&self) -> &[crate::outbound::OutChannel] {
+        self.outbound.get().map_or(&[], Vec::as_slice)
     }
 
     /// Its own version of service `service` (an index into `services`),
@@ -526,6 +544,32 @@ impl Attachment {
                 drop(back);
                 return self.take_task(chunk, d);
             }
+            Ok(Received::OutboundOpen { chunk }) => {
+                drop(guard);
+                drop(back);
+                return self.open_outbound(chunk, d);
+            }
+            Ok(Received::OutboundRefused { chunk }) => {
+                drop(guard);
+                drop(back);
+                Holder::give_back(&**self, chunk);
+                let max = self.budgets.max_outbound;
+                let full = Status::new(
+                    Code::ResourceExhausted,
+                    format!("{max} outbound calls open already (outbound.max_calls)"),
+                );
+                self.answer_outbound_status(d.call, full);
+                return Ok(());
+            }
+            Ok(Received::OutboundCancel(task)) => {
+                drop(guard);
+                drop(back);
+                // Dropping the call's future resets its stream.
+                if let Some(t) = task {
+                    t.abort();
+                }
+                return Ok(());
+            }
             Ok(Received::Reply { call, chunk, ends }) => match call {
                 CallRef::Open(tx) => (Some(tx.0.clone()), None, chunk, ends),
                 CallRef::Ended(tx) => {
@@ -644,6 +688,166 @@ impl Attachment {
     }
 }
 
+impl Attachment {
+    /// An outbound call opens: its request copied out of the application's
+    /// chunk (handed back at once), checked, encoded, and its call started
+    /// on the channel's task. A request that cannot be sent fails the call
+    /// (answered at once); side sections that do not parse are a protocol
+    /// violation, as on a reply.
+    fn open_outbound(self: &Arc<Self>, c: Chunk, d: Descriptor) -> Result<(), String> {
+        let [block, wire, side] = self.copy_out([d.block, d.wire, d.side]);
+        Holder::give_back(&**self, c);
+        let open = OpenRepr::parse(&side).map_err(|e| e.to_string())?;
+        self.stats.outbound_calls.fetch_add(1, Ordering::Relaxed);
+        let started = self.outbound_request(&d, &block, wire).map(|(ch, output, path, bytes)| {
+            let metadata = open.metadata;
+            let deadline = protoplane_seam::app::deadline(&d, std::time::Instant::now());
+            let opts = protoplane_rpc::CallOptions {
+                metadata,
+                timeout: deadline.map(|t| t.saturating_duration_since(std::time::Instant::now())),
+                ..protoplane_rpc::CallOptions::default()
+            };
+            (ch, output, path, bytes, opts)
+        });
+        let (ch, output, path, bytes, opts) = match started {
+            Ok(s) => s,
+            Err(st) => {
+                self.answer_outbound_status(d.call, st);
+                return Ok(());
+            }
+        };
+        let att = self.clone();
+        let call = d.call;
+        let task = tokio::spawn(async move {
+            let r = crate::outbound::unary(ch.channel.clone(), path, opts, bytes).await;
+            att.answer_outbound(call, &ch.schema, output, r).await;
+        });
+        // A call that already ended has nothing to stop.
+        self.state().session.outbound_started(call, task.abort_handle());
+        Ok(())
+    }
+
+    /// The channel, the response type, the path and the encoded request of
+    /// an outbound call's opening descriptor.
+    #[allow(clippy::type_complexity)]
+    fn outbound_request(
+        &self,
+        d: &Descriptor,
+        block: &[u8],
+        wire: Bytes,
+    ) -> Result<(crate::outbound::OutChannel, u32, String, Bytes), Status> {
+        let invalid = |why: String| Status::new(Code::InvalidArgument, why);
+        let ch = self.outbound().get(d.service as usize).cloned().ok_or_else(|| {
+            invalid(format!("no outbound channel #{} (declare it at attach)", d.service))
+        })?;
+        let m = ch.schema.method(d.method).ok_or_else(|| {
+            invalid(format!("no method #{} in the schema of {}", d.method, ch.service))
+        })?;
+        let in_service = m
+            .path
+            .strip_prefix('/')
+            .and_then(|p| p.strip_prefix(ch.service.as_str()))
+            .is_some_and(|rest| rest.starts_with('/'));
+        if !in_service {
+            return Err(invalid(format!(
+                "{} is not a method of {}, the service of channel #{}",
+                m.path, ch.service, d.service
+            )));
+        }
+        let (input, output, path) = (m.input, m.output, m.path.clone());
+        let bytes = match d.has(desc::ENCODED) {
+            true => wire,
+            false => ENCODER.with(|e| {
+                e.borrow_mut()
+                    .encode(
+                        ch.schema.tables(),
+                        input,
+                        protoplane_wire::Source::owned(block),
+                        &protoplane_wire::EncodeOptions::default(),
+                    )
+                    .map(Bytes::copy_from_slice)
+                    .map_err(|e| invalid(format!("the request block does not encode: {e}")))
+            })?,
+        };
+        Ok((ch, output, path, bytes))
+    }
+
+    /// Posts an outbound call's answer: the response decoded into the
+    /// engine's half beside the headers and trailers, or the status it
+    /// failed with. Waits for room; gives up only when the application is
+    /// gone or has cancelled the call.
+    async fn answer_outbound(
+        self: &Arc<Self>,
+        call: u64,
+        schema: &Arc<protoplane_grpc::Schema>,
+        output: u32,
+        r: Result<crate::outbound::Answer, Status>,
+    ) {
+        if !self.state().session.end_outbound(call) {
+            return;
+        }
+        let a = match r {
+            Ok(a) => a,
+            Err(st) => return self.answer_outbound_status(call, st),
+        };
+        let ok = Status { metadata: a.trailers, ..Status::new(Code::Ok, "") };
+        let headers = (!a.headers.is_empty()).then_some(a.headers);
+        let mut side = Vec::new();
+        ReplyRepr::emit_parts(headers.as_ref(), Some(&ok), &mut side);
+        let mut flags = desc::OUTBOUND | desc::MESSAGE | desc::STATUS | desc::END;
+        if headers.is_some() {
+            flags |= desc::HEADERS;
+        }
+        let d = Descriptor { call, flags, ..Descriptor::default() };
+        loop {
+            match self.post_request(d, schema.tables(), output, &a.message, &side) {
+                Ok(()) => return,
+                Err(PostError::Busy(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_micros(100)).await
+                }
+                Err(PostError::Gone(_)) => return,
+                Err(PostError::TooLarge(n)) => {
+                    let st = Status::new(
+                        Code::ResourceExhausted,
+                        format!("a response of {n} bytes exceeds the region's largest chunk"),
+                    );
+                    return self.answer_outbound_status(call, st);
+                }
+                Err(PostError::Invalid(st)) => {
+                    let st = Status::new(
+                        Code::Internal,
+                        format!("the response does not decode: {}", st.message),
+                    );
+                    return self.answer_outbound_status(call, st);
+                }
+            }
+        }
+    }
+
+    /// Answers an outbound call with a failure (the call already left the
+    /// session's table, or never entered it). One that finds no room waits
+    /// for the drain loop's next flush, like a compute unit's answer.
+    fn answer_outbound_status(self: &Arc<Self>, call: u64, st: Status) {
+        self.stats.outbound_failed.fetch_add(1, Ordering::Relaxed);
+        let d = Descriptor {
+            call,
+            flags: desc::OUTBOUND | desc::STATUS | desc::END,
+            code: st.code as u8,
+            ..Descriptor::default()
+        };
+        let mut side = Vec::new();
+        ReplyRepr::emit_parts(None, Some(&st), &mut side);
+        if let Err(PostError::Busy(_)) = self.post(d, &[], &[], &side) {
+            let mut st = self.state();
+            if st.notifies.len() < MAX_NOTIFIES {
+                st.notifies.push_back((d, side));
+            }
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+}
+
 /// Takes up to `max` of the application's descriptors from its response
 /// ring, detaching it at the first protocol violation; returns how many it
 /// took. One step of the drain loop (the `ring` fuzz target runs it too).
@@ -715,6 +919,9 @@ impl Attachment {
 thread_local! {
     /// Each engine thread's decoder (its scratch stack is reused).
     static DECODER: std::cell::RefCell<Decoder> = std::cell::RefCell::new(Decoder::new());
+    /// Each engine thread's encoder of outbound requests.
+    static ENCODER: std::cell::RefCell<protoplane_wire::Encoder> =
+        std::cell::RefCell::new(protoplane_wire::Encoder::new());
 }
 
 /// Decodes a request in view mode into `block` with this thread's decoder;
@@ -747,11 +954,15 @@ impl Holder for Attachment {
 }
 
 impl Attachment {
-    /// Cuts the application off: every open call fails with UNAVAILABLE.
+    /// Cuts the application off: every open call fails with UNAVAILABLE,
+    /// and its outbound calls stop.
     pub fn detach(&self, why: &str) {
-        let Some(Detached { calls, tokens }) = self.state().session.detach(why) else {
+        let Some(Detached { calls, tokens, outbound }) = self.state().session.detach(why) else {
             return;
         };
+        for t in outbound {
+            t.abort();
+        }
         // The application will not read its chunks any more: they go back
         // to the free list (outside the lock, which freeing takes).
         drop(tokens);

@@ -8,4 +8,5 @@ mod cancel;
 mod chunks;
 mod end;
 mod idle;
+mod outbound;
 mod util;

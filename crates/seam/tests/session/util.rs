@@ -33,6 +33,7 @@ pub(crate) const LIMITS: Limits = Limits {
     max_unanswered: 3,
     answer_timeout: Duration::from_millis(40),
     answer_ticks: 4,
+    max_outbound: 2,
 };
 
 /// What the application side saw, in order.
@@ -48,6 +49,8 @@ pub(crate) enum AppSeen {
     More { call: u64, running: bool, end: bool },
     /// Releases only.
     Released,
+    /// The answer to an outbound call; whether the call still waited.
+    Answered { call: u64, waiting: bool, taken: Option<Taken> },
 }
 
 /// Whose call a reply was for, as the engine saw it.
@@ -61,9 +64,24 @@ pub(crate) enum Whose {
 /// What the engine side saw, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum EngineSeen {
-    Reply { call: u64, whose: Whose, bytes: bool, ends: bool },
+    Reply {
+        call: u64,
+        whose: Whose,
+        bytes: bool,
+        ends: bool,
+    },
     Released,
     Task,
+    /// The application's outbound call opened (or was refused: too many).
+    CallOut {
+        call: u64,
+        refused: bool,
+    },
+    /// The application cancelled an outbound call; whether it was open.
+    CancelOut {
+        call: u64,
+        open: bool,
+    },
 }
 
 /// The two sessions, their free lists and their rings.
@@ -158,6 +176,40 @@ impl Pair {
         d
     }
 
+    /// The application opens an outbound call whose request is a block of
+    /// `len` bytes in a fresh chunk of its half.
+    pub(crate) fn call_out(&mut self, len: u32) -> u64 {
+        let call = self.app.open_outbound(()).expect("the session runs");
+        let flags = desc::OUTBOUND | desc::OPEN | desc::MESSAGE | desc::END;
+        self.reply(call, flags, len, 0);
+        call
+    }
+
+    /// The application gives up on outbound call `call`: it leaves the
+    /// table and a CANCEL goes to the engine.
+    pub(crate) fn cancel_out(&mut self, call: u64) {
+        assert!(self.app.remove_outbound(call).is_some(), "outbound call {call} waits");
+        self.reply(call, desc::OUTBOUND | desc::CANCEL, 0, 0);
+    }
+
+    /// The engine answers outbound call `call` with a response block of
+    /// `len` bytes in a fresh chunk of its half; `false` if the call was
+    /// not open any more (nothing posted).
+    pub(crate) fn answer_out(&mut self, call: u64, len: u32) -> bool {
+        if !self.engine.end_outbound(call) {
+            return false;
+        }
+        let flags = desc::OUTBOUND | desc::MESSAGE | desc::STATUS | desc::END;
+        let d = Descriptor { call, flags, ..Descriptor::default() };
+        assert!(self.post_request(d, len, &[]), "room for the answer");
+        true
+    }
+
+    /// Whether every chunk of both halves is back in its free list.
+    pub(crate) fn all_free(&self) -> bool {
+        self.engine_free.in_use() == 0 && self.app_free.in_use() == 0
+    }
+
     /// A descriptor written as a hostile application would: straight into
     /// the response ring, past the application's session.
     pub(crate) fn inject(&mut self, d: Descriptor) {
@@ -176,6 +228,16 @@ impl Pair {
                     continue;
                 }
                 Incoming::Notify => continue,
+                Incoming::Outbound => {
+                    let waiting = self.app.remove_outbound(d.call).is_some();
+                    // Read (copied out) and given back at once.
+                    let taken = self.app.take_message(&d).expect("the answer's ranges");
+                    if let Some(t) = taken {
+                        self.app.give_back(t.chunk);
+                    }
+                    self.app_seen.push(AppSeen::Answered { call: d.call, waiting, taken });
+                    continue;
+                }
                 _ => self.app.take_message(&d),
             };
             let taken = match message {
@@ -206,7 +268,7 @@ impl Pair {
                     let running = self.app.call_mut(d.call).is_some();
                     self.app_seen.push(AppSeen::More { call: d.call, running, end });
                 }
-                Incoming::Released | Incoming::Notify => {}
+                Incoming::Released | Incoming::Notify | Incoming::Outbound => {}
             }
         }
     }
@@ -235,6 +297,16 @@ impl Pair {
                 }
                 Ok(Received::Released) => (EngineSeen::Released, None),
                 Ok(Received::Task { chunk }) => (EngineSeen::Task, Some(chunk)),
+                Ok(Received::OutboundOpen { chunk }) => {
+                    assert!(self.engine.outbound_started(d.call, ()), "open until started");
+                    (EngineSeen::CallOut { call: d.call, refused: false }, Some(chunk))
+                }
+                Ok(Received::OutboundRefused { chunk }) => {
+                    (EngineSeen::CallOut { call: d.call, refused: true }, Some(chunk))
+                }
+                Ok(Received::OutboundCancel(open)) => {
+                    (EngineSeen::CancelOut { call: d.call, open: open.is_some() }, None)
+                }
                 Ok(Received::Reply { call, chunk, ends }) => {
                     let whose = match call {
                         CallRef::Open(()) => Whose::Open,

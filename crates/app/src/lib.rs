@@ -152,7 +152,7 @@ impl App {
         let services = decls
             .iter()
             .enumerate()
-            .map(|(i, d)| (d.digest, d.service.clone(), (first + i).min(255) as u8))
+            .map(|(i, d)| (d.service.clone(), (first + i).min(255) as u8))
             .collect();
         self.channels.extend(decls);
         if !self.channel_schemas.iter().any(|s| s.tables().digest() == schema.tables().digest()) {
@@ -161,6 +161,8 @@ impl App {
         let ch = outbound::EngineChannel {
             shared: self.outbound.clone(),
             target: target.to_string(),
+            digest: schema.tables().digest(),
+            schema: schema.clone(),
             services,
         };
         protoplane_rpc::Channel::delegated(target, Arc::new(ch))

@@ -85,24 +85,31 @@ impl Shared {
 pub(crate) struct EngineChannel {
     pub(crate) shared: Arc<Shared>,
     pub(crate) target: String,
-    /// (digest, service, channel index).
-    pub(crate) services: Vec<(u64, String, u8)>,
+    /// The schema declared, its digest, and (service, channel index) for
+    /// each of its services.
+    pub(crate) schema: Arc<Schema>,
+    pub(crate) digest: u64,
+    pub(crate) services: Vec<(String, u8)>,
 }
 
 impl EngineChannel {
     /// The channel index and the method's response type of a call.
     fn route(&self, call: &DelegatedCall<'_>) -> Result<(u8, u32), Status> {
-        let digest = call.schema.tables().digest();
         let m = call.schema.method(call.method).ok_or_else(|| {
             Status::new(Code::InvalidArgument, format!("no method #{}", call.method))
         })?;
-        let index = self.services.iter().find_map(|(d, service, i)| {
+        // The schema declared (the same value, as a generated client holds
+        // it), else one with the same tables (a digest is worked out from
+        // the whole table set: not per call).
+        let same =
+            Arc::ptr_eq(call.schema, &self.schema) || call.schema.tables().digest() == self.digest;
+        let index = self.services.iter().find_map(|(service, i)| {
             let here = m
                 .path
                 .strip_prefix('/')
                 .and_then(|p| p.strip_prefix(service.as_str()))
                 .is_some_and(|rest| rest.starts_with('/'));
-            (*d == digest && here).then_some(*i)
+            (same && here).then_some(*i)
         });
         let index = index.ok_or_else(|| {
             Status::new(

@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand};
 
 mod cotenant;
 mod echo;
+mod front;
 mod inc;
 mod intercept;
 mod jobs;
@@ -78,6 +79,9 @@ enum BenchCommand {
     /// The application of `bench split` (echo after a busy loop).
     #[command(name = "bench-echo", hide = true)]
     BenchEcho(echo::EchoArgs),
+    /// The caller and front end of `bench split`'s outbound experiments.
+    #[command(name = "bench-front", hide = true)]
+    BenchFront(front::FrontArgs),
     /// The ring handoff measurement of `bench split`.
     #[command(name = "bench-ring", hide = true)]
     BenchRing(ring::RingArgs),
@@ -126,6 +130,7 @@ fn run(command: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Intercept(args) => print(&intercept::run(&args).map_err(Failure::Usage)?),
         BenchCommand::BenchIntercept(args) => intercept::worker(&args).map_err(Failure::Usage),
         BenchCommand::BenchEcho(args) => echo::run(&args).map_err(Failure::Usage),
+        BenchCommand::BenchFront(args) => front::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchCotenant(args) => cotenant::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchRing(args) => {
             let line = ring::run(&args).map_err(Failure::Usage)?;

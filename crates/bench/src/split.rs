@@ -39,6 +39,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod outbound;
+
 use crate::rpc::median;
 use protoplane_load::servers::{monolithic, split, Servers};
 use protoplane_plot as svg;
@@ -73,11 +75,13 @@ pub(crate) struct SplitArgs {
     in_flight: usize,
     /// Experiments to run: handoff, zero, knee, neighbour, upgrade (a live
     /// engine take-over under load), policy (the engine's CPU per call
-    /// with and without a policy).
+    /// with and without a policy), outbound (an application's calls to
+    /// another service, in-process or through the engine), fanout (a
+    /// front end making four calls per call).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "handoff,zero,knee,neighbour,upgrade,policy"
+        default_value = "handoff,zero,knee,neighbour,upgrade,policy,outbound,fanout"
     )]
     experiments: Vec<String>,
     /// Offered load of the neighbour experiment, calls/s (open loop)
@@ -398,6 +402,12 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
     }
     if wants("policy") {
         policy(&plan, &repo, &mut rows, &mut notes)?;
+    }
+    if wants("outbound") {
+        outbound::outbound(&plan, &mut rows, &mut notes)?;
+    }
+    if wants("fanout") {
+        outbound::fanout(&plan, &mut rows, &mut notes)?;
     }
     let mut knee_done = false;
     if wants("knee") {
@@ -1236,6 +1246,7 @@ fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]
     if rows.iter().any(|r| r.experiment == "policy") {
         md += &policy_report(rows);
     }
+    md += &outbound::report(rows);
     for n in notes {
         md += &format!("\n- {n}");
     }

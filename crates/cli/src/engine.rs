@@ -227,6 +227,8 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
         });
     }
     let rt = b.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
+    // Applications' outbound channels may name xds:/// targets.
+    protoplane_xds::register();
     rt.block_on(async move {
         let running =
             protoplane_engine::start_with(c, inherited).await.map_err(|e| e.to_string())?;

@@ -1467,7 +1467,10 @@ impl Client {
             schema: &self.schema,
             method,
             request: block,
-            deadline: opts.deadline(Instant::now()),
+            deadline: match opts.timeout.is_some() || crate::deadline::current().is_some() {
+                true => opts.deadline(Instant::now()),
+                false => None,
+            },
             metadata: opts.metadata,
             wait_for_ready: opts.wait_for_ready,
         };

@@ -104,7 +104,11 @@ impl Session {
         let mut pending = Pending { session: self, call: id, armed: true };
         let mut side = Vec::new();
         OpenRepr::emit_parts(None, &call.metadata, &[], &mut side);
-        let timeout_ns = protoplane_seam::engine::timeout_ns(call.deadline, Instant::now());
+        // The clock is read only for a call with a deadline.
+        let timeout_ns = match call.deadline {
+            Some(_) => protoplane_seam::engine::timeout_ns(call.deadline, Instant::now()),
+            None => 0,
+        };
         let mut d = Descriptor {
             call: id,
             flags: desc::OUTBOUND | desc::OPEN | desc::MESSAGE | desc::END,

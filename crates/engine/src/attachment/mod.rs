@@ -716,9 +716,14 @@ impl Attachment {
                 return Ok(());
             }
         };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            let st = Status::new(Code::Unavailable, "the engine runs no outbound calls here");
+            self.answer_outbound_status(d.call, st);
+            return Ok(());
+        };
         let att = self.clone();
         let call = d.call;
-        let task = tokio::spawn(async move {
+        let task = rt.spawn(async move {
             let r = crate::outbound::unary(ch.channel.clone(), path, opts, bytes).await;
             att.answer_outbound(call, &ch.schema, output, r).await;
         });

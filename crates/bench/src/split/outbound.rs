@@ -158,9 +158,11 @@ fn fanout_files(work: &Path) -> Result<(Vec<String>, Vec<String>, PathBuf), Stri
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let proto = dir.join("fanout.proto");
     std::fs::write(&proto, crate::front::FANOUT_PROTO).map_err(|e| e.to_string())?;
-    let schema =
-        protoplane_grpc::Schema::from_proto_files(std::slice::from_ref(&proto), &[dir.clone()])
-            .map_err(|e| e.to_string())?;
+    let schema = protoplane_grpc::Schema::from_proto_files(
+        std::slice::from_ref(&proto),
+        std::slice::from_ref(&dir),
+    )
+    .map_err(|e| e.to_string())?;
     let ts = schema.tables();
     let ty = ts.message_by_name("protoplane.fanout.HomeRequest").ok_or("no HomeRequest")?;
     let mut b = protoplane_wire::Builder::new(ts, ty).map_err(|e| e.to_string())?;

@@ -546,11 +546,21 @@ fn attach_seeds(corpus: &Path) -> Dir {
         b
     };
     let services = |names: &[&str]| names.iter().map(|n| (n.to_string(), 7u64)).collect();
+    let none = Vec::new;
+    let out = || {
+        vec![protoplane_shm::attach::ChannelDecl {
+            target: "dns:///kv:50051".into(),
+            service: "b.T".into(),
+            digest: 9,
+        }]
+    };
     let hellos = [
-        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false }),
-        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false }),
-        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false }),
-        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true }),
+        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false, channels: none() }),
+        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false, channels: none() }),
+        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false, channels: none() }),
+        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: none() }),
+        ("channels", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: out() }),
+        ("caller", Hello { version: VERSION, pid: 1, services: services(&[]), schemas: false, channels: out() }),
     ];
     for (name, h) in hellos {
         for (uid, gid) in [(0, 0), (1000, 7)] {

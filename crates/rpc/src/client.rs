@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use crate::backoff::Backoff;
 pub use crate::balance::Connectivity;
 use crate::balance::{Balancer, LbPolicy};
-use crate::config::{MethodConfig, RetryPolicy, ServiceConfig, Throttle};
+use crate::config::{HedgingPolicy, MethodConfig, RetryPolicy, ServiceConfig, Throttle};
 use crate::http2::client::{self as native, Fields};
 use crate::intercept::{ClientChain, Ending};
 use crate::metrics::{CallSizes, MethodCalls, Metrics};
@@ -622,6 +622,22 @@ impl Channel {
         }
         let deadline = call.deadline(Instant::now());
         let mut c = self.start_attempt(path, &call, deadline).await?;
+        if let Some(policy) = &m.hedging {
+            c.throttle = self.throttle.clone();
+            c.hedge = Some(Box::new(Hedge {
+                channel: self.clone(),
+                path: path.into(),
+                opts: call.clone(),
+                policy: policy.clone(),
+                sent: Vec::new(),
+                bytes: 0,
+                closed: false,
+                attempts: 1,
+                others: Vec::new(),
+                next: Instant::now() + policy.hedging_delay,
+                stopped: false,
+            }));
+        }
         if let Some(policy) = &m.retry {
             c.throttle = self.throttle.clone();
             c.retry = Some(Box::new(Retry {
@@ -730,6 +746,8 @@ impl Channel {
             ending: None,
             measured: None,
             retry: None,
+            hedge: None,
+            won_head: None,
             throttle: None,
             report_to: None,
         })
@@ -888,6 +906,11 @@ pub struct ClientCall {
     measured: Option<(Arc<MethodCalls>, Instant, CallSizes)>,
     /// Until the call commits: what a new attempt needs (a retry policy).
     retry: Option<Box<Retry>>,
+    /// Until the call commits: the hedged attempts beside this one and
+    /// what a new one needs (a hedging policy).
+    hedge: Option<Box<Hedge>>,
+    /// The head the hedged attempt that won the race answered with.
+    won_head: Option<Result<(Fields, bool), Status>>,
     /// The channel's retry token bucket, told how the call ended.
     throttle: Option<Arc<Throttle>>,
     /// Weighted round robin: the subchannel the call went to, told the
@@ -915,6 +938,32 @@ struct Retry {
     attempts: u32,
 }
 
+/// What a call with a hedging policy keeps until it commits (gRFC A6):
+/// the requests sent so far, for attempts started later, and the attempts
+/// running beside the call's own. Every attempt gets every request; the
+/// first to answer with response headers or a fatal status wins, and the
+/// others are cancelled. An attempt ending with a non-fatal status just
+/// leaves (the next one starts at once); a server's pushback delays the
+/// next one, or stops hedging.
+#[derive(Debug)]
+struct Hedge {
+    channel: Channel,
+    path: Box<str>,
+    opts: CallOptions,
+    policy: HedgingPolicy,
+    sent: Vec<Bytes>,
+    bytes: usize,
+    closed: bool,
+    /// Attempts started, the first included.
+    attempts: u32,
+    /// The attempts running beside the call's own (`ClientCall::io`).
+    others: Vec<ClientCall>,
+    /// When the next attempt starts, if none has answered by then.
+    next: Instant,
+    /// A server's pushback said to start no more.
+    stopped: bool,
+}
+
 /// Requests a call keeps for its retries (gRPC's per-call default,
 /// 256 KiB); past it, the call commits to its current attempt.
 pub const RETRY_BUFFER: usize = 256 << 10;
@@ -933,6 +982,7 @@ impl ClientCall {
     fn set_status(&mut self, st: Status) {
         if self.status.is_none() {
             self.retry = None;
+            self.commit_hedge();
             if let (Some(t), Code::Ok) = (&self.throttle, st.code) {
                 t.succeeded();
             }
@@ -988,6 +1038,21 @@ impl ClientCall {
                 ),
             ));
         }
+        if let Some(h) = &mut self.hedge {
+            h.sent.push(Bytes::copy_from_slice(message));
+            h.bytes += message.len();
+            h.closed |= end;
+            for o in &mut h.others {
+                if timed(self.deadline, o.io.send(message, self.compress, end)).await.is_err() {
+                    // That attempt failed: its status comes with its head.
+                    o.io.drop_send();
+                }
+            }
+            if h.bytes > RETRY_BUFFER {
+                // Too much to keep: the call commits to its own attempt.
+                self.commit_hedge();
+            }
+        }
         if let Some(r) = &mut self.retry {
             r.sent.push(Bytes::copy_from_slice(message));
             r.bytes += message.len();
@@ -1041,6 +1106,12 @@ impl ClientCall {
     pub fn close_send(&mut self) {
         if let Some(r) = &mut self.retry {
             r.closed = true;
+        }
+        if let Some(h) = &mut self.hedge {
+            h.closed = true;
+            for o in &mut h.others {
+                o.io.close_send();
+            }
         }
         self.io.close_send();
     }
@@ -1115,6 +1186,168 @@ impl ClientCall {
         true
     }
 
+    /// Cancels every hedged attempt beside the call's own: the call
+    /// commits to it.
+    fn commit_hedge(&mut self) {
+        if let Some(h) = self.hedge.take() {
+            for mut o in h.others {
+                o.reset();
+            }
+        }
+    }
+
+    /// Races the hedged attempts until one answers with response headers
+    /// or a fatal status (it becomes the call's own attempt, the others
+    /// are cancelled; its head is then read as any call's), starting a new
+    /// attempt every hedging delay and at once after a non-fatal failure.
+    /// `Err`: no attempt is left and no other may start; the last failure.
+    async fn race(&mut self) -> Result<(), Status> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        /// The call's own attempt, in the race.
+        const OWN: usize = usize::MAX;
+        // Whether the call's own attempt is still in the race (it left if
+        // it failed and no other could take its place yet).
+        let mut own_alive = true;
+        loop {
+            let deadline = self.deadline;
+            let Some(h) = self.hedge.as_mut() else { return Ok(()) };
+            let can_start = !h.stopped
+                && h.attempts < h.policy.max_attempts
+                && self.throttle.as_ref().is_none_or(|t| t.allows());
+            if !own_alive && h.others.is_empty() && !can_start {
+                return Err(Status::new(Code::Unavailable, "every hedged attempt failed"));
+            }
+            let at = if !own_alive && h.others.is_empty() { Instant::now() } else { h.next };
+            let won = {
+                let mut heads = FuturesUnordered::new();
+                if own_alive {
+                    let io = &mut self.io;
+                    heads.push(Box::pin(async move { (OWN, io.head().await) })
+                        as std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>>);
+                }
+                for (i, o) in h.others.iter_mut().enumerate() {
+                    heads.push(Box::pin(async move { (i, o.io.head().await) }));
+                }
+                let timer = async {
+                    match can_start {
+                        true => tokio::time::sleep_until(at.into()).await,
+                        false => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    Some(w) = heads.next() => Some(w),
+                    _ = timer => None,
+                    _ = async {
+                        match deadline {
+                            Some(d) => tokio::time::sleep_until(d.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    } => return Err(deadline_exceeded()),
+                }
+            };
+            match won {
+                None => {
+                    // No answer yet: one attempt more.
+                    let mut opts = h.opts.clone();
+                    let _ =
+                        opts.metadata.insert("grpc-previous-rpc-attempts", &h.attempts.to_string());
+                    h.attempts += 1;
+                    h.next = Instant::now() + h.policy.hedging_delay;
+                    let Ok(mut next) = h.channel.start_attempt(&h.path, &opts, deadline).await
+                    else {
+                        continue;
+                    };
+                    let last = h.sent.len().checked_sub(1);
+                    for (i, m) in h.sent.iter().enumerate() {
+                        let end = h.closed && Some(i) == last;
+                        if timed(deadline, next.io.send(m, self.compress, end)).await.is_err() {
+                            next.io.drop_send();
+                            break;
+                        }
+                    }
+                    if h.closed && h.sent.is_empty() {
+                        next.io.close_send();
+                    }
+                    if own_alive {
+                        h.others.push(next);
+                    } else {
+                        // It takes the place of the call's own attempt.
+                        std::mem::swap(&mut self.io, &mut next.io);
+                        self.report_to = next.report_to.take();
+                        next.phase = Phase::Done;
+                        own_alive = true;
+                    }
+                }
+                Some((who, head)) => {
+                    // A trailers-only answer with a non-fatal status, or a
+                    // stream that failed: that attempt leaves the race.
+                    let failed = match &head {
+                        Ok((f, true)) if f.http == 200 => {
+                            let st = f
+                                .status
+                                .clone()
+                                .unwrap_or_else(|| Status::from_trailers(None, None));
+                            (st.code != Code::Ok && h.policy.non_fatal.contains(&st.code)).then(
+                                || {
+                                    (
+                                        st,
+                                        f.metadata
+                                            .get("grpc-retry-pushback-ms")
+                                            .map(str::to_string),
+                                    )
+                                },
+                            )
+                        }
+                        Ok(_) => None,
+                        Err(st) if st.code != Code::DeadlineExceeded => Some((st.clone(), None)),
+                        Err(_) => None,
+                    };
+                    let Some((st, pushback)) = failed else {
+                        // The winner: it becomes the call's own attempt,
+                        // and its head is the call's.
+                        self.won_head = Some(head);
+                        if who != OWN {
+                            let mut w = h.others.swap_remove(who);
+                            std::mem::swap(&mut self.io, &mut w.io);
+                            self.report_to = w.report_to.take();
+                            w.phase = Phase::Done;
+                        }
+                        self.commit_hedge();
+                        return Ok(());
+                    };
+                    if let Some(t) = &self.throttle {
+                        t.failed();
+                    }
+                    match pushback.map(|v| v.parse::<u64>()) {
+                        Some(Ok(ms)) => h.next = Instant::now() + Duration::from_millis(ms),
+                        Some(Err(_)) => h.stopped = true,
+                        None => h.next = Instant::now(),
+                    }
+                    if who == OWN {
+                        match h.others.pop() {
+                            Some(mut o) => {
+                                std::mem::swap(&mut self.io, &mut o.io);
+                                self.report_to = o.report_to.take();
+                                o.phase = Phase::Done;
+                            }
+                            None => own_alive = false,
+                        }
+                    } else {
+                        let mut o = h.others.swap_remove(who);
+                        o.phase = Phase::Done;
+                    }
+                    if !own_alive
+                        && h.others.is_empty()
+                        && (h.stopped || h.attempts >= h.policy.max_attempts)
+                    {
+                        // The last attempt's failure is the call's.
+                        return Err(st);
+                    }
+                }
+            }
+        }
+    }
+
     /// Cancels the call (`RST_STREAM(CANCEL)`); it ends with CANCELLED.
     pub fn cancel(&mut self) {
         self.reset();
@@ -1123,9 +1356,19 @@ impl ClientCall {
 
     /// Waits for the response headers; returns the initial metadata.
     pub async fn headers(&mut self) -> Result<&Metadata, Status> {
+        if self.phase == Phase::Head && self.hedge.is_some() {
+            if let Err(st) = self.race().await {
+                self.phase = Phase::Done;
+                return Err(self.fail(st));
+            }
+        }
         if self.phase == Phase::Head {
             let (f, ends) = loop {
-                match timed(self.deadline, self.io.head()).await {
+                let head = match self.won_head.take() {
+                    Some(h) => h,
+                    None => timed(self.deadline, self.io.head()).await,
+                };
+                match head {
                     Ok((f, true)) if f.http == 200 && self.retry.is_some() => {
                         // Trailers-only: a failure the policy may retry.
                         let st =

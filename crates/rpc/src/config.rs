@@ -28,8 +28,10 @@
 //! method configs naming the same method, or a `retryPolicy` and a
 //! `hedgingPolicy` on one method are errors naming the field, as gRPC
 //! rejects such configs whole. `maxAttempts` above 5 is lowered to 5, as
-//! gRPC does. Hedging policies are parsed but not applied yet (calls are
-//! made once, or retried when a retry policy says so).
+//! gRPC does. A hedging policy sends the call again every `hedgingDelay`
+//! (and at once after a failure with one of `nonFatalStatusCodes`) until
+//! one attempt answers, up to `maxAttempts` at once; the first answer wins
+//! and the others are cancelled (see `client.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};

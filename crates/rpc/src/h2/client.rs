@@ -81,10 +81,14 @@ fn fields(http: u16, ends: bool, headers: &HeaderMap) -> Fields {
 impl Stream {
     /// The response header block and whether it also ended the call.
     pub(crate) async fn head(&mut self) -> Result<(Fields, bool), Status> {
-        let Some(fut) = self.response.take() else {
+        // Polled in place, so a caller may drop this future and call
+        // again (a hedged call races several heads).
+        let Some(fut) = self.response.as_mut() else {
             return Err(Status::new(Code::Internal, "response headers taken"));
         };
-        let resp = fut.await.map_err(|e| h2_status(&e))?;
+        let resp = fut.await;
+        self.response = None;
+        let resp = resp.map_err(|e| h2_status(&e))?;
         let (parts, b) = resp.into_parts();
         let ends = b.is_end_stream();
         let f = fields(parts.status.as_u16(), ends, &parts.headers);

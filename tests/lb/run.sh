@@ -12,6 +12,12 @@
 #     in every call's trailers), two of them spending 200 µs of CPU more
 #     per call (`--work-us 200`): each light server gets at least twice
 #     the calls of each heavy one (a quarter each under round_robin);
+#   - hedging (gRFC A6) around a slow server: round robin over three
+#     servers and one that waits 100 ms before each call (`--delay-us`);
+#     with `hedgingPolicy` (another attempt every 10 ms, four at most:
+#     round robin may send a hedge to the slow server too) no call waits
+#     for it: p99 under half its delay, and the p99 without hedging and
+#     the ratio printed;
 #   - round_robin under load while one server is stopped with SIGTERM (a
 #     graceful drain): no call fails, and the three others take the rest.
 #
@@ -90,6 +96,21 @@ EOF
 then pass "weighted_round_robin (service config): light ${got[0]} ${got[1]}, heavy (--work-us 200) ${got[2]} ${got[3]} of $made calls (warm-up included), $errors failed"
 else fail "weighted_round_robin: light ${got[0]} ${got[1]}, heavy ${got[2]} ${got[3]}: light not at least twice heavy"; fi
 [[ "$errors" == 0 ]] || fail "weighted_round_robin: $errors failed calls"
+
+# Hedging around a slow server.
+start_backend 4 --delay-us 100000
+SLOW_LIST="ipv4:127.0.0.1:${PORTS[0]},127.0.0.1:${PORTS[1]},127.0.0.1:${PORTS[2]},127.0.0.1:${PORTS[4]}"
+cat >"$OUT/hedge.json" <<'EOF'
+{"methodConfig": [{"name": [{"service": "socialnetwork.SocialNetwork"}],
+  "hedgingPolicy": {"maxAttempts": 4, "hedgingDelay": "0.01s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}
+EOF
+p99() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["latency_us"]["p99"])' "$OUT/load-$1.json"; }
+read -r made_off errors_off < <(load hedge-off "$SLOW_LIST" round_robin --requests 1600)
+read -r made_on errors_on < <(load hedge-on "$SLOW_LIST" round_robin --requests 1600 --service-config "$OUT/hedge.json")
+off="$(p99 hedge-off)"; on="$(p99 hedge-on)"
+if [[ "$errors_off$errors_on" == 00 ]] && python3 -c "import sys; sys.exit(0 if $on < 50000 else 1)"; then
+    pass "hedging around a server 100 ms slow: p99 $(printf '%.0f' "$on") µs hedged, $(printf '%.0f' "$off") µs without ($(python3 -c "print(f'{$on / $off:.2f}')")×), $made_on and $made_off calls, none failed"
+else fail "hedging: p99 $on µs hedged (not under 50 ms?), $off µs without; $errors_on and $errors_off failed"; fi
 
 # A server drained under load (SIGTERM): no call fails.
 load drain "$LIST" round_robin --duration 3 >"$OUT/drain.out" &

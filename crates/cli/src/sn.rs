@@ -70,6 +70,29 @@ pub(crate) struct ServeArgs {
     /// heavier backend, for load-balancing experiments.
     #[arg(long, value_name = "US", conflicts_with = "attach")]
     work_us: Option<u64>,
+    /// Wait this many µs (without using the CPU) before each call's
+    /// handler: a slow backend, for hedging experiments.
+    #[arg(long, value_name = "US", conflicts_with = "attach")]
+    delay_us: Option<u64>,
+}
+
+/// Waits before each call ([`ServeArgs::delay_us`]).
+struct Delay(std::time::Duration);
+
+impl protoplane_grpc::intercept::AsyncInterceptor for Delay {
+    fn before(
+        &self,
+        head: protoplane_grpc::intercept::AsyncHead,
+    ) -> protoplane_grpc::BoxFuture<
+        'static,
+        Result<protoplane_grpc::intercept::AsyncHead, protoplane_grpc::Status>,
+    > {
+        let wait = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            Ok(head)
+        })
+    }
 }
 
 /// Burns CPU before each call ([`ServeArgs::work_us`]).
@@ -195,6 +218,9 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     let mut chain = protoplane_grpc::intercept::Chain::new();
     if let Some(us) = args.work_us {
         chain = chain.with(Work(std::time::Duration::from_micros(us.min(1_000_000))));
+    }
+    if let Some(us) = args.delay_us {
+        chain = chain.with_async(Delay(std::time::Duration::from_micros(us.min(60_000_000))));
     }
     let recorder = args.orca.then(protoplane_grpc_services::orca::Recorder::new);
     if let Some(r) = &recorder {

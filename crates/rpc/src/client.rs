@@ -1307,10 +1307,11 @@ impl ClientCall {
                         // and its head is the call's.
                         self.won_head = Some(head);
                         if who != OWN {
+                            // `w` then holds the call's own attempt, still
+                            // running: dropping it cancels it.
                             let mut w = h.others.swap_remove(who);
                             std::mem::swap(&mut self.io, &mut w.io);
                             self.report_to = w.report_to.take();
-                            w.phase = Phase::Done;
                         }
                         self.commit_hedge();
                         return Ok(());

@@ -216,3 +216,34 @@ async fn a_negative_pushback_stops_hedging() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(svc.seen.lock().expect("lock").len(), 1, "no hedge after a negative pushback");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_hedged_calls_in_flight_none_fails() {
+    let slow = Behaviour { delay: Duration::from_millis(100), ..Behaviour::default() };
+    let mut addrs = Vec::new();
+    for b in [Behaviour::default(), Behaviour::default(), Behaviour::default(), slow] {
+        addrs.push(backend(b).await.0);
+    }
+    let target = format!("ipv4:{}", addrs.join(","));
+    let ch = Channel::connect_with(&target, hedging(3, "0.01s", LbPolicy::RoundRobin))
+        .await
+        .expect("connect");
+    let calls = (0..16).map(|_| {
+        let ch = ch.clone();
+        async move {
+            let mut failed = Vec::new();
+            for _ in 0..50 {
+                if let Err(st) = echo(&ch).await {
+                    failed.push(st);
+                }
+            }
+            failed
+        }
+    });
+    let failed: Vec<Status> = bounded(BOUND, "800 calls", futures_util::future::join_all(calls))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed.first());
+}

@@ -393,6 +393,7 @@ impl Conn {
             None => {
                 // A new stream (server: a request).
                 let mut s = Stream::new(self.peer.initial_window, self.cfg.stream_window);
+                s.opened_ms = self.now_ms;
                 s.got_headers = true;
                 s.recv_closed = end_stream;
                 s.content_length = self.headers.content_length;

@@ -91,6 +91,13 @@ pub struct Config {
     pub reset_budget: u32,
     /// Frames that make no progress allowed in a row.
     pub idle_frame_budget: u32,
+    /// A peer's reset of a stream open at least this long (by the clock
+    /// the driver gives with [`Conn::set_clock`]) costs no reset budget:
+    /// it is a call given up on (a deadline, a hedge that lost), not a
+    /// rapid reset, and it held one of the `max_concurrent_streams` slots
+    /// as long as an ordinary call would. Without a clock every reset
+    /// costs.
+    pub reset_free_after_ms: u64,
 }
 
 impl Config {
@@ -105,6 +112,7 @@ impl Config {
             max_frame_size: frame::DEFAULT_MAX_FRAME,
             reset_budget: 200,
             idle_frame_budget: 10_000,
+            reset_free_after_ms: 10,
         }
     }
 }
@@ -236,6 +244,8 @@ pub struct Conn {
     sent_stream_frames: bool,
     goaway_received: Option<u32>,
     reset_credit: u32,
+    /// The driver's clock, ms ([`Conn::set_clock`]).
+    now_ms: u64,
     idle_frames: u32,
     /// Our SETTINGS not yet acknowledged.
     settings_unacked: u32,
@@ -290,6 +300,7 @@ impl Conn {
             sent_stream_frames: false,
             goaway_received: None,
             reset_credit: cfg.reset_budget,
+            now_ms: 0,
             idle_frames: 0,
             settings_unacked: 1,
             dead: None,
@@ -297,6 +308,14 @@ impl Conn {
         };
         c.write_preface_and_settings();
         c
+    }
+
+    /// Tells the connection the time (ms from any fixed start, never
+    /// going back): streams remember when they opened, and a peer's reset
+    /// of an old one costs no reset budget (see
+    /// [`Config::reset_free_after_ms`]).
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
     }
 
     /// Whether the peer's preface and first SETTINGS arrived.

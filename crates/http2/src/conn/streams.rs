@@ -61,6 +61,8 @@ pub(super) struct Stream {
     pub(super) trailers: Option<Recorded>,
     pub(super) content_length: Option<u64>,
     pub(super) data_received: u64,
+    /// When it opened, by the driver's clock (ms).
+    pub(super) opened_ms: u64,
     /// Server: when our response ends first, the rest of the request is
     /// still read (and handed to the caller to discard) instead of being
     /// refused with RST_STREAM(NO_ERROR). See [`Conn::read_to_end`].
@@ -84,6 +86,7 @@ impl Stream {
             trailers: None,
             content_length: None,
             data_received: 0,
+            opened_ms: 0,
             read_to_end: false,
         }
     }
@@ -210,8 +213,11 @@ impl Conn {
             self.reset_by_us.remove(id);
             return Ok(None);
         };
-        // A stream the peer abandons before it finished costs budget.
-        if !(s.recv_closed && s.send_closed) {
+        // A stream the peer abandons before it finished costs budget,
+        // unless it was open long enough to be a call given up on.
+        let old = self.now_ms.saturating_sub(s.opened_ms) >= self.cfg.reset_free_after_ms
+            && self.now_ms > 0;
+        if !(s.recv_closed && s.send_closed) && !old {
             self.spend_reset()?;
         }
         Ok(Some(Event::Reset { stream: id, reason, by_peer: true }))

@@ -51,6 +51,38 @@ fn rapid_reset_ends_the_connection_once_the_budget_is_spent() {
 }
 
 #[test]
+fn resets_of_streams_open_long_enough_cost_nothing_but_rapid_ones_do() {
+    let mut server = Config::new(Role::Server);
+    server.reset_budget = 10;
+    let mut p = Pair::with(Config::new(Role::Client), server);
+    p.drive();
+    let mut now = 1;
+    // Calls given up on after 10 ms each (a hedge that lost, a deadline):
+    // far more than the budget, and the connection stays.
+    for _ in 0..100 {
+        p.server.conn.set_clock(now);
+        let id = p.request("/s/m", &[], true);
+        p.drive();
+        now += 10;
+        p.server.conn.set_clock(now);
+        p.client.conn.reset(id, Reason::CANCEL);
+        p.drive();
+        assert!(p.server.error.is_none(), "{:?}", p.server.error);
+    }
+    // The same with a clock that does not move: rapid resets.
+    for i in 0..20 {
+        let id = p.request("/s/m", &[], true);
+        p.client.conn.reset(id, Reason::CANCEL);
+        p.drive();
+        if p.server.error.is_some() {
+            assert_eq!(i, 9, "the tenth rapid reset spends the budget");
+            break;
+        }
+    }
+    assert_conn_error(&p.server, Reason::ENHANCE_YOUR_CALM);
+}
+
+#[test]
 fn completed_calls_refill_the_reset_budget() {
     let mut server = Config::new(Role::Server);
     server.reset_budget = 10;

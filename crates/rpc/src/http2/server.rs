@@ -95,6 +95,7 @@ where
         shutdown: None,
         shutdown_armed: false,
         turn: Instant::now(),
+        epoch: Instant::now(),
         ended_calls: Vec::new(),
         read_since_timer: false,
         pinged: false,
@@ -228,6 +229,8 @@ struct Driver<IO> {
     /// of the calls whose headers it reads), and the calls that ended in
     /// it, recorded at its end with one clock read for all of them.
     turn: Instant,
+    /// The start of the connection's clock (see `Conn::set_clock`).
+    epoch: Instant,
     ended_calls: Vec<(Arc<MethodCalls>, Instant, Code, CallSizes)>,
     /// Keepalive (see [`crate::keepalive`]): anything read since the
     /// keepalive timer was set; a ping of ours waits for an answer.
@@ -447,6 +450,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 }
                 Poll::Ready(Ok(_)) => {
                     crate::busy::note_read();
+                    // The reset budget's clock: one read per batch.
+                    self.conn.set_clock(self.epoch.elapsed().as_millis() as u64 + 1);
                     self.read_since_timer = true;
                     progress = true;
                 }

@@ -148,6 +148,23 @@ pub(crate) struct Subchannel {
     weight: Mutex<Weight>,
     /// Round robin's weight from the resolver (1 unless it gave some).
     static_weight: std::sync::atomic::AtomicU32,
+    /// What its health service said (gRFC A17), when the service config
+    /// asks for health checks.
+    health: Mutex<Health>,
+}
+
+/// A connected subchannel's health, by its server's health service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Health {
+    /// Not checked (no health check configured, or the server has no
+    /// health service): ready once connected.
+    Unchecked,
+    /// Connected, no answer yet.
+    Pending,
+    /// SERVING: it takes calls.
+    Serving,
+    /// Anything else: no calls until it says SERVING again.
+    NotServing(String),
 }
 
 impl Subchannel {
@@ -161,7 +178,12 @@ impl Subchannel {
             removed: AtomicBool::new(false),
             weight: Mutex::new(Weight::default()),
             static_weight: std::sync::atomic::AtomicU32::new(1),
+            health: Mutex::new(Health::Unchecked),
         })
+    }
+
+    fn health(&self) -> MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn weight(&self) -> MutexGuard<'_, Weight> {
@@ -435,8 +457,15 @@ impl Balancer {
             return Connectivity::TransientFailure;
         }
         let now = Instant::now();
-        if st.passing || st.subs.iter().any(|s| s.dialling.load(Ordering::SeqCst)) {
+        let checking = |h: &Health| *h == Health::Pending;
+        if st.passing
+            || st.subs.iter().any(|s| s.dialling.load(Ordering::SeqCst))
+            || st.subs.iter().any(|s| s.link().usable() && checking(&s.health()))
+        {
             Connectivity::Connecting
+        } else if st.subs.iter().any(|s| s.link().usable()) {
+            // Connected, and every connection's health says not serving.
+            Connectivity::TransientFailure
         } else if st.subs.iter().any(|s| s.backing_off(now).is_some()) || st.resolve_error.is_some()
         {
             Connectivity::TransientFailure
@@ -579,6 +608,22 @@ impl Balancer {
                 }
             }
         }
+        // Connected but not healthy (gRFC A17): wait for a health answer,
+        // or fail at once when every connected one says it is not serving.
+        let mut unhealthy = None;
+        for s in st.subs.iter().filter(|s| s.link().usable()) {
+            match &*s.health() {
+                Health::Pending => return Ok(Step::Wait(None)),
+                Health::NotServing(why) => unhealthy = Some(why.clone()),
+                Health::Unchecked | Health::Serving => {}
+            }
+        }
+        if let Some(why) = unhealthy {
+            return match wait {
+                true => Ok(Step::Wait(None)),
+                false => Err(unavailable(format!("no backend is healthy: {why}"))),
+            };
+        }
         // Every address failed and backs off.
         let soonest = st
             .subs
@@ -712,10 +757,167 @@ impl Balancer {
             LbPolicy::PickFirst => st.ready = vec![(sub.clone(), link)],
             LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => {
                 st.ready.retain(|(s, _)| !Arc::ptr_eq(s, sub));
-                st.ready.push((sub.clone(), link));
+                match self.health_check() {
+                    // Ready once its health service says so (gRFC A17).
+                    Some(name) => {
+                        *sub.health() = Health::Pending;
+                        tokio::spawn(watch_health(self.me.clone(), sub.clone(), link, name));
+                    }
+                    None => st.ready.push((sub.clone(), link)),
+                }
             }
         }
         true
+    }
+
+    /// The service whose health gates round robin's subchannels, if the
+    /// service config names one (pick first checks no health, as in gRPC).
+    fn health_check(&self) -> Option<String> {
+        self.opts.service_config.as_ref()?.health_check.clone()
+    }
+
+    /// A subchannel's health service answered: it takes calls, or not.
+    fn set_health(&self, sub: &Arc<Subchannel>, link: &Link, health: Health) {
+        let mut st = self.lock();
+        if sub.removed.load(Ordering::SeqCst) {
+            return;
+        }
+        let serving = matches!(health, Health::Serving | Health::Unchecked) && link.usable();
+        *sub.health() = health;
+        let had = st.ready.iter().any(|(s, _)| Arc::ptr_eq(s, sub));
+        if serving && !had {
+            st.ready.push((sub.clone(), link.clone()));
+            st.generation += 1;
+        } else if !serving && had {
+            st.ready.retain(|(s, _)| !Arc::ptr_eq(s, sub));
+            st.generation += 1;
+        }
+        drop(st);
+        self.signals.changed.notify_waiters();
+    }
+}
+
+/// gRFC A17: watches `sub`'s health over its connection `link`
+/// (`grpc.health.v1.Health/Watch` for `service`), moving it in and out of
+/// the ready list, until the connection is lost or the subchannel goes. A
+/// server without the health service (UNIMPLEMENTED) counts as healthy;
+/// a watch that fails otherwise is started again after a backoff, the
+/// subchannel taking no calls meanwhile.
+async fn watch_health(b: Weak<Balancer>, sub: Arc<Subchannel>, link: Link, service: String) {
+    let mut backoff = Attempts::new(crate::backoff::Backoff::default());
+    loop {
+        let Some(bal) = b.upgrade() else { return };
+        if sub.removed.load(Ordering::SeqCst) || !link.usable() {
+            bal.set_health(&sub, &link, Health::NotServing("connection lost".into()));
+            return;
+        }
+        let opts = ChannelOptions { service_config: None, ..(*bal.opts).clone() };
+        let authority = sub.addr.as_ref().map_or_else(String::new, |a| a.to_string());
+        let ch = crate::client::Channel::on_link(link.clone(), &authority, opts);
+        let signals = bal.signals.clone();
+        drop(bal);
+        let watch = watch_once(&ch, &service, |h| {
+            if let Some(bal) = b.upgrade() {
+                bal.set_health(&sub, &link, h);
+            }
+        });
+        let r = tokio::select! {
+            r = watch => r,
+            () = signals.close.notified() => return,
+        };
+        let Some(bal) = b.upgrade() else { return };
+        if r.code == Code::Unimplemented {
+            // No health service there: it is used as if healthy.
+            bal.set_health(&sub, &link, Health::Unchecked);
+            return;
+        }
+        bal.set_health(&sub, &link, Health::NotServing(format!("health check: {}", r.message)));
+        drop(bal);
+        let at = backoff.failed(Instant::now(), r.message);
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => {}
+            () = signals.close.notified() => return,
+        }
+    }
+}
+
+/// One `Watch` call: each answer goes to `seen`; the status it ended with.
+async fn watch_once(ch: &crate::client::Channel, service: &str, seen: impl Fn(Health)) -> Status {
+    const WATCH: &str = "/grpc.health.v1.Health/Watch";
+    let mut call = match ch.start(WATCH, crate::client::CallOptions::default()).await {
+        Ok(c) => c,
+        Err(st) => return st,
+    };
+    // HealthCheckRequest { string service = 1; }
+    let mut req = vec![0x0a];
+    let mut n = service.len();
+    while n >= 0x80 {
+        req.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    req.push(n as u8);
+    req.extend_from_slice(service.as_bytes());
+    if let Err(st) = call.send_last(&req).await {
+        return st;
+    }
+    loop {
+        match call.recv().await {
+            Ok(Some(m)) => seen(match serving_status(&m) {
+                Some(1) => Health::Serving,
+                Some(s) => Health::NotServing(format!("{service:?} is {}", status_name(s))),
+                None => Health::NotServing("an answer that does not decode".into()),
+            }),
+            Ok(None) => return Status::new(Code::Unavailable, "the health watch ended"),
+            Err(st) => return st,
+        }
+    }
+}
+
+/// HealthCheckResponse's `status` (field 1, an enum): `None` when the
+/// bytes do not decode.
+fn serving_status(b: &[u8]) -> Option<u64> {
+    let mut status = 0;
+    let mut at = 0;
+    let varint = |at: &mut usize| -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    };
+    while at < b.len() {
+        let key = varint(&mut at)?;
+        match (key >> 3, key & 7) {
+            (1, 0) => status = varint(&mut at)?,
+            (_, 0) => {
+                varint(&mut at)?;
+            }
+            (_, 1) => at += 8,
+            (_, 5) => at += 4,
+            (_, 2) => {
+                let n = varint(&mut at)? as usize;
+                at = at.checked_add(n)?;
+            }
+            _ => return None,
+        }
+        if at > b.len() {
+            return None;
+        }
+    }
+    Some(status)
+}
+
+fn status_name(s: u64) -> &'static str {
+    match s {
+        0 => "UNKNOWN",
+        2 => "NOT_SERVING",
+        3 => "SERVICE_UNKNOWN",
+        _ => "not serving",
     }
 }
 

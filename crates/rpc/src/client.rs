@@ -486,6 +486,21 @@ impl Channel {
         })
     }
 
+    /// A channel over one connection a balancer holds (its health
+    /// checks), dialling nothing.
+    pub(crate) fn on_link(link: Link, authority: &str, opts: ChannelOptions) -> Channel {
+        let opts = Arc::new(opts);
+        Channel {
+            calls: Calls::Balanced(Balancer::fixed(link, opts.clone())),
+            authority: authority.to_string(),
+            scheme: if opts.tls.is_some() { "https" } else { "http" },
+            opts,
+            interceptors: None,
+            metrics: None,
+            throttle: None,
+        }
+    }
+
     /// A channel whose calls `delegate` makes (see [`crate::delegate`]):
     /// requests name `authority`.
     pub fn delegated(authority: &str, delegate: Arc<dyn crate::delegate::Delegate>) -> Channel {

@@ -56,6 +56,10 @@ pub struct ServiceConfig {
     methods: HashMap<(String, String), MethodConfig>,
     /// Retry throttling, per channel.
     pub throttling: Option<Throttling>,
+    /// gRFC A17's `healthCheckConfig.serviceName`: round robin and
+    /// weighted round robin send calls only to backends whose health
+    /// service says this service is SERVING ("": the server as a whole).
+    pub health_check: Option<String>,
 }
 
 /// What the config says about one method.
@@ -68,7 +72,7 @@ pub struct MethodConfig {
     pub wait_for_ready: Option<bool>,
     /// How failed attempts are retried.
     pub retry: Option<RetryPolicy>,
-    /// Parsed, not applied yet.
+    /// How the call is hedged.
     pub hedging: Option<HedgingPolicy>,
 }
 
@@ -272,6 +276,15 @@ impl ServiceConfig {
         let v: Value = serde_json::from_str(text).map_err(|e| bad("JSON", e))?;
         let root = object(&v, "the config")?;
         let mut sc = ServiceConfig { lb: lb_policy(root)?, ..ServiceConfig::default() };
+        if let Some(h) = root.get("healthCheckConfig") {
+            let o = object(h, "healthCheckConfig")?;
+            let name = match o.get("serviceName") {
+                None => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err(bad("healthCheckConfig.serviceName", "not a string")),
+            };
+            sc.health_check = Some(name);
+        }
         if let Some(list) = root.get("methodConfig") {
             let list = list.as_array().ok_or_else(|| bad("methodConfig", "not a list"))?;
             for (i, mc) in list.iter().enumerate() {

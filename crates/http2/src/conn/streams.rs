@@ -217,7 +217,8 @@ impl Conn {
         // unless it was open long enough to be a call given up on.
         let old = self.now_ms.saturating_sub(s.opened_ms) >= self.cfg.reset_free_after_ms
             && self.now_ms > 0;
-        if !(s.recv_closed && s.send_closed) && !old {
+        let finished = s.recv_closed && s.send_closed;
+        if !(finished || old) {
             self.spend_reset()?;
         }
         Ok(Some(Event::Reset { stream: id, reason, by_peer: true }))

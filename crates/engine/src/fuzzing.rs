@@ -84,7 +84,8 @@ impl Call {
 
 impl Engine {
     /// A fresh region of `layout` with the engine's side set up as after a
-    /// handshake (attachment id 1, one service `fuzz.S`), and the
+    /// handshake (attachment id 1, one service `fuzz.S`, one outbound
+    /// channel to `kv.Store`), and the
     /// application's own mapping of it (the engine's half read-only, as
     /// the seal leaves it to any application).
     pub fn new(layout: Layout) -> Result<(Engine, Mapping), crate::Error> {
@@ -104,6 +105,18 @@ impl Engine {
         .map_err(crate::Error::Region)?;
         let map = Mapping::map_parts(&layout.app_parts(&region.shared, &region.engine_half))
             .map_err(|e| crate::Error::Region(e.to_string()))?;
+        // One outbound channel (`kv.Store` of [`VERSIONS_PROTO`]), so
+        // hostile outbound requests reach the encoder. Without a runtime
+        // no call leaves: each is answered UNAVAILABLE once encoded.
+        let src = [protoplane_schema::ProtoSource { name: "kv.proto", text: VERSIONS_PROTO }];
+        let schema = protoplane_grpc::Schema::from_proto_sources(&src, &["kv.proto"])
+            .map_err(|e| crate::Error::Schema(e.to_string()))?;
+        att.set_outbound(vec![crate::outbound::OutChannel {
+            channel: protoplane_rpc::Channel::lazy("127.0.0.1:9", Default::default()),
+            schema: Arc::new(schema),
+            service: "kv.Store".into(),
+            target: "127.0.0.1:9".into(),
+        }]);
         Ok((Engine { att, responses: rx.responses }, map))
     }
 

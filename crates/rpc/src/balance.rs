@@ -1057,3 +1057,31 @@ async fn resolve(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::serving_status;
+
+    #[test]
+    fn health_answers_decode_and_garbage_does_not_panic() {
+        assert_eq!(serving_status(&[]), Some(0));
+        assert_eq!(serving_status(&[0x08, 0x01]), Some(1));
+        assert_eq!(serving_status(&[0x08, 0x02]), Some(2));
+        // Unknown fields skipped; the last status wins.
+        assert_eq!(serving_status(&[0x12, 0x01, 0x61, 0x08, 0x01, 0x08, 0x03]), Some(3));
+        assert_eq!(serving_status(&[0x19, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x01]), Some(1));
+        // Truncated, a length past the end, a group, an endless varint.
+        for bad in [
+            &[0x08][..],
+            &[0x12, 0x05, 0x61],
+            &[0x0b],
+            &[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+        ] {
+            assert_eq!(serving_status(bad), None, "{bad:?}");
+        }
+        for len in 0..64u8 {
+            let v: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+            let _ = serving_status(&v);
+        }
+    }
+}

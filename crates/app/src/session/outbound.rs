@@ -12,7 +12,7 @@ use protoplane_rpc::UnaryResponse;
 use protoplane_seam::app::Taken;
 use protoplane_seam::{OpenRepr, ReplyRepr};
 use protoplane_shm::desc::{self, Descriptor};
-use protoplane_shm::lease::Held;
+use protoplane_shm::lease::Holder;
 use tokio::sync::oneshot;
 
 use super::post::Posted;
@@ -160,21 +160,26 @@ impl Session {
         let (block, wire, side) = match taken {
             None => (Bytes::new(), Bytes::new(), Bytes::new()),
             Some(Taken { chunk, landing }) => {
-                let held = Held::new(self.clone(), chunk);
-                let wire = match landing {
-                    Some(l) => Held::new(self.clone(), l).piece(d.wire),
-                    None => held.piece(d.wire),
-                };
-                // One copy of the three (the caller may keep the
-                // response as long as it likes; the chunks go back when
-                // `held` and the pieces drop, at the end of this).
-                let (b, s) = (held.piece(d.block), held.piece(d.side));
-                let mut v = Vec::with_capacity(b.len() + wire.len() + s.len());
-                for p in [&b, &wire, &s] {
-                    v.extend_from_slice(p);
+                // One copy of the three, out of the engine's chunks, which
+                // go back at once (the caller may keep the response as
+                // long as it likes). Every range was checked inside its
+                // chunk by the session.
+                let spans = [d.block, d.wire, d.side];
+                let mut v = Vec::with_capacity(spans.iter().map(|s| s.len as usize).sum());
+                let read = spans.iter().all(|s| {
+                    s.len == 0 || self.map.append_to(s.offset as usize, s.len as usize, &mut v)
+                });
+                for c in std::iter::once(chunk).chain(landing) {
+                    Holder::give_back(&**self, c);
+                }
+                if !read {
+                    return Err(Status::new(
+                        Code::Internal,
+                        "engine descriptor: a range outside the region",
+                    ));
                 }
                 let all = Bytes::from(v);
-                let (bl, wl) = (b.len(), wire.len());
+                let (bl, wl) = (d.block.len as usize, d.wire.len as usize);
                 (all.slice(..bl), all.slice(bl..bl + wl), all.slice(bl + wl..))
             }
         };

@@ -13,7 +13,10 @@
 #   3. a route change (another cluster) is applied: every call goes there;
 #   4. a bad resource (a STATIC cluster) is NACKed, named in the NACK, and
 #      the last good configuration stays in use: calls still succeed;
-#   5. weighted clusters 70/30 (gRFC A28) split the calls within 5%.
+#   5. weighted clusters 70/30 (gRFC A28) split the calls within 5%;
+#   6. grpc-go's own xDS client (tests/xds/grpcgo-client) as the reference:
+#      on the snapshot of 5, it and `protoplane load` (4000 calls each)
+#      give every backend the same share of the calls within 5 points.
 #
 # usage: tests/xds/run.sh [--protoplane PATH]
 # Logs: target/xds-check/*
@@ -33,6 +36,13 @@ CP="$ROOT/target/go-bin/xds-controlplane"
 echo "building the control plane (go-control-plane, from the Go module proxy)"
 (cd "$ROOT/tests/xds/controlplane" && GOFLAGS=-buildvcs=false go build -mod=readonly -o "$CP" .) >"$OUT/build.log" 2>&1 ||
     { cat "$OUT/build.log" >&2; exit 1; }
+# grpc-go's own xDS client (tests/xds/grpcgo-client), the reference for the
+# last check. A failed build fails that check (below), it is not skipped.
+GG="$ROOT/target/go-bin/xds-grpcgo-client"
+echo "building grpc-go's xDS client (google.golang.org/grpc, from the Go module proxy)"
+GG_BUILT=0
+(cd "$ROOT/tests/xds/grpcgo-client" && GOFLAGS=-buildvcs=false go build -mod=readonly -o "$GG" .) >"$OUT/build-grpcgo.log" 2>&1 &&
+    GG_BUILT=1
 
 source "$ROOT/tests/lib/backends.sh"
 cleanup() { exec 3>&- 2>/dev/null || true; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -142,4 +152,37 @@ read -r -a got <<<"$(delta before after)"
 if python3 -c "import sys; a,b=${got[0]},${got[3]}; t=a+b; sys.exit(0 if t==$made and abs(a-0.7*t)<=0.05*0.7*t and abs(b-0.3*t)<=0.05*0.3*t else 1)"; then
     pass "weighted clusters 70/30: ${got[0]} and ${got[3]} of $made calls (each within 5%), $errors failed"
 else fail "weighted clusters 70/30: got ${got[*]} of $made calls"; fi
+
+# 6. grpc-go's own xDS client as the reference, on the snapshot of 5 (70/30
+#    over c1 = P0 and c2 = P3): protoplane's load, then grpc-go's client
+#    (tests/xds/grpcgo-client), 4000 calls each at concurrency 16; each
+#    backend's count delta from its /metrics for each run. Passes if no
+#    call failed and every backend's share differs by at most 5 points.
+#    Not on the 1:3 snapshot of 1: grpc-go's round_robin ignores endpoint
+#    weights (they feed only ring_hash and weighted pick_first there), so it
+#    spreads those calls 50:50 where protoplane, like Envoy, gives 1:3.
+REF="grpc-go xDS client as reference"
+if [[ "$GG_BUILT" != 1 ]]; then
+    fail "$REF: grpc-go's xDS client (tests/xds/grpcgo-client) could not be built (no Go module proxy, or a compile error): $(tail -3 "$OUT/build-grpcgo.log" | tr '\n' ' ')(all of it in $OUT/build-grpcgo.log)"
+else
+    N=4000
+    read -r -a b0 <<<"$(counts)"
+    read -r pmade perrors < <(load reference --requests "$N") || true
+    read -r -a b1 <<<"$(counts)"
+    gline="$("$GG" --target xds:///sn --requests "$N" --concurrency 16 2>"$OUT/grpcgo-client.log")" ||
+        fail "$REF: grpc-go's client exited non-zero: $(tail -1 "$OUT/grpcgo-client.log")"
+    read -r -a b2 <<<"$(counts)"
+    read -r gmade gfailed <<<"$(sed -nE 's/^calls_made=([0-9]+) failed=([0-9]+)$/\1 \2/p' <<<"$gline")" || true
+    read -r -a p <<<"$(delta b0 b1)"
+    read -r -a g <<<"$(delta b1 b2)"
+    spread="protoplane ${p[*]} of ${pmade:-?}, grpc-go ${g[*]} of ${gmade:-?} (backends 0-3)"
+    if [[ "${perrors:-}" == 0 && "${gfailed:-}" == 0 ]] && python3 -c '
+import sys
+pm, gm = int(sys.argv[1]), int(sys.argv[2])
+p, g = [int(x) for x in sys.argv[3].split()], [int(x) for x in sys.argv[4].split()]
+sys.exit(0 if sum(p) == pm > 0 and sum(g) == gm > 0 and all(abs(a / pm - b / gm) <= 0.05 for a, b in zip(p, g)) else 1)
+' "$pmade" "$gmade" "${p[*]}" "${g[*]}"; then
+        pass "$REF: $spread, each backend's share within 5 points, none failed"
+    else fail "$REF: $spread; failed calls: protoplane ${perrors:-?}, grpc-go ${gfailed:-?}"; fi
+fi
 exit "$failed"

@@ -103,14 +103,10 @@ impl EngineChannel {
         // the whole table set: not per call).
         let same =
             Arc::ptr_eq(call.schema, &self.schema) || call.schema.tables().digest() == self.digest;
-        let index = self.services.iter().find_map(|(service, i)| {
-            let here = m
-                .path
-                .strip_prefix('/')
-                .and_then(|p| p.strip_prefix(service.as_str()))
-                .is_some_and(|rest| rest.starts_with('/'));
-            (same && here).then_some(*i)
-        });
+        let index = self
+            .services
+            .iter()
+            .find_map(|(service, i)| (same && *service == m.service).then_some(*i));
         let index = index.ok_or_else(|| {
             Status::new(
                 Code::Unimplemented,

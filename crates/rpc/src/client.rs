@@ -1177,18 +1177,7 @@ impl ClientCall {
             return false;
         };
         r.attempts += 1;
-        let last = r.sent.len().checked_sub(1);
-        for (i, m) in r.sent.iter().enumerate() {
-            let end = r.closed && Some(i) == last;
-            if timed(self.deadline, next.io.send(m, self.compress, end)).await.is_err() {
-                // This attempt failed too: its response says how.
-                next.io.drop_send();
-                break;
-            }
-        }
-        if r.closed && r.sent.is_empty() {
-            next.io.close_send();
-        }
+        next.replay(&r.sent, r.closed, self.compress, self.deadline).await;
         std::mem::swap(&mut self.io, &mut next.io);
         next.phase = Phase::Done;
         self.report_to = next.report_to.take();
@@ -1199,6 +1188,29 @@ impl ClientCall {
         self.trailers = None;
         self.queued.clear();
         true
+    }
+
+    /// Sends a new attempt the requests sent so far (`closed`: they
+    /// ended); an attempt that fails while sending stops, its response
+    /// says how.
+    async fn replay(
+        &mut self,
+        sent: &[Bytes],
+        closed: bool,
+        compress: bool,
+        deadline: Option<Instant>,
+    ) {
+        let last = sent.len().checked_sub(1);
+        for (i, m) in sent.iter().enumerate() {
+            let end = closed && Some(i) == last;
+            if timed(deadline, self.io.send(m, compress, end)).await.is_err() {
+                self.io.drop_send();
+                return;
+            }
+        }
+        if closed && sent.is_empty() {
+            self.io.close_send();
+        }
     }
 
     /// Cancels every hedged attempt beside the call's own: the call
@@ -1272,17 +1284,7 @@ impl ClientCall {
                     else {
                         continue;
                     };
-                    let last = h.sent.len().checked_sub(1);
-                    for (i, m) in h.sent.iter().enumerate() {
-                        let end = h.closed && Some(i) == last;
-                        if timed(deadline, next.io.send(m, self.compress, end)).await.is_err() {
-                            next.io.drop_send();
-                            break;
-                        }
-                    }
-                    if h.closed && h.sent.is_empty() {
-                        next.io.close_send();
-                    }
+                    next.replay(&h.sent, h.closed, self.compress, deadline).await;
                     if own_alive {
                         h.others.push(next);
                     } else {

@@ -677,14 +677,7 @@ impl Attachment {
         };
         let mut text = a.text.into_bytes();
         text.truncate(1024);
-        if let Err(PostError::Busy(_)) = self.post(d, &[], &[], &text) {
-            let mut st = self.state();
-            if st.notifies.len() < MAX_NOTIFIES {
-                st.notifies.push_back((d, text));
-            }
-            drop(st);
-            self.wake.notify_one();
-        }
+        self.post_or_queue(d, text);
     }
 }
 
@@ -748,12 +741,7 @@ impl Attachment {
         let m = ch.schema.method(d.method).ok_or_else(|| {
             invalid(format!("no method #{} in the schema of {}", d.method, ch.service))
         })?;
-        let in_service = m
-            .path
-            .strip_prefix('/')
-            .and_then(|p| p.strip_prefix(ch.service.as_str()))
-            .is_some_and(|rest| rest.starts_with('/'));
-        if !in_service {
+        if m.service != ch.service {
             return Err(invalid(format!(
                 "{} is not a method of {}, the service of channel #{}",
                 m.path, ch.service, d.service
@@ -842,6 +830,12 @@ impl Attachment {
         };
         let mut side = Vec::new();
         ReplyRepr::emit_parts(None, Some(&st), &mut side);
+        self.post_or_queue(d, side);
+    }
+
+    /// Posts a descriptor with only side bytes; one that finds no room
+    /// waits for the drain loop's next flush (at most [`MAX_NOTIFIES`]).
+    fn post_or_queue(self: &Arc<Self>, d: Descriptor, side: Vec<u8>) {
         if let Err(PostError::Busy(_)) = self.post(d, &[], &[], &side) {
             let mut st = self.state();
             if st.notifies.len() < MAX_NOTIFIES {

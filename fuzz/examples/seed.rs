@@ -1116,6 +1116,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         threshold: 2,
         count: CountMode::Accumulate,
         modify: Some((ModifyOp::Shr, 3)),
+        key: protoplane_inc::mac::Key([0x5a; 16]),
     };
     let controls = [
         Control::Install(entry.clone()),
@@ -1133,6 +1134,8 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         Control::ResetMeta { app: 3, slots: vec![(64, 7), (65, 0)] },
         Control::LastSeen,
         Control::Describe,
+        Control::Apps,
+        Control::Flows { app: 3, flows: vec![8, 9], incarnation: 4 },
     ];
     let control_replies = [
         ControlReply::Done,
@@ -1140,6 +1143,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         ControlReply::Cells(vec![(1, -1), (0, i32::MAX)]),
         ControlReply::Meta(vec![(1, 2, 3, u64::MAX)]),
         ControlReply::LastSeen(vec![(3, 1_700_000_000_000_000)]),
+        ControlReply::Apps(vec![(entry.clone(), vec![1, 0, 2, 0])]),
         ControlReply::Described {
             node: 900,
             chain_index: 0,
@@ -1187,6 +1191,8 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         cache: CachePolicy::PeriodicCounting,
         threshold: 4,
         key_bits: 32,
+        key: protoplane_inc::mac::Key([0x5a; 16]),
+        incarnation: 2,
     };
     let replies = [
         Reply::Plan(plan.clone(), vec![Some(41001), None]),

@@ -27,17 +27,21 @@
 //!
 //! `op & 7` ([`Op`]):
 //! * 0, 7 — the body is a datagram for the switch. Its app id is forced
-//!   to A (or, with `op & 8`, to an id nobody installed): a forged id of B
-//!   is outside the threat model (the id is the admission key). `op >> 4`
-//!   times 8 is the queue depth (ECN above 64).
-//! * 1 — a datagram for the server agent; 2 — for the client agent.
+//!   to A (or, with `op & 8`, to an id nobody installed), its incarnation
+//!   to A's flows' (0), and it is sealed with A's key: the fuzzer plays a
+//!   hostile *member* of A, which holds A's key (anyone else's packets are
+//!   dropped at the MAC check, which the replays below exercise). `op >>
+//!   4` times 8 is the queue depth (ECN above 64).
+//! * 1 — a datagram for the server agent; 2 — for the client agent (both
+//!   sealed with A's key).
 //! * 3 — an API call of the client agent (add, get, clear, aggregate,
 //!   vote; [`client_call`]); 4 — a proposal of the server agent.
 //! * 5 — time passes (body: microseconds, u16 × 16) and both agents'
 //!   `handle_timeout` run whether due or not.
 //! * 6 — replays one of the last datagrams delivered (body byte 0 picks
-//!   it, bytes 1 and 2 an offset to XOR with byte 3), to its receiver; if
-//!   that is the switch, the app id is forced as for op 0.
+//!   it, bytes 1 and 2 an offset to XOR with byte 3), to its receiver, not
+//!   sealed again (a changed byte is a forgery); if that is the switch,
+//!   the app id is forced as for op 0.
 //!
 //! After every record, time advances by 100 µs, agents whose timeout is
 //! due run it, and everything the switch and the agents send is delivered
@@ -59,6 +63,7 @@ use std::collections::VecDeque;
 
 use protoplane_inc::client::{ClientAgent, ClientTuning};
 use protoplane_inc::keys::int_key;
+use protoplane_inc::mac::Key;
 use protoplane_inc::packet::{Addr, Header, Kind, Packet, Pair};
 use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
 use protoplane_inc::server::{ServerAgent, ServerTuning};
@@ -85,6 +90,10 @@ pub const B_SERVER: u16 = 200;
 /// B's members.
 pub const B_MEMBERS: [u16; 2] = [21, 22];
 
+/// A's key.
+pub const KEY_A: Key = Key([0xa; 16]);
+/// B's key (the fuzzer never has it).
+const KEY_B: Key = Key([0xb; 16]);
 const GROUPS: u8 = 8;
 const WINDOW: u32 = 64;
 const A_MEMORY: (u32, u32) = (0, 64);
@@ -191,6 +200,8 @@ pub fn plan_a(config: u8) -> AppPlan {
         },
         threshold: 2,
         key_bits: if config & 16 != 0 { 4 } else { 32 },
+        key: KEY_A,
+        incarnation: 0,
     }
 }
 
@@ -216,6 +227,7 @@ fn entry_a(config: u8) -> AppEntry {
         threshold: 2,
         count: CountMode::TestAndSet,
         modify: modify_of(config),
+        key: KEY_A,
     }
 }
 
@@ -232,6 +244,7 @@ fn entry_b() -> AppEntry {
         threshold: 2,
         count: CountMode::TestAndSet,
         modify: None,
+        key: KEY_B,
     }
 }
 
@@ -267,10 +280,10 @@ fn b_packets() -> Vec<Vec<u8>> {
         vec![Pair { key: 0x77, addr: Addr::new(0, 0, b + 11), value: 1 }],
     );
     vec![
-        add.to_bytes(),
-        agg(B_FLOWS.0, [1, i32::MAX, -3]).to_bytes(),
-        agg(B_FLOWS.0 + 1, [2, 1, -4]).to_bytes(),
-        vote.to_bytes(),
+        add.seal(&KEY_B),
+        agg(B_FLOWS.0, [1, i32::MAX, -3]).seal(&KEY_B),
+        agg(B_FLOWS.0 + 1, [2, 1, -4]).seal(&KEY_B),
+        vote.seal(&KEY_B),
     ]
 }
 
@@ -404,11 +417,21 @@ fn client_call(client: &mut ClientAgent, body: &[u8]) {
     }
 }
 
-/// Sets a switch datagram's app id to A or to [`NOBODY`].
+/// Sets a switch datagram's app id to A or to [`NOBODY`] and its
+/// incarnation to 0.
 fn force_app(bytes: &mut [u8], nobody: bool) {
     if let Some(id) = bytes.get_mut(6..8) {
         id.copy_from_slice(&(if nobody { NOBODY } else { A }).to_be_bytes());
     }
+    if let Some(inc) = bytes.get_mut(14) {
+        *inc = 0;
+    }
+}
+
+/// Seals a datagram as a member of A would.
+fn sealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    protoplane_inc::packet::seal(&mut bytes, &KEY_A);
+    bytes
 }
 
 /// The deployment the records drive.
@@ -508,10 +531,10 @@ impl World {
             Op::Switch => {
                 let mut bytes = body.to_vec();
                 force_app(&mut bytes, op & 8 != 0);
-                self.deliver(SWITCH, bytes, u32::from(op >> 4) * 8);
+                self.deliver(SWITCH, sealed(bytes), u32::from(op >> 4) * 8);
             }
-            Op::Server => self.deliver(SERVER, body.to_vec(), 0),
-            Op::Client => self.deliver(CLIENT, body.to_vec(), 0),
+            Op::Server => self.deliver(SERVER, sealed(body.to_vec()), 0),
+            Op::Client => self.deliver(CLIENT, sealed(body.to_vec()), 0),
             Op::Call => client_call(&mut self.client, body),
             Op::Propose => {
                 let mut r = Body(body);

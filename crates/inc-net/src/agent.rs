@@ -186,11 +186,19 @@ fn until(deadline: Option<u64>, cap: Duration) -> Duration {
 }
 
 /// A server agent with its sockets.
+///
+/// The agent does not need its controller once registered: when the
+/// controller goes away it keeps serving (the data plane keeps the
+/// application), reconnects every [`RECONNECT`] and reattaches the
+/// application to the controller that answers — the same one restarted,
+/// which adopted the application from the switches.
 #[derive(Debug)]
 pub struct ServerRuntime {
     agent: ServerAgent,
     io: Io,
-    controller: TcpStream,
+    /// `None` while the controller is away; reconnect at the time given.
+    controller: Option<TcpStream>,
+    reconnect_at: Option<Instant>,
     links: Vec<(TcpStream, VecDeque<u64>)>,
     events: VecDeque<ServerEvent>,
     answer_probes: bool,
@@ -247,7 +255,8 @@ impl ServerRuntime {
         Ok(ServerRuntime {
             agent,
             io,
-            controller,
+            controller: Some(controller),
+            reconnect_at: None,
             links,
             events: VecDeque::new(),
             answer_probes: true,
@@ -358,14 +367,16 @@ impl ServerRuntime {
                     }
                 }
                 Input::Controller(Ok(Reply::Probe(app))) => {
-                    if self.answer_probes {
-                        let _ = write_value(
-                            &mut self.controller,
-                            &Request::Heartbeat { app }.to_json(),
-                        );
+                    if let (true, Some(c)) = (self.answer_probes, &mut self.controller) {
+                        let _ = write_value(c, &Request::Heartbeat { app }.to_json());
                     }
                 }
                 Input::Controller(_) | Input::Wake => {}
+                Input::Closed("controller") => {
+                    // Serve on; the data plane still holds the application.
+                    self.controller = None;
+                    self.reconnect_at = Some(Instant::now() + RECONNECT);
+                }
                 Input::Closed(what) => {
                     return Err(io::Error::other(format!("{what} connection closed")))
                 }
@@ -376,7 +387,40 @@ impl ServerRuntime {
             self.agent.handle_timeout(now);
         }
         self.flush();
+        if self.reconnect_at.is_some_and(|t| Instant::now() >= t) {
+            self.reattach();
+        }
         Ok(())
+    }
+
+    /// Whether the controller connection is up.
+    pub fn connected(&self) -> bool {
+        self.controller.is_some()
+    }
+
+    /// One attempt to reattach to the controller; on failure the next is
+    /// [`RECONNECT`] later.
+    fn reattach(&mut self) {
+        let req = Request::Reattach { name: self.name.clone(), plan: self.agent.plan().clone() };
+        match controller_call(self.controller_addr, &req) {
+            Ok((stream, Reply::Plan(..))) => {
+                let reader = stream.try_clone();
+                if let Ok(r) = reader {
+                    self.io.lines(r, |v| match v {
+                        Some(v) => Some(Input::Controller(Reply::from_json(&v))),
+                        None => Some(Input::Closed("controller")),
+                    });
+                    self.controller = Some(stream);
+                    self.reconnect_at = None;
+                    return;
+                }
+            }
+            Ok((_, Reply::Error(why))) => {
+                eprintln!("inc server agent: the controller refused to reattach: {why}");
+            }
+            Ok(_) | Err(_) => {}
+        }
+        self.reconnect_at = Some(Instant::now() + RECONNECT);
     }
 
     /// Steps until `done` holds or `limit` passes; `true` if `done` held.
@@ -397,12 +441,16 @@ impl ServerRuntime {
 
     /// Releases the application's resources at the controller.
     pub fn deregister(mut self) -> io::Result<()> {
-        write_value(
-            &mut self.controller,
-            &Request::Deregister { app: self.agent.plan().app }.to_json(),
-        )
+        let app = self.agent.plan().app;
+        match &mut self.controller {
+            Some(c) => write_value(c, &Request::Deregister { app }.to_json()),
+            None => Err(io::Error::other("the controller is away")),
+        }
     }
 }
+
+/// How often a server agent whose controller went away tries to reach it.
+pub const RECONNECT: Duration = Duration::from_millis(200);
 
 /// A client agent with its socket.
 #[derive(Debug)]

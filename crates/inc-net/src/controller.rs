@@ -103,7 +103,19 @@ impl Runner {
             }
             links.push(link);
         }
-        let mut controller = Controller::new(plane, self.opts.tuning);
+        let mut controller = Controller::new(plane, self.opts.tuning, secret()?);
+        // What the switches hold stays taken (this controller may be a
+        // restart): adopted until the server agents reattach.
+        for link in &mut links {
+            match link.call(&Control::Apps)? {
+                ControlReply::Apps(held) => {
+                    controller.adopt(now_us(), held);
+                }
+                other => {
+                    return Err(io::Error::new(ErrorKind::InvalidData, format!("apps: {other:?}")))
+                }
+            }
+        }
         let (tx, rx) = mpsc::channel();
         let writers = Writers::default();
         let listener = self.listener.try_clone()?;
@@ -115,12 +127,27 @@ impl Runner {
             match rx.recv_timeout(Duration::from_millis(5)) {
                 Ok(Incoming::Line(conn, v)) => {
                     let now = now_us();
-                    let reply = match Request::from_json(&v) {
-                        Err(why) => Reply::Error(why.to_string()),
+                    let answer = match Request::from_json(&v) {
+                        Err(why) => Answer::Now(Reply::Error(why.to_string())),
                         Ok(r) => handle(&mut controller, now, r, conn, &mut owners, &mut log),
                     };
-                    // Install before answering: drain the switch requests now.
+                    // Install before answering: drain the switch requests
+                    // now, and answer with the plan as the switches left it
+                    // (a refused install leaves no data plane in it).
                     flush(&mut controller, &mut links)?;
+                    let reply = match answer {
+                        Answer::Now(r) => r,
+                        Answer::Plan { app, member } => {
+                            let plan = match member {
+                                Some(m) => controller.member_plan(app, m),
+                                None => controller.plan_of(app),
+                            };
+                            match plan {
+                                Some(p) => Reply::Plan(p, Vec::new()),
+                                None => Reply::Error(format!("application {app} vanished")),
+                            }
+                        }
+                    };
                     writers.send(conn, &reply.to_json());
                 }
                 Ok(Incoming::Closed(conn)) => writers.forget(conn),
@@ -144,11 +171,31 @@ impl Runner {
                         owners.remove(&app);
                         log(&format!("reclaimed application {app} ({name}): no heartbeat"));
                     }
+                    ControllerEvent::Refused { app, why } => {
+                        log(&format!(
+                            "a switch refused application {app} ({why}): it runs on its server agent"
+                        ));
+                    }
+                    ControllerEvent::Adopted { app } => {
+                        log(&format!(
+                            "adopted application {app} from the data plane: waiting for its server agent"
+                        ));
+                    }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// What to answer a request with, once the switches have answered.
+enum Answer {
+    Now(Reply),
+    /// The application's plan (a member's, with its incarnation).
+    Plan {
+        app: u16,
+        member: Option<u16>,
+    },
 }
 
 fn handle(
@@ -158,7 +205,7 @@ fn handle(
     conn: u64,
     owners: &mut HashMap<u16, u64>,
     log: &mut impl FnMut(&str),
-) -> Reply {
+) -> Answer {
     match r {
         Request::Register(reg) => {
             let name = reg.name.clone();
@@ -169,32 +216,55 @@ fn handle(
                         "registered {name} as application {} ({} members, memory {:?})",
                         plan.app, plan.members, plan.memory
                     ));
-                    Reply::Plan(plan, Vec::new())
+                    Answer::Plan { app: plan.app, member: None }
                 }
-                Err(e) => Reply::Error(e.to_string()),
+                Err(e) => Answer::Now(Reply::Error(e.to_string())),
             }
         }
-        Request::Join { name, member, node } => match c.join(now, &name, member, node) {
-            Ok(plan) => Reply::Plan(plan, Vec::new()),
-            Err(e) => Reply::Error(e.to_string()),
+        Request::Reattach { name, plan } => match c.reattach(now, &name, plan) {
+            Ok(plan) => {
+                owners.insert(plan.app, conn);
+                log(&format!("application {} ({name}) reattached", plan.app));
+                Answer::Plan { app: plan.app, member: None }
+            }
+            Err(e) => Answer::Now(Reply::Error(e.to_string())),
         },
-        Request::Lookup { name } => match c.lookup(&name) {
+        Request::Join { name, member, node } => match c.join(now, &name, member, node) {
+            Ok(plan) => {
+                log(&format!(
+                    "member {member} of application {} joined at node {node} (incarnation {})",
+                    plan.app, plan.incarnation
+                ));
+                Answer::Plan { app: plan.app, member: Some(member) }
+            }
+            Err(e) => Answer::Now(Reply::Error(e.to_string())),
+        },
+        Request::Lookup { name } => Answer::Now(match c.lookup(&name) {
             Some((plan, members)) => Reply::Plan(plan, members),
             None => Reply::Error(format!("no application named {name:?}")),
-        },
+        }),
         Request::Heartbeat { app } => {
             c.heartbeat(now, app);
-            Reply::Ok
+            Answer::Now(Reply::Ok)
         }
-        Request::Deregister { app } => match c.deregister(app) {
+        Request::Deregister { app } => Answer::Now(match c.deregister(app) {
             Ok(()) => {
                 owners.remove(&app);
                 log(&format!("deregistered application {app}"));
                 Reply::Ok
             }
             Err(e) => Reply::Error(e.to_string()),
-        },
+        }),
     }
+}
+
+/// The secret the applications' MAC keys are derived from: 16 bytes of
+/// the operating system's random source.
+fn secret() -> io::Result<protoplane_inc::mac::Key> {
+    use std::io::Read;
+    let mut k = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
+    Ok(protoplane_inc::mac::Key(k))
 }
 
 fn flush(c: &mut Controller, links: &mut [SwitchLink]) -> io::Result<()> {

@@ -360,6 +360,10 @@ impl IncChannel {
                 }
             }
             Iedt::IntMap | Iedt::StrIntMap | Iedt::IntFloatMap | Iedt::StrFloatMap => {
+                // A map field is a map: a key repeated within one message
+                // keeps its last entry (proto3's parsing rule), it is not
+                // added twice.
+                let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
                 for e in m.repeated(f1).map_err(bad)?.iter() {
                     let Some(e) = e.map_err(bad)?.as_message() else { continue };
                     let key = match e.by_number(1).map_err(bad)? {
@@ -373,7 +377,13 @@ impl IncChannel {
                         Some(v) => v.as_i128().unwrap_or(0) as i64,
                         None => 0,
                     };
-                    out.push((key, value));
+                    match at.get(&key) {
+                        Some(i) => out[*i].1 = value,
+                        None => {
+                            at.insert(key.clone(), out.len());
+                            out.push((key, value));
+                        }
+                    }
                 }
             }
             Iedt::Keys => {}

@@ -536,7 +536,7 @@ impl ClientAgent {
             self.release_asked = now;
             if let Some(c) = self.blocking_release() {
                 let item = Wide { op: WideOp::Release, key: c.to_be_bytes().to_vec(), value: 0 };
-                let mut h = Header::new(Kind::Wide, self.plan.app, self.node, self.plan.server);
+                let mut h = self.header(Kind::Wide, self.plan.server);
                 h.flow = self.flows[0].id;
                 self.transmit(Packet::wide(h, vec![item]));
             }
@@ -546,7 +546,7 @@ impl ClientAgent {
     /// Queues an unsequenced packet (it goes through the first hop like
     /// everything else; the data plane routes on the header).
     fn transmit(&mut self, p: Packet) {
-        let bytes = p.to_bytes();
+        let bytes = p.seal(&self.plan.key);
         self.stats.packets += 1;
         self.stats.bytes += bytes.len() as u64;
         self.out.push_back(Transmit { dst: self.first_hop, bytes });
@@ -660,18 +660,18 @@ impl ClientAgent {
     }
 
     fn send_unit(&mut self, fi: usize, call: CallId, unit: Unit, now: u64) {
-        let f = &mut self.flows[fi];
-        let seq = f.next_seq;
-        f.next_seq = f.next_seq.wrapping_add(1);
         let (kind, dst) = match &unit {
             Unit::Add(_) => (Kind::Add, self.plan.server),
             Unit::Wide(_) => (Kind::Wide, self.plan.server),
             Unit::Vote(_) => (Kind::Vote, self.plan.server),
         };
-        let mut h = Header::new(kind, self.plan.app, self.node, dst);
+        let mut h = self.header(kind, dst);
+        let f = &mut self.flows[fi];
+        let seq = f.next_seq;
+        f.next_seq = f.next_seq.wrapping_add(1);
         h.flow = f.id;
         h.seq = seq;
-        h.ext = Header::SEQUENCED;
+        h.ext |= Header::SEQUENCED;
         h.aux = f.inflight.keys().next().copied().unwrap_or(seq);
         if (seq / self.plan.window) & 1 == 1 {
             h.flags = Flags(Flags::FLIP);
@@ -691,7 +691,7 @@ impl ClientAgent {
                 (Packet::pairs(h, vec![pair]), Sent::Vote)
             }
         };
-        let bytes = packet.to_bytes();
+        let bytes = packet.seal(&self.plan.key);
         self.stats.packets += 1;
         self.stats.bytes += bytes.len() as u64;
         self.out.push_back(Transmit { dst: self.first_hop, bytes: bytes.clone() });
@@ -724,7 +724,7 @@ impl ClientAgent {
                 value: v,
             })
             .collect();
-        let mut h = Header::new(Kind::Agg, self.plan.app, self.node, self.plan.server);
+        let mut h = self.header(Kind::Agg, self.plan.server);
         h.flow = self.flows[0].id;
         h.seq = c;
         h.aux = c;
@@ -749,7 +749,7 @@ impl ClientAgent {
             })
             .collect();
         for batch in items.chunks(WIDE_ITEMS) {
-            let mut h = Header::new(Kind::Wide, self.plan.app, self.node, self.plan.server);
+            let mut h = self.header(Kind::Wide, self.plan.server);
             h.flow = self.flows[0].id;
             h.aux = c;
             self.stats.wide += batch.len() as u64;
@@ -759,14 +759,18 @@ impl ClientAgent {
 
     /// Takes one received datagram.
     pub fn handle(&mut self, now: u64, datagram: &[u8]) {
-        let Ok(p) = Packet::decode(datagram) else {
+        let Ok(p) = Packet::open(datagram, &self.plan.key) else {
             self.stats.ignored += 1;
             return;
         };
-        if p.header.app != self.plan.app || p.header.dst != self.node {
+        if p.header.app != self.plan.app
+            || p.header.dst != self.node
+            || (p.header.kind == Kind::Ack && p.header.incarnation() != self.plan.incarnation)
+        {
             self.stats.ignored += 1;
             return;
         }
+
         match p.header.kind {
             Kind::Ack => self.on_ack(now, &p),
             Kind::Result => self.on_result(now, &p),
@@ -883,7 +887,12 @@ impl ClientAgent {
         let h = &p.header;
         let items = p.wide_items();
         if items.iter().any(|i| i.op == WideOp::Value) {
-            // The answer to a get doubles as its acknowledgement.
+            // The answer to a get doubles as its acknowledgement (of this
+            // incarnation's packet only).
+            if h.incarnation() != self.plan.incarnation {
+                self.stats.ignored += 1;
+                return;
+            }
             let Some((call, _)) = self.acked(now, h.flow, h.seq, h.flags.has(Flags::ECN)) else {
                 return;
             };
@@ -938,6 +947,13 @@ impl ClientAgent {
     /// Which member this agent is.
     pub fn member(&self) -> u16 {
         self.member
+    }
+
+    /// A header from this member (its incarnation stamped) to `dst`.
+    fn header(&self, kind: Kind, dst: u16) -> Header {
+        let mut h = Header::new(kind, self.plan.app, self.node, dst);
+        h.set_incarnation(self.plan.incarnation);
+        h
     }
 }
 

@@ -17,11 +17,34 @@
 //! Other applications are not touched: removal zeroes only the removed
 //! application's registers.
 //!
+//! # Restarts and refusals
+//!
+//! Every application is installed on the data plane, memory or not (the
+//! switches relay only between the nodes of installed applications), with
+//! a MAC key the controller derives from a secret of its own
+//! ([`crate::mac`]). A controller that restarts first asks each switch
+//! what it holds ([`Controller::adopt`]): those ids, flows and memory stay
+//! taken, and the application is *adopted* until its server agent, which
+//! keeps running without a controller, reconnects and
+//! [reattaches](Controller::reattach) it (an adopted application nobody
+//! reattaches is reclaimed by the two timeouts, like a dead one). So a
+//! restarted controller never hands out what a switch still holds. A
+//! switch that refuses an install gets the application removed from every
+//! switch, and the plan the agents receive has no data plane
+//! ([`ControllerEvent::Refused`]): the agents then run everything on the
+//! host, exactly.
+//!
+//! Each join of a member starts a new *incarnation* of it: the switches
+//! reset the member's flows and admit only the new incarnation's packets,
+//! and the member stamps every packet with it, so a member that restarts
+//! never has its new packets taken for retransmissions of its old ones.
+//!
 //! Sans-IO: requests are method calls, control-plane requests for the
 //! switches are polled, probes are polled as [`ControllerEvent`]s.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::mac::Key;
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
 use crate::Error;
@@ -88,6 +111,18 @@ pub enum ControllerEvent {
         /// Its name.
         name: String,
     },
+    /// A switch refused the application; it runs without a data plane.
+    Refused {
+        /// Application id.
+        app: u16,
+        /// The switch's reason.
+        why: String,
+    },
+    /// An application a switch held when this controller started.
+    Adopted {
+        /// Application id.
+        app: u16,
+    },
 }
 
 /// Timeouts and polling.
@@ -109,10 +144,14 @@ impl Default for ControllerTuning {
 
 #[derive(Debug)]
 struct Record {
-    name: String,
+    /// `None` while the application is adopted from the data plane and
+    /// waits for its server agent to reattach.
+    name: Option<String>,
     plan: AppPlan,
     entry: Option<AppEntry>,
     members: Vec<Option<u16>>,
+    /// Each member's current incarnation (0: never joined).
+    incarnations: Vec<u8>,
     /// Latest sign of life: registration, a join, a packet on the data
     /// plane, a heartbeat.
     alive_at: u64,
@@ -124,6 +163,8 @@ struct Record {
 pub struct Controller {
     plane: Option<DataPlane>,
     tuning: ControllerTuning,
+    secret: Key,
+    keys_made: u64,
     free_memory: Vec<(u32, u32)>,
     free_flows: Vec<(u16, u16)>,
     apps: BTreeMap<u16, Record>,
@@ -132,28 +173,43 @@ pub struct Controller {
     next_poll: u64,
     control_out: VecDeque<(u64, u8, Control)>,
     polls: HashMap<u64, ()>,
+    /// Install requests in flight: token → application.
+    installs: HashMap<u64, u16>,
     next_token: u64,
     events: VecDeque<ControllerEvent>,
 }
 
 impl Controller {
-    /// A controller for `plane` (`None`: there is no data plane).
-    pub fn new(plane: Option<DataPlane>, tuning: ControllerTuning) -> Controller {
+    /// A controller for `plane` (`None`: there is no data plane) that
+    /// derives the applications' MAC keys from `secret` (read it from the
+    /// operating system's random source; the simulation seeds it).
+    pub fn new(plane: Option<DataPlane>, tuning: ControllerTuning, secret: Key) -> Controller {
         let (free_memory, free_flows) = match &plane {
             Some(p) => (vec![(0, p.registers)], vec![(0, p.flows)]),
             None => (Vec::new(), Vec::new()),
         };
+        // Without a data plane nothing remembers which ids a previous
+        // controller handed out: start somewhere the secret picks, so a
+        // restarted controller is unlikely to give a new application the
+        // id of one whose server agent has not reattached yet.
+        let next_app = match &plane {
+            Some(_) => 1,
+            None => 1 + (crate::mac::siphash24(&secret, b"first id") % 30_000) as u16,
+        };
         Controller {
             plane,
             tuning,
+            secret,
+            keys_made: 0,
             free_memory,
             free_flows,
             apps: BTreeMap::new(),
             names: HashMap::new(),
-            next_app: 1,
+            next_app,
             next_poll: 0,
             control_out: VecDeque::new(),
             polls: HashMap::new(),
+            installs: HashMap::new(),
             next_token: 1,
             events: VecDeque::new(),
         }
@@ -164,12 +220,21 @@ impl Controller {
         self.free_memory.iter().map(|r| r.1).sum()
     }
 
-    /// Registered applications: (id, name).
+    /// Registered applications: (id, name); adopted ones that no server
+    /// agent reattached yet have an empty name.
     pub fn apps(&self) -> Vec<(u16, String)> {
-        self.apps.iter().map(|(id, r)| (*id, r.name.clone())).collect()
+        self.apps.iter().map(|(id, r)| (*id, r.name.clone().unwrap_or_default())).collect()
     }
 
-    /// Registers an application instance; FCFS memory.
+    fn new_key(&mut self) -> Key {
+        self.keys_made += 1;
+        Key::derive(&self.secret, self.keys_made)
+    }
+
+    /// Registers an application instance; FCFS memory. The plan returned is
+    /// the one the controller asks the switches to install; if a switch
+    /// refuses, [`Controller::plan_of`] has the plan without a data plane
+    /// once the replies are in.
     pub fn register(&mut self, now: u64, r: Registration) -> Result<AppPlan, Error> {
         if self.names.contains_key(&r.name) {
             return Err(Error::NameTaken { name: r.name });
@@ -184,7 +249,7 @@ impl Controller {
             members: r.members,
             flows_per_member: r.flows_per_member,
         })?;
-        let app = self.next_app;
+        let app = self.free_id()?;
         let (flow_base, memory) = match &self.plane {
             Some(_) => {
                 let flow_base =
@@ -195,7 +260,7 @@ impl Controller {
             }
             None => (0, None),
         };
-        self.next_app = self.next_app.checked_add(1).ok_or(Error::AppIdsExhausted)?;
+        let key = self.new_key();
         let plane = self.plane.as_ref();
         let plan = AppPlan {
             app,
@@ -212,6 +277,8 @@ impl Controller {
             cache: r.cache,
             threshold: r.threshold,
             key_bits: r.key_bits,
+            key,
+            incarnation: 0,
         };
         // The copy policy backs every aggregation result up on the server
         // agent, so the server agent is always among the destinations.
@@ -219,33 +286,34 @@ impl Controller {
             (ClearPolicy::Copy, Destinations::Members) => Destinations::Both,
             (_, f) => f,
         };
-        let entry = memory.map(|(base, len)| AppEntry {
+        let entry = plane.map(|_| AppEntry {
             app,
             server: r.server,
             members: Vec::new(),
             forward,
             flow_base,
             flows,
-            mem_base: base,
-            mem_len: len,
+            mem_base: memory.map_or(0, |m| m.0),
+            mem_len: memory.map_or(0, |m| m.1),
             threshold: r.threshold,
             count: r.count,
             modify: r.modify,
+            key,
         });
-        if let (Some(e), Some(p)) = (&entry, plane) {
-            for i in 0..p.switches.len() {
-                self.control(i as u8, Control::Install(e.clone()));
-            }
+        if let Some(e) = &entry {
+            self.install(e.clone());
         }
         self.names.insert(r.name.clone(), app);
         let members = vec![None; usize::from(r.members)];
+        let incarnations = vec![0; usize::from(r.members)];
         self.apps.insert(
             app,
             Record {
-                name: r.name,
+                name: Some(r.name),
                 plan: plan.clone(),
                 entry,
                 members,
+                incarnations,
                 alive_at: now,
                 probed_at: None,
             },
@@ -253,7 +321,42 @@ impl Controller {
         Ok(plan)
     }
 
-    /// A member joins application `name`.
+    /// An application id no record holds.
+    fn free_id(&mut self) -> Result<u16, Error> {
+        for _ in 0..=u16::MAX {
+            let id = self.next_app;
+            self.next_app = self.next_app.checked_add(1).unwrap_or(1);
+            if id != 0 && !self.apps.contains_key(&id) {
+                return Ok(id);
+            }
+        }
+        Err(Error::AppIdsExhausted)
+    }
+
+    fn install(&mut self, e: AppEntry) {
+        let chain = self.plane.as_ref().map_or(0, |p| p.switches.len());
+        let app = e.app;
+        for i in 0..chain {
+            let t = self.control(i as u8, Control::Install(e.clone()));
+            self.installs.insert(t, app);
+        }
+    }
+
+    /// The application's current plan (the server agent's).
+    pub fn plan_of(&self, app: u16) -> Option<AppPlan> {
+        self.apps.get(&app).filter(|r| r.name.is_some()).map(|r| r.plan.clone())
+    }
+
+    /// A member's current plan: the application's, with the member's
+    /// incarnation.
+    pub fn member_plan(&self, app: u16, member: u16) -> Option<AppPlan> {
+        let r = self.apps.get(&app).filter(|r| r.name.is_some())?;
+        let incarnation = *r.incarnations.get(usize::from(member))?;
+        Some(AppPlan { incarnation, ..r.plan.clone() })
+    }
+
+    /// A member joins application `name`: a new incarnation of it starts
+    /// (its flows start over on the data plane).
     pub fn join(&mut self, now: u64, name: &str, member: u16, node: u16) -> Result<AppPlan, Error> {
         let app =
             *self.names.get(name).ok_or_else(|| Error::NoSuchName { name: name.to_string() })?;
@@ -265,14 +368,161 @@ impl Controller {
             .get_mut(usize::from(member))
             .ok_or(Error::NoSuchMember { member, members })?;
         *slot = Some(node);
+        let inc = &mut r.incarnations[usize::from(member)];
+        *inc = inc.wrapping_add(1).max(1);
+        let incarnation = *inc;
         r.alive_at = now;
-        let plan = r.plan.clone();
+        let plan = AppPlan { incarnation, ..r.plan.clone() };
         if r.entry.is_some() {
             let members: Vec<u16> = r.members.iter().flatten().copied().collect();
+            let flows = plan.member_flows(member);
             for i in 0..chain {
                 self.control(i as u8, Control::Members { app, members: members.clone() });
+                self.control(i as u8, Control::Flows { app, flows: flows.clone(), incarnation });
             }
         }
+        Ok(plan)
+    }
+
+    /// The applications a switch holds, read when this controller starts
+    /// (`Control::Apps`): their ids, flows and memory stay taken, and each
+    /// waits for its server agent to reattach or is reclaimed.
+    pub fn adopt(&mut self, now: u64, held: Vec<(AppEntry, Vec<u8>)>) {
+        for (e, incarnations) in held {
+            if self.apps.contains_key(&e.app) {
+                continue;
+            }
+            let flows_ok =
+                self.plane.is_some() && take_exact(&mut self.free_flows, (e.flow_base, e.flows));
+            let mem_ok =
+                e.mem_len == 0 || take_exact_u32(&mut self.free_memory, (e.mem_base, e.mem_len));
+            if !flows_ok || !mem_ok {
+                // Overlaps something adopted already: the switches disagree.
+                continue;
+            }
+            self.next_app = self.next_app.max(e.app.saturating_add(1));
+            let plan = AppPlan {
+                app: e.app,
+                server: e.server,
+                switch: self.plane.as_ref().map(|p| p.switches[0]),
+                members: 0,
+                flows_per_member: 0,
+                flow_base: e.flow_base,
+                switches: self.plane.as_ref().map_or(0, |p| p.switches.len() as u8),
+                groups: self.plane.as_ref().map_or(32, |p| p.groups),
+                window: self.plane.as_ref().map_or(256, |p| p.window),
+                memory: (e.mem_len > 0).then_some((e.mem_base, e.mem_len)),
+                clear: ClearPolicy::Lazy,
+                cache: CachePolicy::Fcfs,
+                threshold: e.threshold,
+                key_bits: 32,
+                key: e.key,
+                incarnation: 0,
+            };
+            self.events.push_back(ControllerEvent::Adopted { app: e.app });
+            self.apps.insert(
+                e.app,
+                Record {
+                    name: None,
+                    plan,
+                    members: Vec::new(),
+                    incarnations,
+                    entry: Some(e),
+                    alive_at: now,
+                    probed_at: None,
+                },
+            );
+        }
+    }
+
+    /// A server agent takes its application back after this controller
+    /// (re)started: the application adopted from the data plane if it is
+    /// the same one (id, flows, memory and key), or, when no switch holds
+    /// it, the same id, flows and memory if they are free.
+    pub fn reattach(&mut self, now: u64, name: &str, plan: AppPlan) -> Result<AppPlan, Error> {
+        let app = plan.app;
+        let taken = |why| Error::CannotReattach { app, why };
+        if let Some(id) = self.names.get(name) {
+            return if *id == app {
+                self.plan_of(app).ok_or(taken("vanished"))
+            } else {
+                Err(Error::NameTaken { name: name.to_string() })
+            };
+        }
+        if plan.members == 0 || plan.members > 32 || plan.flows_per_member == 0 {
+            return Err(Error::EmptyApplication);
+        }
+        let flows = plan.flows();
+        let members = usize::from(plan.members);
+        let incarnations = match self.apps.get(&app) {
+            Some(r) => {
+                let e = r.entry.as_ref().ok_or(taken("its id is another's"))?;
+                let same = r.name.is_none()
+                    && e.key == plan.key
+                    && e.flow_base == plan.flow_base
+                    && e.flows == flows
+                    && plan.memory.unwrap_or((e.mem_base, 0)) == (e.mem_base, e.mem_len)
+                    && e.server == plan.server;
+                if !same {
+                    return Err(taken("the data plane holds another application with its id"));
+                }
+                // A member's incarnation is what its primary flow admits.
+                (0..plan.members)
+                    .map(|m| r.incarnations.get(usize::from(m)).copied().unwrap_or(0))
+                    .collect()
+            }
+            None => {
+                if self.plane.is_some() {
+                    if !take_exact(&mut self.free_flows, (plan.flow_base, flows)) {
+                        return Err(taken("its flows are another's"));
+                    }
+                    if let Some(m) = plan.memory {
+                        if !take_exact_u32(&mut self.free_memory, m) {
+                            give_back_flows(&mut self.free_flows, (plan.flow_base, flows));
+                            return Err(taken("its memory is another's"));
+                        }
+                    }
+                }
+                vec![0; members]
+            }
+        };
+        let adopted = self.apps.remove(&app).and_then(|r| r.entry);
+        let held = adopted.is_some();
+        let entry = match adopted {
+            Some(e) => Some(e),
+            None => self.plane.as_ref().map(|_| AppEntry {
+                app,
+                server: plan.server,
+                members: Vec::new(),
+                forward: Destinations::Members,
+                flow_base: plan.flow_base,
+                flows,
+                mem_base: plan.memory.map_or(0, |m| m.0),
+                mem_len: plan.memory.map_or(0, |m| m.1),
+                threshold: plan.threshold,
+                count: CountMode::TestAndSet,
+                modify: None,
+                key: plan.key,
+            }),
+        };
+        if let (false, Some(e)) = (held, &entry) {
+            self.install(e.clone());
+        }
+        self.next_app = self.next_app.max(app.saturating_add(1));
+        let plan = AppPlan { incarnation: 0, ..plan };
+        self.names.insert(name.to_string(), app);
+        self.apps.insert(
+            app,
+            Record {
+                name: Some(name.to_string()),
+                plan: plan.clone(),
+                entry,
+                members: vec![None; members],
+                incarnations,
+                alive_at: now,
+                probed_at: None,
+            },
+        );
         Ok(plan)
     }
 
@@ -293,18 +543,27 @@ impl Controller {
     /// Releases an application's resources (a clean exit).
     pub fn deregister(&mut self, app: u16) -> Result<(), Error> {
         let r = self.apps.remove(&app).ok_or(Error::NoSuchApp { app })?;
-        self.names.remove(&r.name);
-        if let Some(e) = &r.entry {
+        if let Some(name) = &r.name {
+            self.names.remove(name);
+        }
+        self.release(app, r.entry.as_ref(), r.plan.flow_base, r.entry.as_ref().map(|e| e.flows));
+        Ok(())
+    }
+
+    /// Removes `app` from the switches and gives its memory and flows back.
+    fn release(&mut self, app: u16, entry: Option<&AppEntry>, flow_base: u16, flows: Option<u16>) {
+        if let Some(e) = entry {
             let chain = self.plane.as_ref().map_or(0, |p| p.switches.len());
             for i in 0..chain {
                 self.control(i as u8, Control::Remove { app });
             }
-            give_back(&mut self.free_memory, (e.mem_base, e.mem_len));
+            if e.mem_len > 0 {
+                give_back(&mut self.free_memory, (e.mem_base, e.mem_len));
+            }
         }
-        if self.plane.is_some() {
-            give_back_flows(&mut self.free_flows, (r.plan.flow_base, r.plan.flows()));
+        if let (Some(_), Some(flows)) = (&self.plane, flows) {
+            give_back_flows(&mut self.free_flows, (flow_base, flows));
         }
-        Ok(())
     }
 
     fn control(&mut self, chain_index: u8, c: Control) -> u64 {
@@ -321,6 +580,12 @@ impl Controller {
 
     /// The reply to a control request.
     pub fn handle_control(&mut self, token: u64, reply: ControlReply) {
+        if let Some(app) = self.installs.remove(&token) {
+            if let ControlReply::Refused(why) = reply {
+                self.unplace(app, why);
+            }
+            return;
+        }
         if self.polls.remove(&token).is_none() {
             return;
         }
@@ -334,6 +599,22 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// A switch refused `app`: off the data plane everywhere, its memory
+    /// and flows back, and a plan without a data plane for its agents.
+    fn unplace(&mut self, app: u16, why: String) {
+        let Some(r) = self.apps.get_mut(&app) else { return };
+        let Some(entry) = r.entry.take() else { return };
+        r.plan.switch = None;
+        r.plan.switches = 0;
+        r.plan.memory = None;
+        let flow_base = r.plan.flow_base;
+        // Other installs of the same entry may still be in flight: their
+        // replies no longer matter.
+        self.installs.retain(|_, a| *a != app);
+        self.release(app, Some(&entry), flow_base, Some(entry.flows));
+        self.events.push_back(ControllerEvent::Refused { app, why });
     }
 
     /// The next probe or reclaim notice.
@@ -369,12 +650,37 @@ impl Controller {
             }
         }
         for app in dead {
-            let name = self.apps.get(&app).map(|r| r.name.clone()).unwrap_or_default();
+            let name = self.apps.get(&app).and_then(|r| r.name.clone()).unwrap_or_default();
             if self.deregister(app).is_ok() {
                 self.events.push_back(ControllerEvent::Reclaimed { app, name });
             }
         }
     }
+}
+
+/// Takes exactly `r` out of the free list, if it is free.
+fn take_exact_u32(free: &mut Vec<(u32, u32)>, r: (u32, u32)) -> bool {
+    let (base, len) = r;
+    let Some(i) = free.iter().position(|(b, l)| *b <= base && base + len <= b + l) else {
+        return false;
+    };
+    let (b, l) = free.remove(i);
+    if base > b {
+        free.push((b, base - b));
+    }
+    if base + len < b + l {
+        free.push((base + len, b + l - base - len));
+    }
+    free.sort_unstable();
+    true
+}
+
+fn take_exact(free: &mut Vec<(u16, u16)>, r: (u16, u16)) -> bool {
+    let mut wide: Vec<(u32, u32)> =
+        free.iter().map(|(b, l)| (u32::from(*b), u32::from(*l))).collect();
+    let ok = take_exact_u32(&mut wide, (u32::from(r.0), u32::from(r.1)));
+    *free = wide.into_iter().map(|(b, l)| (b as u16, l as u16)).collect();
+    ok
 }
 
 /// First fit: the base of a `len`-long range taken from `free`.
@@ -440,7 +746,7 @@ mod tests {
 
     #[test]
     fn memory_is_first_come_first_served_and_comes_back() {
-        let mut c = Controller::new(Some(plane()), ControllerTuning::default());
+        let mut c = Controller::new(Some(plane()), ControllerTuning::default(), Key([1; 16]));
         let a = c.register(0, reg("a", 60)).expect("test setup");
         let b = c.register(0, reg("b", 60)).expect("test setup");
         assert_eq!(a.memory, Some((0, 60)));
@@ -456,7 +762,7 @@ mod tests {
     #[test]
     fn a_silent_application_is_probed_then_reclaimed() {
         let t = ControllerTuning { poll_us: 10, idle_us: 100, dead_us: 100 };
-        let mut c = Controller::new(Some(plane()), t);
+        let mut c = Controller::new(Some(plane()), t, Key([1; 16]));
         let a = c.register(0, reg("a", 10)).expect("test setup");
         let b = c.register(0, reg("b", 10)).expect("test setup");
         let mut now = 0;
@@ -472,6 +778,7 @@ mod tests {
                         }
                     }
                     ControllerEvent::Reclaimed { app, .. } => assert_eq!(app, a.app),
+                    other => panic!("{other:?}"),
                 }
             }
             while c.poll_control().is_some() {}
@@ -480,5 +787,134 @@ mod tests {
         assert!(probes >= 2);
         assert_eq!(c.apps(), vec![(b.app, "b".to_string())]);
         assert_eq!(c.free_memory(), 90);
+    }
+
+    use crate::switch::{Switch, SwitchConfig};
+
+    /// A one-switch data plane: the controller's requests applied at once.
+    fn apply(c: &mut Controller, sw: &mut Switch) {
+        while let Some((token, _, control)) = c.poll_control() {
+            let reply = sw.control(control);
+            c.handle_control(token, reply);
+        }
+    }
+
+    fn a_switch() -> Switch {
+        let config = SwitchConfig { node: 1, registers: 100, flows: 16, ..SwitchConfig::default() };
+        Switch::new(config).expect("valid")
+    }
+
+    #[test]
+    fn a_restarted_controller_adopts_what_the_switch_holds_and_hands_none_of_it_out() {
+        let mut sw = a_switch();
+        let mut first = Controller::new(Some(plane()), ControllerTuning::default(), Key([1; 16]));
+        let a = first.register(0, reg("a", 60)).expect("registers");
+        apply(&mut first, &mut sw);
+        first.join(0, "a", 0, 7).expect("joins");
+        first.join(0, "a", 0, 7).expect("joins again");
+        apply(&mut first, &mut sw);
+        // The controller restarts: a new process with another secret.
+        let mut c = Controller::new(Some(plane()), ControllerTuning::default(), Key([2; 16]));
+        let held = match sw.control(Control::Apps) {
+            ControlReply::Apps(apps) => apps,
+            r => panic!("{r:?}"),
+        };
+        c.adopt(0, held);
+        assert_eq!(c.poll_event(), Some(ControllerEvent::Adopted { app: a.app }));
+        let b = c.register(0, reg("b", 60)).expect("registers");
+        apply(&mut c, &mut sw);
+        assert_ne!(b.app, a.app, "a new id");
+        assert_eq!(b.memory, None, "a's 60 registers are still taken: 40 are left");
+        assert_ne!(b.flow_base, a.flow_base);
+        assert_eq!(c.plan_of(b.app).and_then(|p| p.switch), Some(1), "installed, no memory");
+        // a's server agent reattaches with its plan: same id, memory, key.
+        let back = c.reattach(0, "a", a.clone()).expect("reattaches");
+        assert_eq!((back.app, back.memory, back.key), (a.app, a.memory, a.key));
+        // The member's next join is its third incarnation, not its first.
+        let joined = c.join(0, "a", 0, 8).expect("joins");
+        assert_eq!(joined.incarnation, 3);
+        // Someone else's plan for a's id is refused.
+        let thief = AppPlan { key: Key([9; 16]), ..a.clone() };
+        assert!(c.reattach(0, "z", thief).is_err());
+    }
+
+    #[test]
+    fn an_adopted_application_nobody_reattaches_is_reclaimed() {
+        let mut sw = a_switch();
+        let mut first = Controller::new(Some(plane()), ControllerTuning::default(), Key([1; 16]));
+        let a = first.register(0, reg("a", 60)).expect("registers");
+        apply(&mut first, &mut sw);
+        let t = ControllerTuning { poll_us: 10, idle_us: 100, dead_us: 100 };
+        let mut c = Controller::new(Some(plane()), t, Key([2; 16]));
+        let ControlReply::Apps(held) = sw.control(Control::Apps) else { panic!() };
+        c.adopt(0, held);
+        let mut reclaimed = false;
+        for now in (0..1_000).step_by(10) {
+            c.handle_timeout(now);
+            apply(&mut c, &mut sw);
+            while let Some(e) = c.poll_event() {
+                reclaimed |= e == ControllerEvent::Reclaimed { app: a.app, name: String::new() };
+            }
+        }
+        assert!(reclaimed);
+        assert_eq!(c.free_memory(), 100);
+        assert!(matches!(sw.control(Control::Apps), ControlReply::Apps(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn a_refused_install_leaves_the_application_on_the_host_with_its_memory_given_back() {
+        let mut c = Controller::new(Some(plane()), ControllerTuning::default(), Key([1; 16]));
+        let r = Registration { members: 8, flows_per_member: 2, ..reg("w", 50) };
+        let mut sw2 = a_switch();
+        let plan = c.register(0, r).expect("registers");
+        assert_eq!(plan.memory, Some((0, 50)));
+        // The switch refuses (say it still holds application 1 from before).
+        let stale = AppEntry {
+            app: plan.app,
+            server: 1,
+            members: vec![],
+            forward: Destinations::Server,
+            flow_base: 0,
+            flows: 0,
+            mem_base: 0,
+            mem_len: 0,
+            threshold: 1,
+            count: CountMode::TestAndSet,
+            modify: None,
+            key: Key::default(),
+        };
+        assert_eq!(sw2.control(Control::Install(stale)), ControlReply::Done);
+        apply(&mut c, &mut sw2);
+        match c.poll_event() {
+            Some(ControllerEvent::Refused { app, why }) => {
+                assert_eq!(app, plan.app);
+                assert!(why.contains("already installed"), "{why}");
+            }
+            e => panic!("{e:?}"),
+        }
+        let now = c.plan_of(plan.app).expect("still registered");
+        assert_eq!((now.switch, now.memory, now.switches), (None, None, 0));
+        assert_eq!(c.free_memory(), 100, "its memory is free again");
+    }
+
+    #[test]
+    fn each_join_is_a_new_incarnation_and_resets_the_members_flows() {
+        let mut sw = a_switch();
+        let mut c = Controller::new(Some(plane()), ControllerTuning::default(), Key([1; 16]));
+        let a = c.register(0, reg("a", 10)).expect("registers");
+        apply(&mut c, &mut sw);
+        let first = c.join(0, "a", 1, 7).expect("joins");
+        let mut flows = Vec::new();
+        while let Some((_, _, control)) = c.poll_control() {
+            if let Control::Flows { flows: f, incarnation, .. } = &control {
+                flows.push((f.clone(), *incarnation));
+            }
+            sw.control(control);
+        }
+        assert_eq!(first.incarnation, 1);
+        assert_eq!(flows, vec![(a.member_flows(1), 1)]);
+        assert_eq!(c.join(0, "a", 1, 9).expect("joins").incarnation, 2);
+        assert_eq!(c.member_plan(a.app, 1).map(|p| p.incarnation), Some(2));
+        assert_eq!(c.member_plan(a.app, 0).map(|p| p.incarnation), Some(0));
     }
 }

@@ -136,6 +136,14 @@ pub enum Error {
         /// The application's members.
         members: u16,
     },
+    /// A reattaching server agent's application conflicts with what the
+    /// controller holds (its id, flows or memory belong to another).
+    CannotReattach {
+        /// The application id.
+        app: u16,
+        /// Why, in words.
+        why: &'static str,
+    },
     /// The controller's tables disagree: a name points to an application
     /// it no longer holds.
     AppVanished {
@@ -204,6 +212,9 @@ impl fmt::Display for Error {
                 write!(f, "member {member} of an application with {members} members")
             }
             Error::AppVanished { .. } => f.write_str("application vanished"),
+            Error::CannotReattach { app, why } => {
+                write!(f, "application {app} cannot reattach: {why}")
+            }
             Error::KeyTooLong { len } => write!(f, "key of {len} bytes (at most {MAX_KEY})"),
             Error::ReservedInstance => {
                 f.write_str("instance 0 is reserved (an empty slot has tag 0)")
@@ -261,7 +272,7 @@ mod tests {
     /// Callers match on what went wrong; the text stays the protocol's.
     #[test]
     fn callers_match_on_what_went_wrong() {
-        let mut c = Controller::new(None, ControllerTuning::default());
+        let mut c = Controller::new(None, ControllerTuning::default(), crate::mac::Key::default());
         c.register(0, reg("a")).expect("first registration");
         match c.register(0, reg("a")) {
             Err(Error::NameTaken { name }) => assert_eq!(name, "a"),

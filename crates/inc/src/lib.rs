@@ -26,6 +26,7 @@ mod error;
 pub mod faults;
 mod json;
 pub mod keys;
+pub mod mac;
 pub mod messages;
 pub mod netfilter;
 pub mod packet;

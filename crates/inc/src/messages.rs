@@ -7,6 +7,7 @@
 //!                     {"op":"lookup","name":N}                → {"reply":"plan", ..., "member_nodes":[..]}
 //!                     {"op":"heartbeat","app":A}              → {"reply":"ok"}
 //!                     {"op":"deregister","app":A}             → {"reply":"ok"}
+//!                     {"op":"reattach","name":N, <AppPlan>}   → {"reply":"plan", ...}
 //! controller → server {"probe":A}       (unsolicited, on the server agent's connection)
 //! errors              {"reply":"error","why":"..."}
 //! ```
@@ -17,6 +18,7 @@ use crate::controller::Registration;
 use crate::json::{
     bad, enumerated, field as get, modify, modify_to_json, object as obj, text, uint,
 };
+use crate::mac::Key;
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{CountMode, Destinations};
 use crate::Error;
@@ -50,6 +52,15 @@ pub enum Request {
         /// Application id.
         app: u16,
     },
+    /// A server agent whose controller restarted takes its application
+    /// back: the same id, flows, memory and key (the data plane still
+    /// holds them).
+    Reattach {
+        /// Application name.
+        name: String,
+        /// The plan the agent runs.
+        plan: AppPlan,
+    },
 }
 
 /// A message from the controller.
@@ -82,6 +93,8 @@ pub fn plan_to_json(p: &AppPlan) -> Map<String, Value> {
         "cache": p.cache.name(),
         "threshold": p.threshold,
         "key_bits": p.key_bits,
+        "key": p.key.to_hex(),
+        "incarnation": p.incarnation,
     });
     match v {
         Value::Object(m) => m,
@@ -119,6 +132,9 @@ pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, Error> {
         cache: enumerated(o, "cache", CachePolicy::parse)?,
         threshold: uint(o, "threshold")?,
         key_bits: uint(o, "key_bits")?,
+        key: Key::from_hex(text(o, "key")?)
+            .ok_or(Error::WrongType { field: "key", expected: "32 hex digits" })?,
+        incarnation: uint(o, "incarnation")?,
     };
     if plan.members == 0
         || plan.flows_per_member == 0
@@ -162,6 +178,12 @@ impl Request {
             Request::Lookup { name } => json!({"op": "lookup", "name": name}),
             Request::Heartbeat { app } => json!({"op": "heartbeat", "app": app}),
             Request::Deregister { app } => json!({"op": "deregister", "app": app}),
+            Request::Reattach { name, plan } => {
+                let mut o = plan_to_json(plan);
+                o.insert("op".into(), json!("reattach"));
+                o.insert("name".into(), json!(name));
+                Value::Object(o)
+            }
         }
     }
 
@@ -203,6 +225,9 @@ impl Request {
             "lookup" => Request::Lookup { name: text(o, "name")?.to_string() },
             "heartbeat" => Request::Heartbeat { app: uint(o, "app")? },
             "deregister" => Request::Deregister { app: uint(o, "app")? },
+            "reattach" => {
+                Request::Reattach { name: text(o, "name")?.to_string(), plan: plan_from_json(o)? }
+            }
             other => return Err(Error::Unknown { what: "request", name: other.to_string() }),
         })
     }
@@ -297,7 +322,14 @@ mod tests {
             cache: CachePolicy::Fcfs,
             threshold: 4,
             key_bits: 32,
+            key: Key([3; 16]),
+            incarnation: 9,
         };
+        let back = Request::from_json(
+            &Request::Reattach { name: "a".into(), plan: plan.clone() }.to_json(),
+        )
+        .expect("parses");
+        assert_eq!(back, Request::Reattach { name: "a".into(), plan: plan.clone() });
         for r in [
             Reply::Plan(plan, vec![Some(1), None]),
             Reply::Ok,

@@ -1,9 +1,11 @@
 //! The INC packet: what agents and the data plane exchange.
 //!
-//! One datagram is one packet: a fixed 32-byte header and `count` items.
-//! Everything is big-endian, every field has a fixed place, and a packet
-//! that does not parse is dropped by whoever receives it (it never changes
-//! state), so a switch parser needs no loops beyond the item count.
+//! One datagram is one packet: a fixed 32-byte header, `count` items and
+//! an 8-byte MAC ([`crate::mac`]) of everything before it, keyed with the
+//! application's key. Everything is big-endian, every field has a fixed
+//! place, and a packet that does not parse or verify is dropped by
+//! whoever receives it (it never changes state), so a switch parser needs
+//! no loops beyond the item count.
 //!
 //! ```text
 //!  0               1               2               3
@@ -15,7 +17,7 @@
 //! +---------------+---------------+-------------------------------+
 //! |          source node          |        destination node       |  8
 //! +-------------------------------+-------------------------------+
-//! |             flow              |        extension flags        | 12
+//! |             flow              | incarnation   | hops  |  ext  | 12
 //! +-------------------------------+-------------------------------+
 //! |                          sequence                             | 16
 //! +---------------------------------------------------------------+
@@ -28,7 +30,17 @@
 //! |  items: count × 12 bytes (key, address, value)  or, for WIDE, |
 //! |  count × (op u8, key length u8, key bytes, value i64)         |
 //! +---------------------------------------------------------------+
+//! |            MAC: SipHash-2-4 of all the bytes above            |
+//! |                 (the application's key, 8 bytes)              |
+//! +---------------------------------------------------------------+
 //! ```
+//!
+//! The 16-bit word at offset 14 holds the sender's *incarnation* (high
+//! byte: which life of a member this is, handed out by the controller at
+//! each join, so a restarted member starts a sequence space nobody
+//! confuses with its earlier one), a *hop count* (bits 4–7: every switch
+//! increments it and drops a packet that has crossed more switches than a
+//! chain can have) and flags (bits 0–3, [`Header::SEQUENCED`]).
 //!
 //! A *pair* item is `key` (the 32-bit logical address of a key), `addr`
 //! (where the server agent put it in data-plane memory, [`Addr`]) and a
@@ -38,10 +50,31 @@
 
 use std::fmt;
 
+use crate::mac::{siphash24, Key};
+
+/// Writes the MAC of `datagram` (everything but its last [`MAC_LEN`]
+/// bytes) into its last [`MAC_LEN`] bytes.
+pub fn seal(datagram: &mut [u8], key: &Key) {
+    let Some(n) = datagram.len().checked_sub(MAC_LEN) else { return };
+    let mac = siphash24(key, &datagram[..n]);
+    datagram[n..].copy_from_slice(&mac.to_be_bytes());
+}
+
+/// Whether the MAC of `datagram` verifies with `key`.
+pub fn verify(datagram: &[u8], key: &Key) -> bool {
+    let Some(n) = datagram.len().checked_sub(MAC_LEN) else { return false };
+    let mac = siphash24(key, &datagram[..n]);
+    // Not a secret comparison that must run in constant time: a forger
+    // learns nothing from the time a switch takes to drop a packet it
+    // cannot see the answer to.
+    datagram[n..] == mac.to_be_bytes()
+}
+
 /// First two bytes of every packet.
 pub const MAGIC: u16 = 0x4e50;
-/// Format version this crate speaks.
-pub const VERSION: u8 = 1;
+/// Format version this crate speaks (2: the MAC trailer, incarnations
+/// and hop counts).
+pub const VERSION: u8 = 2;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 32;
 /// Length of one pair item.
@@ -51,9 +84,14 @@ pub const PAIR_LEN: usize = 12;
 pub const MAX_ITEMS: usize = 128;
 /// Longest key of a wide item.
 pub const MAX_KEY: usize = 64;
+/// Length of the MAC trailer.
+pub const MAC_LEN: usize = 8;
 /// Largest datagram an agent builds: header plus 128 wide items with the
-/// longest keys stays below the 64 KiB of a UDP datagram.
-pub const MAX_PACKET: usize = HEADER_LEN + MAX_ITEMS * (2 + MAX_KEY + 8);
+/// longest keys and the MAC stays below the 64 KiB of a UDP datagram.
+pub const MAX_PACKET: usize = HEADER_LEN + MAX_ITEMS * (2 + MAX_KEY + 8) + MAC_LEN;
+/// Most switches a packet may cross (a chain is shorter; a packet that
+/// would cross more is in a loop and is dropped).
+pub const MAX_HOPS: u16 = 8;
 
 /// What a packet asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -314,6 +352,8 @@ pub enum PacketError {
     TooManyItems(u8),
     /// A wide key longer than [`MAX_KEY`].
     KeyTooLong(u8),
+    /// The MAC does not verify with the application's key.
+    BadMac,
 }
 
 impl fmt::Display for PacketError {
@@ -326,6 +366,7 @@ impl fmt::Display for PacketError {
             PacketError::WideOp(o) => write!(f, "unknown wide operation {o}"),
             PacketError::TooManyItems(n) => write!(f, "{n} items (at most {MAX_ITEMS})"),
             PacketError::KeyTooLong(n) => write!(f, "key of {n} bytes (at most {MAX_KEY})"),
+            PacketError::BadMac => f.write_str("the MAC does not verify"),
         }
     }
 }
@@ -367,6 +408,32 @@ impl Header {
     /// plane's flip-bit slot for its number, so the slot always holds the
     /// flip of the flow's latest packet with that number.
     pub const SEQUENCED: u16 = 1;
+
+    /// The sender's incarnation (`ext` bits 8–15).
+    pub fn incarnation(&self) -> u8 {
+        (self.ext >> 8) as u8
+    }
+
+    /// Sets the incarnation.
+    pub fn set_incarnation(&mut self, i: u8) {
+        self.ext = (self.ext & 0x00ff) | (u16::from(i) << 8);
+    }
+
+    /// Switches this packet has crossed (`ext` bits 4–7).
+    pub fn hops(&self) -> u16 {
+        (self.ext >> 4) & 0xf
+    }
+
+    /// Counts one more switch; `false` (and unchanged) when the packet has
+    /// crossed [`MAX_HOPS`] already.
+    pub fn hop(&mut self) -> bool {
+        let h = self.hops();
+        if h >= MAX_HOPS {
+            return false;
+        }
+        self.ext = (self.ext & !0x00f0) | ((h + 1) << 4);
+        true
+    }
 
     /// A header with every other field zero.
     pub fn new(kind: Kind, app: u16, src: u16, dst: u16) -> Header {
@@ -484,22 +551,41 @@ impl Packet {
             }
             Items::Pairs(pairs)
         };
-        if !r.0.is_empty() {
-            return Err(PacketError::Trailing);
+        match r.0.len() {
+            MAC_LEN => Ok(Packet { header, items }),
+            n if n < MAC_LEN => Err(PacketError::Truncated),
+            _ => Err(PacketError::Trailing),
         }
-        Ok(Packet { header, items })
+    }
+
+    /// Parses a datagram whose MAC verifies with `key`.
+    pub fn open(bytes: &[u8], key: &Key) -> Result<Packet, PacketError> {
+        let p = Packet::decode(bytes)?;
+        if !verify(bytes, key) {
+            return Err(PacketError::BadMac);
+        }
+        Ok(p)
+    }
+
+    /// The packet as a datagram sealed with `key`.
+    pub fn seal(&self, key: &Key) -> Vec<u8> {
+        let mut out = self.to_bytes();
+        seal(&mut out, key);
+        out
     }
 
     /// Bytes [`Packet::encode`] writes.
     pub fn encoded_len(&self) -> usize {
         HEADER_LEN
+            + MAC_LEN
             + match &self.items {
                 Items::Pairs(p) => p.len() * PAIR_LEN,
                 Items::Wide(w) => w.iter().map(|i| 2 + i.key.len() + 8).sum(),
             }
     }
 
-    /// Appends the packet to `out`.
+    /// Appends the packet to `out`, with a zero MAC ([`seal`] writes the
+    /// real one; [`Packet::seal`] does both).
     ///
     /// # Panics
     /// If the packet has more than [`MAX_ITEMS`] items or a key longer than
@@ -530,9 +616,11 @@ impl Packet {
                 }
             }
         }
+        out.extend_from_slice(&[0; MAC_LEN]);
     }
 
-    /// The packet as a fresh datagram.
+    /// The packet as a fresh datagram with a zero MAC (what tests and the
+    /// fuzz targets forge; the agents and the switch send [`Packet::seal`]).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         self.encode(&mut out);
@@ -561,10 +649,35 @@ mod tests {
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "4e50010101010007000200010003001001020304000000090000000000000003\
-             deadbeef0005012cfffffffe"
+            "4e50020101010007000200010003001001020304000000090000000000000003\
+             deadbeef0005012cfffffffe0000000000000000"
         );
         assert_eq!(Packet::decode(&bytes), Ok(p));
+    }
+
+    #[test]
+    fn a_sealed_packet_opens_with_its_key_only() {
+        let key = Key([7; 16]);
+        let mut h = Header::new(Kind::Add, 7, 2, 1);
+        h.set_incarnation(3);
+        assert!(h.hop());
+        assert_eq!((h.incarnation(), h.hops(), h.ext & Header::SEQUENCED), (3, 1, 0));
+        let p = Packet::pairs(h, vec![Pair { key: 1, addr: Addr::NONE, value: 5 }]);
+        let sealed = p.seal(&key);
+        assert_eq!(Packet::open(&sealed, &key), Ok(p.clone()));
+        assert_eq!(Packet::open(&sealed, &Key([8; 16])), Err(PacketError::BadMac));
+        assert_eq!(Packet::open(&p.to_bytes(), &key), Err(PacketError::BadMac));
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x10;
+            assert!(Packet::open(&bad, &key).is_err(), "byte {i} changed and still opened");
+        }
+        let mut far = h;
+        for _ in 1..MAX_HOPS {
+            assert!(far.hop());
+        }
+        assert!(!far.hop(), "no hop past MAX_HOPS");
+        assert_eq!(far.hops(), MAX_HOPS);
     }
 
     #[test]
@@ -593,6 +706,7 @@ mod tests {
         let mut bad = good.clone();
         bad[5] = 1;
         assert_eq!(Packet::decode(&bad), Err(PacketError::Truncated));
+        assert_eq!(Packet::decode(&good[..good.len() - 1]), Err(PacketError::Truncated));
         let mut bad = good;
         bad.push(0);
         assert_eq!(Packet::decode(&bad), Err(PacketError::Trailing));

@@ -2,6 +2,8 @@
 //! its id, flows, data-plane memory and policies. The client and server
 //! agents are both configured from it, so they agree on every address.
 
+use crate::mac::Key;
+
 /// How an aggregation slot is made ready for its next chunk (`Map.clear`).
 ///
 /// With `S` slots reserved, chunk `c` uses slot `c mod S` and a member
@@ -111,6 +113,12 @@ pub struct AppPlan {
     pub threshold: u32,
     /// Bits of a logical address (32; fewer only to force collisions).
     pub key_bits: u32,
+    /// The application's MAC key ([`crate::mac`]): every packet of the
+    /// application is sealed with it.
+    pub key: Key,
+    /// In a member's plan (a join's answer), the member's incarnation: it
+    /// goes into every packet the member sends. 0 in the server agent's.
+    pub incarnation: u8,
 }
 
 impl AppPlan {
@@ -191,6 +199,8 @@ mod tests {
             cache: CachePolicy::Fcfs,
             threshold: 3,
             key_bits: 32,
+            key: Key::default(),
+            incarnation: 0,
         }
     }
 

@@ -120,7 +120,8 @@ impl Sim {
             flows: cfg.switch.flows,
             window: cfg.switch.window,
         });
-        let controller = Controller::new(plane, cfg.controller);
+        let secret = crate::mac::Key::derive(&crate::mac::Key::default(), cfg.seed);
+        let controller = Controller::new(plane, cfg.controller, secret);
         Ok(Sim {
             now: 0,
             switches,
@@ -204,6 +205,8 @@ impl Sim {
             .controller
             .register(self.now, Registration { server, members: members.len() as u16, ..reg })?;
         self.apply_controller_now();
+        // A switch may have refused the install: the plan then has no data plane.
+        let plan = self.controller.plan_of(plan.app).unwrap_or(plan);
         let mut agent = ServerAgent::new(plan.clone(), server, modify, tuning);
         agent.set_member_nodes(members);
         self.servers.insert(server, agent);
@@ -301,6 +304,7 @@ impl Sim {
                     }
                 }
                 ControllerEvent::Reclaimed { app, .. } => self.reclaimed.push(app),
+                ControllerEvent::Refused { .. } | ControllerEvent::Adopted { .. } => {}
             }
         }
         for (dst, bytes) in sends {

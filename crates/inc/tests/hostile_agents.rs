@@ -2,6 +2,7 @@
 //! `inc` fuzz target (fuzz/src/inc.rs) found, and state a peer must not be
 //! able to make an agent keep.
 
+use protoplane_inc::mac::Key;
 use protoplane_inc::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
 use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
 use protoplane_inc::server::{ServerAgent, ServerTuning};
@@ -22,8 +23,12 @@ fn plan() -> AppPlan {
         cache: CachePolicy::PeriodicCounting,
         threshold: 2,
         key_bits: 32,
+        key: KEY,
+        incarnation: 0,
     }
 }
+
+const KEY: Key = Key([5; 16]);
 
 /// `Map.addTo` of wide values whose sum leaves the i64 range (found by the
 /// `inc` fuzz target): the host map once added with `+=`, which panicked
@@ -37,7 +42,7 @@ fn wide_adds_whose_sum_leaves_i64_do_not_panic_the_server_agent() {
         h.seq = seq;
         h.ext = Header::SEQUENCED;
         let add = Wide { op: WideOp::Add, key: b"k".to_vec(), value };
-        server.handle(0, &Packet::wide(h, vec![add]).to_bytes());
+        server.handle(0, &Packet::wide(h, vec![add]).seal(&KEY));
     }
     assert_eq!(server.stats().host_items, 2);
 }
@@ -55,12 +60,12 @@ fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
             h.seq = instance;
             h.aux = instance;
             let vote = Pair { key: instance, addr: Addr::NONE, value: 7 };
-            server.handle(0, &Packet::pairs(h, vec![vote]).to_bytes());
+            server.handle(0, &Packet::pairs(h, vec![vote]).seal(&KEY));
         }
         let mut r = Header::new(Kind::Result, 1, 900, 100);
         r.flags = Flags(Flags::QUORUM);
         let q = Pair { key: instance, addr: Addr::NONE, value: 7 };
-        server.handle(0, &Packet::pairs(r, vec![q]).to_bytes());
+        server.handle(0, &Packet::pairs(r, vec![q]).seal(&KEY));
     }
     assert_eq!(server.poll_event(), None, "nothing was proposed, nothing commits");
     assert_eq!(server.stats().host_items, 0);
@@ -70,7 +75,7 @@ fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
     let mut h = Header::new(Kind::Wide, 1, 1, 100);
     h.flow = 0;
     server
-        .handle(0, &Packet::wide(h, vec![Wide { op: WideOp::AggPart, key, value: 1 }]).to_bytes());
+        .handle(0, &Packet::wide(h, vec![Wide { op: WideOp::AggPart, key, value: 1 }]).seal(&KEY));
     assert_eq!(server.stats().host_items, 0);
     // A proposed instance still commits once, with the proposed value.
     server.propose(0, 5, 42).expect("proposes");
@@ -80,7 +85,7 @@ fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
         h.flow = member;
         h.aux = 5;
         let vote = Pair { key: 5, addr: Addr::NONE, value: 999 };
-        server.handle(0, &Packet::pairs(h, vec![vote]).to_bytes());
+        server.handle(0, &Packet::pairs(h, vec![vote]).seal(&KEY));
     }
     let e = server.poll_event();
     assert!(
@@ -90,4 +95,71 @@ fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
         ),
         "{e:?}"
     );
+}
+
+/// A wide `Map.addTo` of member 0 (node 1) with sequence number `seq`,
+/// from incarnation `incarnation`.
+fn wide_add(seq: u32, incarnation: u8, value: i64) -> Header {
+    let mut h = Header::new(Kind::Wide, 1, 1, 100);
+    h.flow = 0;
+    h.seq = seq;
+    h.ext = Header::SEQUENCED;
+    h.set_incarnation(incarnation);
+    let _ = value;
+    h
+}
+
+fn send_add(server: &mut ServerAgent, h: Header, value: i64) {
+    let add = Wide { op: WideOp::Add, key: b"k".to_vec(), value };
+    server.handle(0, &Packet::wide(h, vec![add]).seal(&KEY));
+}
+
+/// The counter "k" as a `Map.get` from member 1 reads it.
+fn read_k(server: &mut ServerAgent) -> i64 {
+    let mut h = Header::new(Kind::Wide, 1, 2, 100);
+    h.flow = 1;
+    h.seq = 1000;
+    h.ext = Header::SEQUENCED;
+    server.handle(
+        0,
+        &Packet::wide(h, vec![Wide { op: WideOp::Get, key: b"k".to_vec(), value: 0 }]).seal(&KEY),
+    );
+    let mut value = None;
+    while let Some(t) = server.poll_transmit() {
+        let p = Packet::open(&t.bytes, &KEY).expect("the agent seals what it sends");
+        if let Some(v) = p.wide_items().iter().find(|i| i.op == WideOp::Value) {
+            value = Some(v.value);
+        }
+    }
+    value.expect("a value reply")
+}
+
+/// A member that restarts numbers its packets from 0 again; with a new
+/// incarnation they count, and a late packet of the old one does not.
+#[test]
+fn a_restarted_member_counts_again_and_its_old_incarnation_does_not() {
+    let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
+    send_add(&mut server, wide_add(0, 1, 5), 5);
+    send_add(&mut server, wide_add(1, 1, 5), 5);
+    send_add(&mut server, wide_add(1, 1, 5), 5); // a retransmission
+    assert_eq!(read_k(&mut server), 10);
+    // Restarted: incarnation 2, sequence numbers from 0.
+    send_add(&mut server, wide_add(0, 2, 7), 7);
+    send_add(&mut server, wide_add(1, 2, 7), 7);
+    assert_eq!(read_k(&mut server), 24, "the new incarnation's packets are not duplicates");
+    // A late retransmission of the old incarnation: dropped.
+    send_add(&mut server, wide_add(2, 1, 100), 100);
+    assert_eq!(read_k(&mut server), 24);
+}
+
+/// What does not carry the application's MAC changes nothing.
+#[test]
+fn a_forged_packet_changes_nothing_on_the_server_agent() {
+    let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
+    let add = Wide { op: WideOp::Add, key: b"k".to_vec(), value: 9 };
+    let p = Packet::wide(wide_add(0, 1, 9), vec![add]);
+    server.handle(0, &p.to_bytes());
+    server.handle(0, &p.seal(&Key([6; 16])));
+    assert_eq!(server.stats().ignored, 2);
+    assert_eq!(read_k(&mut server), 0);
 }

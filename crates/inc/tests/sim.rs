@@ -457,9 +457,11 @@ fn twenty_instances_of_three_kinds_share_a_small_data_plane_exactly() {
         finished.iter().enumerate().filter(|f| !f.1).map(|f| f.0).collect::<Vec<_>>()
     );
     let st = sim.switch(0).stats();
+    // Every instance is installed (the switch relays for it), those
+    // without memory have everything finished by their server agent.
     assert!(
-        st.applied > 0 && st.not_admitted > 0,
-        "some instances on the data plane, some not: {st:?}"
+        st.applied > 0 && st.forwarded > 0 && st.not_admitted == 0 && st.refused == 0,
+        "some instances computing on the data plane, some not: {st:?}"
     );
     assert_eq!(st.double_touch, 0);
 }

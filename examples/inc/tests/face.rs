@@ -192,6 +192,22 @@ fn ordinary_fields_reach_the_server_iedt_fields_do_not() {
 }
 
 #[test]
+fn a_key_repeated_in_one_report_counts_with_its_last_value() {
+    let world = World::start(App::KeyValue, 1, MonitorServer::new(Recorder(Arc::default())));
+    let agent = world.agent(App::KeyValue, 0);
+    world.rt.block_on(async {
+        let channel = Channel::connect(&world.rpc.to_string()).await.expect("connects");
+        let c = MonitorIncClient::new(channel, App::KeyValue.filter(), agent).expect("filter fits");
+        // One report whose map has key 1 three times and key 2 twice: a
+        // protobuf map keeps the last entry of each.
+        let report = vec![(1, 5), (2, 7), (1, 100), (2, 1), (1, 9)];
+        key_value::reporter(&c, "h", &[report]).await.expect("reports");
+        let got = key_value::query(&c, &[1, 2]).await.expect("queries");
+        assert_eq!(got, [9, 1]);
+    });
+}
+
+#[test]
 fn aggregation_results_replace_what_the_server_set() {
     let seen = Arc::new(Seen::default());
     let world = World::start(App::SyncAgg, 2, TrainerServer::new(Recorder(seen.clone())));

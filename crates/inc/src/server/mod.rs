@@ -231,6 +231,8 @@ pub struct ServerAgent {
     installed_in: HashMap<u32, u64>,
     next_period: u64,
     flows: HashMap<u16, Seen>,
+    /// Each member's newest incarnation seen.
+    incarnations: Vec<u8>,
     chunks: BTreeMap<u32, HostChunk>,
     parts: BTreeMap<(u32, u32), Part>,
     backups: BTreeMap<u32, (Vec<i32>, u64)>,
@@ -279,6 +281,7 @@ impl ServerAgent {
             free_vote_slots = (base..base + len).rev().collect();
         }
         let member_nodes = vec![None; usize::from(plan.members)];
+        let members = usize::from(plan.members);
         ServerAgent {
             plan,
             node,
@@ -294,6 +297,7 @@ impl ServerAgent {
             installed_in: HashMap::new(),
             next_period: 0,
             flows: HashMap::new(),
+            incarnations: vec![0; members],
             chunks: BTreeMap::new(),
             parts: BTreeMap::new(),
             backups: BTreeMap::new(),
@@ -407,7 +411,7 @@ impl ServerAgent {
     fn send(&mut self, p: Packet) {
         self.stats.sent += 1;
         let dst = self.plan.switch.unwrap_or(p.header.dst);
-        self.out.push_back(Transmit { dst, bytes: p.to_bytes() });
+        self.out.push_back(Transmit { dst, bytes: p.seal(&self.plan.key) });
     }
 
     fn header(&self, kind: Kind, dst: u16) -> Header {
@@ -457,7 +461,7 @@ impl ServerAgent {
     pub fn handle(&mut self, now: u64, datagram: &[u8]) {
         self.stats.packets += 1;
         self.stats.bytes += datagram.len() as u64;
-        let Ok(p) = Packet::decode(datagram) else {
+        let Ok(p) = Packet::open(datagram, &self.plan.key) else {
             self.stats.ignored += 1;
             return;
         };
@@ -471,6 +475,10 @@ impl ServerAgent {
             return;
         }
         if let (Some(m), Kind::Add | Kind::Agg | Kind::Vote | Kind::Wide) = (member, h.kind) {
+            if !self.admit_incarnation(m, h.incarnation()) {
+                self.stats.ignored += 1;
+                return;
+            }
             if !h.flags.has(Flags::FORWARDED) || h.kind != Kind::Agg {
                 self.member_nodes[usize::from(m)] = Some(h.src);
             }
@@ -485,6 +493,25 @@ impl ServerAgent {
         }
     }
 
+    /// A member's packet must come from its newest incarnation: a newer
+    /// one starts the member's flows over (a restarted member numbers from
+    /// 0 again), an older one is dropped (a packet of a member that has
+    /// restarted since).
+    fn admit_incarnation(&mut self, member: u16, incarnation: u8) -> bool {
+        let Some(cur) = self.incarnations.get_mut(usize::from(member)) else { return false };
+        let ahead = incarnation.wrapping_sub(*cur) as i8;
+        if ahead < 0 {
+            return false;
+        }
+        if ahead > 0 {
+            *cur = incarnation;
+            for f in self.plan.member_flows(member) {
+                self.flows.remove(&f);
+            }
+        }
+        true
+    }
+
     fn first_time(&mut self, h: &Header) -> bool {
         let cap = self.plan.window as usize;
         self.flows.entry(h.flow).or_default().first_time(h.seq, h.aux, cap)
@@ -494,6 +521,7 @@ impl ServerAgent {
         let mut a = self.header(Kind::Ack, h.src);
         a.flow = h.flow;
         a.seq = h.seq;
+        a.ext = h.ext & 0xff00;
         a.flags = Flags(h.flags.0 & Flags::ECN);
         self.send(Packet::pairs(a, mappings));
     }
@@ -642,6 +670,7 @@ impl ServerAgent {
         let mut r = self.header(Kind::Wide, g.reply.src);
         r.flow = g.reply.flow;
         r.seq = g.reply.seq;
+        r.ext = g.reply.ext & 0xff00;
         r.flags = Flags(g.reply.flags.0 & Flags::ECN);
         for batch in items.chunks(32) {
             self.send(Packet::wide(r, batch.to_vec()));

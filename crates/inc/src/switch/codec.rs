@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
 use crate::json::{int32, list, modify, modify_to_json, object, text, u16_of, u32_of, uint};
+use crate::mac::Key;
 use crate::packet::Addr;
 use crate::Error;
 
@@ -101,6 +102,7 @@ impl AppEntry {
             "threshold": self.threshold,
             "count": self.count.name(),
             "modify": modify_to_json(self.modify),
+            "key": self.key.to_hex(),
         })
     }
 
@@ -108,6 +110,7 @@ impl AppEntry {
         let forward = text(o, "forward")?;
         let count = text(o, "count")?;
         let modify = modify(o)?;
+        let key = text(o, "key")?;
         Ok(AppEntry {
             app: uint(o, "app")?,
             server: uint(o, "server")?,
@@ -122,6 +125,8 @@ impl AppEntry {
             count: CountMode::parse(count)
                 .ok_or_else(|| Error::Unknown { what: "count mode", name: count.into() })?,
             modify,
+            key: Key::from_hex(key)
+                .ok_or(Error::WrongType { field: "key", expected: "32 hex digits" })?,
         })
     }
 }
@@ -156,6 +161,10 @@ impl Control {
                 json!({"op": "read_slot", "app": app, "index": index})
             }
             Control::LastSeen => json!({"op": "last_seen"}),
+            Control::Apps => json!({"op": "apps"}),
+            Control::Flows { app, flows, incarnation } => {
+                json!({"op": "flows", "app": app, "flows": flows, "incarnation": incarnation})
+            }
             Control::Describe => json!({"op": "describe"}),
         }
     }
@@ -203,6 +212,12 @@ impl Control {
             },
             "read_slot" => Control::ReadSlot { app: uint(o, "app")?, index: uint(o, "index")? },
             "last_seen" => Control::LastSeen,
+            "apps" => Control::Apps,
+            "flows" => Control::Flows {
+                app: uint(o, "app")?,
+                flows: list(o, "flows", u16_of)?,
+                incarnation: uint(o, "incarnation")?,
+            },
             "describe" => Control::Describe,
             other => return Err(Error::Unknown { what: "control operation", name: other.into() }),
         })
@@ -221,6 +236,17 @@ impl ControlReply {
             ControlReply::SwappedMany(c) => json!({"reply": "swapped_many", "cells": c}),
             ControlReply::Meta(m) => json!({"reply": "meta", "meta": m}),
             ControlReply::LastSeen(s) => json!({"reply": "last_seen", "seen": s}),
+            ControlReply::Apps(apps) => {
+                let apps: Vec<Value> = apps
+                    .iter()
+                    .map(|(e, inc)| {
+                        let mut v = e.to_json();
+                        v["incarnations"] = json!(inc);
+                        v
+                    })
+                    .collect();
+                json!({"reply": "apps", "apps": apps})
+            }
             ControlReply::Slot { tag, count, bits, overflow, values } => json!({
                 "reply": "slot", "tag": tag, "count": count, "bits": bits, "overflow": overflow, "values": values,
             }),
@@ -272,6 +298,11 @@ impl ControlReply {
                 flows: uint(o, "flows")?,
                 window: uint(o, "window")?,
             },
+            "apps" => ControlReply::Apps(list(o, "apps", |v| {
+                let o = v.as_object()?;
+                let inc = list(o, "incarnations", |v| u8::try_from(v.as_u64()?).ok()).ok()?;
+                Some((AppEntry::from_json(o).ok()?, inc))
+            })?),
             "refused" => ControlReply::Refused(text(o, "why")?.to_string()),
             other => return Err(Error::Unknown { what: "control reply", name: other.into() }),
         })
@@ -296,9 +327,12 @@ mod tests {
             threshold: 2,
             count: CountMode::Accumulate,
             modify: Some((ModifyOp::Shr, 3)),
+            key: Key([0xa5; 16]),
         };
         let requests = vec![
-            Control::Install(entry),
+            Control::Install(entry.clone()),
+            Control::Flows { app: 3, flows: vec![8, 9], incarnation: 200 },
+            Control::Apps,
             Control::Remove { app: 3 },
             Control::Members { app: 3, members: vec![1, 2] },
             Control::Swap { app: 3, addr: Addr::new(1, 2, 3), tag: 9, value: -4 },
@@ -326,6 +360,7 @@ mod tests {
             ControlReply::SwappedMany(vec![(3, -3)]),
             ControlReply::Meta(vec![(1, 2, 3, u64::MAX)]),
             ControlReply::LastSeen(vec![(3, 1_700_000_000_000_000)]),
+            ControlReply::Apps(vec![(entry, vec![1, 2, 3, 4])]),
             ControlReply::Described {
                 node: 1,
                 chain_index: 0,

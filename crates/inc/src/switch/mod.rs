@@ -50,9 +50,27 @@
 //! - [`Kind::Vote`] (`CntFwd`): the key's slot counts distinct voters
 //!   (test-and-set) or accumulates values; the packet that reaches the
 //!   threshold is forwarded to the destinations; every vote is answered.
-//! - Anything else, and every packet of an application the data plane
-//!   does not hold, is forwarded to its destination untouched: the host
-//!   agents then do everything in software.
+//! - Anything else of an installed application (results and wide items
+//!   of its server agent, acknowledgements) is forwarded to its
+//!   destination: the host agents do that part in software.
+//!
+//! # Whom it trusts
+//!
+//! Nobody by default. A packet is dropped, and counted, unless
+//! - its application is installed (the controller installs every
+//!   application, with or without memory) and its MAC verifies with the
+//!   application's key ([`crate::mac`]; [`Stats::forged`]);
+//! - its source and destination are nodes of that application — its
+//!   server agent or a member that joined — so the data plane relays
+//!   nothing to an arbitrary port, itself included ([`Stats::refused`]);
+//! - it has crossed fewer than [`MAX_HOPS`](crate::packet::MAX_HOPS) switches (no loops);
+//! - a member's packet carries its flow's current incarnation (a member
+//!   that restarted starts over, see [`Control::Flows`]) and, if
+//!   sequenced, is not older than the flow can still retransmit (a
+//!   replay);
+//! - an aggregation contribution does not move its slot further ahead
+//!   than twice the application's memory (a member is never more than a
+//!   window ahead).
 
 mod codec;
 mod config;
@@ -62,7 +80,8 @@ use std::collections::HashMap;
 
 pub use config::{ConfigError, SwitchConfig};
 
-use crate::packet::{Addr, Flags, Header, Items, Kind, Packet, Pair};
+use crate::mac::Key;
+use crate::packet::{verify, Addr, Flags, Header, Items, Kind, Packet, Pair};
 use regs::{Pass, Registers};
 
 /// Where `CntFwd` sends what reached the threshold.
@@ -168,6 +187,8 @@ pub struct AppEntry {
     pub count: CountMode,
     /// `Stream.modify`, if the filter has one.
     pub modify: Option<(ModifyOp, i32)>,
+    /// The application's MAC key.
+    pub key: Key,
 }
 
 /// A control-plane request.
@@ -208,6 +229,18 @@ pub enum Control {
         /// (cell, new tag, new value).
         cells: Vec<(Addr, u32, i32)>,
     },
+    /// Starts a member's flows over for its new incarnation (a join):
+    /// flip bits and applied masks back to their initial state, no newest
+    /// sequence number, and only packets of `incarnation` admitted from
+    /// now on.
+    Flows {
+        /// Application id.
+        app: u16,
+        /// The member's flows.
+        flows: Vec<u16>,
+        /// The member's new incarnation.
+        incarnation: u8,
+    },
     /// Reads cells (tag and value).
     Read {
         /// Application id.
@@ -241,6 +274,9 @@ pub enum Control {
     },
     /// When the data plane last saw a packet of each application.
     LastSeen,
+    /// The installed applications' table entries (for a controller that
+    /// restarts: it must not hand out what a switch still holds).
+    Apps,
     /// The data plane's shape (for a controller that starts after it).
     Describe,
 }
@@ -266,6 +302,9 @@ pub enum ControlReply {
     Meta(Vec<(u32, u32, u32, u64)>),
     /// Per application id, the `now` of its last packet (0: none yet).
     LastSeen(Vec<(u16, u64)>),
+    /// The answer to `Apps`, by application id: each entry and the
+    /// incarnation each of its flows admits.
+    Apps(Vec<(AppEntry, Vec<u8>)>),
     /// The answer to `ReadSlot`.
     Slot {
         /// The chunk the slot holds.
@@ -305,8 +344,14 @@ pub struct Stats {
     pub packets: u64,
     /// Datagrams that were not INC packets (dropped).
     pub malformed: u64,
-    /// Packets of applications not installed, forwarded untouched.
+    /// Packets of applications not installed (dropped).
     pub not_admitted: u64,
+    /// Packets whose MAC did not verify (dropped).
+    pub forged: u64,
+    /// Packets of an installed application dropped by a rule: a source or
+    /// destination that is not one of its nodes, too many hops, an old
+    /// incarnation, a replayed sequence number, a chunk too far ahead.
+    pub refused: u64,
     /// Pairs added to registers.
     pub applied: u64,
     /// Pairs left for the server agent (tag mismatch, group conflict,
@@ -388,6 +433,32 @@ impl Switch {
                 }
                 None => ControlReply::Refused(format!("application {app} is not installed")),
             },
+            Control::Flows { app, flows, incarnation } => match self.apps.get(&app) {
+                Some(entry) => {
+                    if let Some(f) = flows
+                        .iter()
+                        .find(|f| **f < entry.flow_base || **f - entry.flow_base >= entry.flows)
+                    {
+                        return ControlReply::Refused(format!(
+                            "flow {f} is not one of application {app}'s"
+                        ));
+                    }
+                    self.regs.reset_flows(flows, incarnation);
+                    ControlReply::Done
+                }
+                None => ControlReply::Refused(format!("application {app} is not installed")),
+            },
+            Control::Apps => {
+                let mut apps: Vec<(AppEntry, Vec<u8>)> = self
+                    .apps
+                    .values()
+                    .map(|e| {
+                        (e.clone(), self.regs.incarnations(e.flow_base..e.flow_base + e.flows))
+                    })
+                    .collect();
+                apps.sort_unstable_by_key(|(e, _)| e.app);
+                ControlReply::Apps(apps)
+            }
             Control::Members { app, members } => match self.apps.get_mut(&app) {
                 Some(entry) => {
                     entry.members = members;
@@ -553,61 +624,88 @@ impl Switch {
     /// `queue_depth` datagrams waited behind it, and appends what to send.
     pub fn process(&mut self, now: u64, queue_depth: u32, datagram: &[u8], out: &mut Vec<Emit>) {
         self.stats.packets += 1;
+        let Ok((h, _)) = Header::decode(datagram) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        // The entry leaves the table for the pass (the pass borrows the
+        // switch mutably) and goes back after it.
+        let Some(entry) = self.apps.remove(&h.app) else {
+            self.stats.not_admitted += 1;
+            return;
+        };
+        self.admitted(now, queue_depth, datagram, &entry, out);
+        self.apps.insert(h.app, entry);
+    }
+
+    fn admitted(
+        &mut self,
+        now: u64,
+        queue_depth: u32,
+        datagram: &[u8],
+        entry: &AppEntry,
+        out: &mut Vec<Emit>,
+    ) {
+        if !verify(datagram, &entry.key) {
+            self.stats.forged += 1;
+            return;
+        }
         let Ok(mut packet) = Packet::decode(datagram) else {
             self.stats.malformed += 1;
             return;
         };
-        let marked = queue_depth > self.config.ecn_threshold;
-        if marked {
-            packet.header.flags = packet.header.flags.with(Flags::ECN);
+        let h = &mut packet.header;
+        let node = |n: u16| n == entry.server || entry.members.contains(&n);
+        if !h.hop() || !node(h.src) || !node(h.dst) || h.src == h.dst {
+            self.stats.refused += 1;
+            return;
+        }
+        let mut pass = Pass::default();
+        let from_member = h.src != entry.server;
+        if from_member {
+            let in_range = h.flow >= entry.flow_base && h.flow - entry.flow_base < entry.flows;
+            let seq = (h.ext & Header::SEQUENCED != 0).then_some(h.seq);
+            if !in_range || self.regs.flow_check(&mut pass, h.flow, h.incarnation(), seq).is_err() {
+                self.stats.refused += 1;
+                return;
+            }
+        }
+        if queue_depth > self.config.ecn_threshold {
+            h.flags = h.flags.with(Flags::ECN);
             self.stats.ecn_marked += 1;
         }
-        let admitted = self.apps.get(&packet.header.app).is_some_and(|e| {
-            packet.header.flow >= e.flow_base && packet.header.flow - e.flow_base < e.flows
-        });
-        if admitted
-            && packet.header.kind == Kind::Wide
-            && packet.header.ext & Header::SEQUENCED != 0
-        {
+        let computes = from_member && matches!(h.kind, Kind::Add | Kind::Agg | Kind::Vote);
+        if computes {
+            self.last_seen.insert(entry.app, now);
+        }
+        if from_member && h.kind == Kind::Wide && h.ext & Header::SEQUENCED != 0 {
             // A host-only packet still takes its sequence number's flip-bit
             // slot: otherwise a later packet with the same slot and flip
             // would look like a retransmission of an older one.
-            let mut pass = Pass::default();
             let dup = self.seen(&mut pass, &packet.header);
             let slot = self.seen_slot(&packet.header);
             self.regs.applied_mask(&mut pass, slot, dup, 0);
         }
-        if !admitted || !matches!(packet.header.kind, Kind::Add | Kind::Agg | Kind::Vote) {
-            if matches!(packet.header.kind, Kind::Add | Kind::Agg | Kind::Vote) {
-                self.stats.not_admitted += 1;
-            }
-            // Unchanged unless ECN-marked: the layout is fixed, so the
-            // datagram is its packet's encoding.
-            let bytes = if marked { packet.to_bytes() } else { datagram.to_vec() };
-            out.push(Emit { dst: self.config.next_hop.unwrap_or(packet.header.dst), bytes });
+        if !computes {
+            let to = self.config.next_hop.unwrap_or(packet.header.dst);
+            out.push(Emit { dst: to, bytes: packet.seal(&entry.key) });
+            self.stats.double_touch += u64::from(pass.double_touch);
             return;
         }
-        let app = packet.header.app;
-        self.last_seen.insert(app, now);
-        // The entry leaves the table for the pass (the pass borrows the
-        // switch mutably) and goes back after it.
-        let Some(entry) = self.apps.remove(&app) else { return };
-        let mut pass = Pass::default();
         match packet.header.kind {
-            Kind::Add => self.add(&entry, &mut pass, packet, out),
-            Kind::Agg => self.agg(&entry, &mut pass, packet, out),
-            Kind::Vote => self.vote(&entry, &mut pass, packet, out),
+            Kind::Add => self.add(entry, &mut pass, packet, out),
+            Kind::Agg => self.agg(entry, &mut pass, packet, out),
+            Kind::Vote => self.vote(entry, &mut pass, packet, out),
             _ => {}
         }
-        self.apps.insert(app, entry);
         self.stats.double_touch += u64::from(pass.double_touch);
     }
 
     /// Sends `packet` on: to the next switch of the chain if there is one,
     /// else to `dst`.
-    fn pass_on(&mut self, packet: &Packet, dst: u16, out: &mut Vec<Emit>) {
+    fn pass_on(&mut self, entry: &AppEntry, packet: &Packet, dst: u16, out: &mut Vec<Emit>) {
         let to = self.config.next_hop.unwrap_or(dst);
-        out.push(Emit { dst: to, bytes: packet.to_bytes() });
+        out.push(Emit { dst: to, bytes: packet.seal(&entry.key) });
     }
 
     fn is_last(&self) -> bool {
@@ -674,18 +772,18 @@ impl Switch {
         let n = packet.pair_items().len();
         let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
         if !self.is_last() {
-            self.pass_on(&packet, packet.header.dst, out);
+            self.pass_on(entry, &packet, packet.header.dst, out);
         } else if n <= 64 && packet.header.mask == all {
-            self.ack(&packet, out);
+            self.ack(entry, &packet, out);
         } else {
             packet.header.flags = packet.header.flags.with(Flags::FORWARDED);
             self.stats.forwarded += 1;
-            out.push(Emit { dst: packet.header.dst, bytes: packet.to_bytes() });
+            out.push(Emit { dst: packet.header.dst, bytes: packet.seal(&entry.key) });
         }
     }
 
     /// Answers the sender of `packet` with an `Ack` for its sequence number.
-    fn ack(&mut self, packet: &Packet, out: &mut Vec<Emit>) {
+    fn ack(&mut self, entry: &AppEntry, packet: &Packet, out: &mut Vec<Emit>) {
         let h = &packet.header;
         let mut a = Header::new(Kind::Ack, h.app, h.dst, h.src);
         a.flow = h.flow;
@@ -693,8 +791,9 @@ impl Switch {
         a.aux = h.aux;
         a.flags = Flags(h.flags.0 & Flags::ECN);
         a.mask = h.mask;
+        a.ext = h.ext & 0xff00;
         self.stats.acks += 1;
-        out.push(Emit { dst: h.src, bytes: Packet::pairs(a, Vec::new()).to_bytes() });
+        out.push(Emit { dst: h.src, bytes: Packet::pairs(a, Vec::new()).seal(&entry.key) });
     }
 
     fn agg(&mut self, entry: &AppEntry, pass: &mut Pass, mut packet: Packet, out: &mut Vec<Emit>) {
@@ -707,9 +806,9 @@ impl Switch {
             if self.is_last() {
                 packet.header.flags = packet.header.flags.with(Flags::FORWARDED);
                 self.stats.forwarded += 1;
-                out.push(Emit { dst: entry.server, bytes: packet.to_bytes() });
+                out.push(Emit { dst: entry.server, bytes: packet.seal(&entry.key) });
             } else {
-                self.pass_on(&packet, packet.header.dst, out);
+                self.pass_on(entry, &packet, packet.header.dst, out);
             }
             return;
         }
@@ -736,26 +835,31 @@ impl Switch {
             if self.is_last() {
                 packet.header.flags = packet.header.flags.with(Flags::FORWARDED);
                 self.stats.forwarded += 1;
-                out.push(Emit { dst: entry.server, bytes: packet.to_bytes() });
+                out.push(Emit { dst: entry.server, bytes: packet.seal(&entry.key) });
             } else {
-                self.pass_on(&packet, packet.header.dst, out);
+                self.pass_on(entry, &packet, packet.header.dst, out);
             }
             return;
         };
         let slot = usize::from(slot);
-        let meta = self.regs.meta_contribute(pass, slot, chunk, member);
+        let reach = entry.mem_len.saturating_mul(2);
+        let meta = self.regs.meta_contribute(pass, slot, chunk, member, reach);
         let mut overflow: u64 = 0;
         let complete_after = meta.count >= entry.threshold;
         match meta.outcome {
+            Contribution::TooFar => {
+                self.stats.refused += 1;
+                return;
+            }
             Contribution::Stale => {
                 self.stats.missed += 1;
                 packet.header.flags = packet.header.flags.with(Flags::STALE);
                 if self.is_last() {
                     packet.header.flags = packet.header.flags.with(Flags::FORWARDED);
                     self.stats.forwarded += 1;
-                    out.push(Emit { dst: entry.server, bytes: packet.to_bytes() });
+                    out.push(Emit { dst: entry.server, bytes: packet.seal(&entry.key) });
                 } else {
-                    self.pass_on(&packet, packet.header.dst, out);
+                    self.pass_on(entry, &packet, packet.header.dst, out);
                 }
                 return;
             }
@@ -812,7 +916,7 @@ impl Switch {
                 packet.header.mask |= ovf;
                 packet.header.flags = packet.header.flags.with(Flags::SUMS);
             }
-            self.pass_on(&packet, packet.header.dst, out);
+            self.pass_on(entry, &packet, packet.header.dst, out);
             return;
         }
         let newly_complete =
@@ -840,7 +944,7 @@ impl Switch {
         } else {
             let mut unicast = result;
             unicast.header.dst = packet.header.src;
-            out.push(Emit { dst: packet.header.src, bytes: unicast.to_bytes() });
+            out.push(Emit { dst: packet.header.src, bytes: unicast.seal(&entry.key) });
         }
     }
 
@@ -856,7 +960,7 @@ impl Switch {
         let mut p = packet.clone();
         for d in dsts {
             p.header.dst = d;
-            out.push(Emit { dst: d, bytes: p.to_bytes() });
+            out.push(Emit { dst: d, bytes: p.seal(&entry.key) });
         }
     }
 
@@ -907,7 +1011,7 @@ impl Switch {
             packet.header.flags = packet.header.flags.with(Flags::QUORUM);
         }
         if !self.is_last() {
-            self.pass_on(&packet, packet.header.dst, out);
+            self.pass_on(entry, &packet, packet.header.dst, out);
             return;
         }
         let reached = packet.header.flags.has(Flags::QUORUM);
@@ -921,11 +1025,11 @@ impl Switch {
                 self.stats.results += 1;
                 self.multicast(entry, &result, out);
             }
-            self.ack(&packet, out);
+            self.ack(entry, &packet, out);
         } else {
             packet.header.flags = packet.header.flags.with(Flags::FORWARDED);
             self.stats.forwarded += 1;
-            out.push(Emit { dst: packet.header.dst, bytes: packet.to_bytes() });
+            out.push(Emit { dst: packet.header.dst, bytes: packet.seal(&entry.key) });
         }
     }
 }
@@ -958,6 +1062,8 @@ enum Contribution {
     Duplicate,
     /// The slot holds a newer chunk.
     Stale,
+    /// The chunk is further ahead of the slot's than any member can be.
+    TooFar,
 }
 
 #[derive(Clone, Copy, Debug)]

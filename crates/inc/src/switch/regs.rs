@@ -18,6 +18,7 @@ pub(super) struct Pass {
 /// An array's bit in [`Pass::touched`].
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Array {
+    Flow,
     Seen,
     Meta,
     Group(usize),
@@ -32,7 +33,8 @@ impl Pass {
             Array::Meta => 1,
             Array::Applied => 2,
             Array::Overflow => 3,
-            Array::Group(g) => 4 + g,
+            Array::Flow => 4,
+            Array::Group(g) => 5 + g,
         };
         if self.touched & (1 << bit) != 0 {
             self.double_touch += 1;
@@ -45,6 +47,9 @@ impl Pass {
 #[derive(Debug)]
 pub(super) struct Registers {
     window: usize,
+    /// Per flow: the incarnation of the member that owns it (set by the
+    /// controller at each join) and the newest sequence number seen.
+    flows: Vec<FlowState>,
     /// Stage 0: one flip bit per (flow, seq mod window); 1 = "round -1
     /// done", so round 0 (flip 0) is new.
     seen: Vec<u64>,
@@ -59,12 +64,30 @@ pub(super) struct Registers {
     overflow: Vec<u64>,
 }
 
+/// A flow's stage-0 state.
+#[derive(Clone, Copy, Debug, Default)]
+struct FlowState {
+    incarnation: u8,
+    high: Option<u32>,
+}
+
+/// Why stage 0 refused a member's packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FlowRefusal {
+    /// Not the flow's current incarnation (a member that restarted, or
+    /// a flow that does not exist).
+    Incarnation,
+    /// Older than the flow can still retransmit: a replay.
+    Replay,
+}
+
 impl Registers {
     pub(super) fn new(c: &SwitchConfig) -> Registers {
         let cells = c.registers as usize;
         let flow_slots = usize::from(c.flows) * c.window as usize;
         Registers {
             window: c.window as usize,
+            flows: vec![FlowState::default(); usize::from(c.flows)],
             seen: vec![u64::MAX; flow_slots.div_ceil(64)],
             meta: vec![(0, 0, 0); cells],
             groups: vec![vec![(0, 0); cells]; usize::from(c.groups)],
@@ -83,12 +106,63 @@ impl Registers {
         for g in &mut self.groups {
             g[mem.clone()].fill((0, 0));
         }
-        let flows = usize::from(e.flow_base) * self.window
-            ..(usize::from(e.flow_base) + usize::from(e.flows)) * self.window;
-        for s in flows {
-            self.seen[s / 64] |= 1 << (s % 64);
-            self.applied[s] = 0;
+        let flows = e.flow_base..e.flow_base + e.flows;
+        self.reset_flows(flows, 0);
+    }
+
+    /// Starts `flows` over for a new incarnation of their member: every
+    /// flip bit back to its initial state, no applied masks, no newest
+    /// sequence number. (Control plane: a loop a switch CPU may run.)
+    pub(super) fn reset_flows(&mut self, flows: impl IntoIterator<Item = u16>, incarnation: u8) {
+        for f in flows {
+            let f = usize::from(f);
+            if f >= self.flows.len() {
+                continue;
+            }
+            self.flows[f] = FlowState { incarnation, high: None };
+            for s in f * self.window..(f + 1) * self.window {
+                self.seen[s / 64] |= 1 << (s % 64);
+                self.applied[s] = 0;
+            }
         }
+    }
+
+    /// The incarnation each of `flows` admits (control plane).
+    pub(super) fn incarnations(&self, flows: std::ops::Range<u16>) -> Vec<u8> {
+        flows.map(|f| self.flows.get(usize::from(f)).map_or(0, |s| s.incarnation)).collect()
+    }
+
+    /// Stage 0: a member's packet must come from the flow's current
+    /// incarnation, and a sequenced one (`seq`) must not be older than half
+    /// a window behind the newest the flow has sent (a sender never has
+    /// more than half a window in flight, so only a replay can be). Records
+    /// the newest sequence number.
+    pub(super) fn flow_check(
+        &mut self,
+        pass: &mut Pass,
+        flow: u16,
+        incarnation: u8,
+        seq: Option<u32>,
+    ) -> Result<(), FlowRefusal> {
+        pass.touch(Array::Flow);
+        let half = (self.window / 2) as u32;
+        let Some(st) = self.flows.get_mut(usize::from(flow)) else {
+            return Err(FlowRefusal::Incarnation);
+        };
+        if st.incarnation != incarnation {
+            return Err(FlowRefusal::Incarnation);
+        }
+        if let Some(seq) = seq {
+            match st.high {
+                Some(high) if (seq.wrapping_sub(high) as i32) <= 0 => {
+                    if high.wrapping_sub(seq) >= half {
+                        return Err(FlowRefusal::Replay);
+                    }
+                }
+                _ => st.high = Some(seq),
+            }
+        }
+        Ok(())
     }
 
     /// Stage 0: `true` if the stored bit equals `flip` (a retransmission);
@@ -178,6 +252,7 @@ impl Registers {
         slot: usize,
         chunk: u32,
         member: u32,
+        reach: u32,
     ) -> MetaOutcome {
         pass.touch(Array::Meta);
         let m = &mut self.meta[slot];
@@ -190,8 +265,15 @@ impl Registers {
             m.1 += 1;
             return MetaOutcome { outcome: Contribution::New { reset: false }, count: m.1 };
         }
-        // Chunk ids grow; compare with wrap-around.
-        let newer = m.1 == 0 || (chunk.wrapping_sub(m.0) as i32) > 0;
+        // Chunk ids grow; compare with wrap-around. A slot moves on only
+        // to a chunk within `reach` of the one it holds (a member is never
+        // further ahead than its window): a packet claiming a chunk far
+        // ahead would make every real chunk of the slot look stale.
+        let ahead = chunk.wrapping_sub(m.0);
+        if (ahead as i32) > 0 && ahead > reach {
+            return MetaOutcome { outcome: Contribution::TooFar, count: m.1 };
+        }
+        let newer = m.1 == 0 || (ahead as i32) > 0;
         if newer {
             *m = (chunk, 1, bit);
             return MetaOutcome { outcome: Contribution::New { reset: true }, count: 1 };

@@ -140,7 +140,9 @@ impl Bench {
                 return Err(e);
             }
         };
-        let lines = infra.finish();
+        let (lines, clean) = infra.finish();
+        let mut report = report;
+        report.exact &= clean;
         if !report.exact {
             self.exact = false;
             let _ = writeln!(
@@ -289,8 +291,8 @@ fn share(b: &mut Bench, scale: u32, out: &std::path::Path) -> Result<String, Str
     let deadline = Instant::now() + Duration::from_secs(300);
     let ra = a.finish(deadline);
     let rb = b2.finish(deadline);
-    infra.finish();
-    b.exact &= ra.exact && rb.exact;
+    let (_, clean) = infra.finish();
+    b.exact &= ra.exact && rb.exact && clean;
     let t1 = ra.progress.iter().chain(&rb.progress).map(|p| p.0).max().unwrap_or(t0 + 1);
     let bin = ((t1 - t0) / 40).max(10_000);
     let ga = binned(&ra.progress, t0, t1, bin);

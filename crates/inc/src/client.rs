@@ -221,6 +221,10 @@ pub struct ClientAgent {
     release_asked: u64,
     proposals: BTreeSet<u32>,
     commits: BTreeSet<u32>,
+    /// Commits heard of and not yet acknowledged to the server agent, and
+    /// when to send the acknowledgements at the latest.
+    commit_acks: Vec<u32>,
+    commit_ack_at: Option<u64>,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: ClientStats,
@@ -260,6 +264,8 @@ impl ClientAgent {
             release_asked: 0,
             proposals: BTreeSet::new(),
             commits: BTreeSet::new(),
+            commit_acks: Vec::new(),
+            commit_ack_at: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
@@ -477,6 +483,9 @@ impl ClientAgent {
         if self.waiting_for_release() {
             at(self.release_asked + self.rto() * 2);
         }
+        if let Some(a) = self.commit_ack_at {
+            at(a);
+        }
         t
     }
 
@@ -532,6 +541,9 @@ impl ClientAgent {
                 self.send_parts(c, now);
             }
         }
+        if self.commit_ack_at.is_some_and(|a| now >= a) {
+            self.send_commit_acks();
+        }
         if self.waiting_for_release() && now >= self.release_asked + rto * 2 {
             self.release_asked = now;
             if let Some(c) = self.blocking_release() {
@@ -540,6 +552,21 @@ impl ClientAgent {
                 h.flow = self.flows[0].id;
                 self.transmit(Packet::wide(h, vec![item]));
             }
+        }
+    }
+
+    /// Tells the server agent which commits this member heard of.
+    fn send_commit_acks(&mut self) {
+        self.commit_ack_at = None;
+        let acks = std::mem::take(&mut self.commit_acks);
+        for batch in acks.chunks(WIDE_ITEMS) {
+            let items = batch
+                .iter()
+                .map(|i| Wide { op: WideOp::CommitAck, key: i.to_be_bytes().to_vec(), value: 0 })
+                .collect();
+            let mut h = self.header(Kind::Wide, self.plan.server);
+            h.flow = self.flows[0].id;
+            self.transmit(Packet::wide(h, items));
         }
     }
 
@@ -839,11 +866,22 @@ impl ClientAgent {
     fn on_result(&mut self, now: u64, p: &Packet) {
         let h = &p.header;
         if h.flags.has(Flags::QUORUM) {
-            if let Some(pair) = p.pair_items().first() {
+            // One commit from the data plane; several when the server agent
+            // sends notices again. Each is acknowledged (again, if the
+            // acknowledgement was lost), in batches.
+            for pair in p.pair_items() {
                 if remember(&mut self.commits, pair.key) {
                     self.events
                         .push_back(Event::Committed { instance: pair.key, value: pair.value });
                 }
+                if self.commit_acks.len() < REMEMBERED {
+                    self.commit_acks.push(pair.key);
+                }
+            }
+            if self.commit_acks.len() >= WIDE_ITEMS {
+                self.send_commit_acks();
+            } else if self.commit_ack_at.is_none() {
+                self.commit_ack_at = Some(now + COMMIT_ACK_DELAY_US);
             }
             return;
         }
@@ -970,6 +1008,9 @@ fn remember(set: &mut BTreeSet<u32>, instance: u32) -> bool {
     }
     new
 }
+
+/// How long a member holds commit acknowledgements to batch them, µs.
+const COMMIT_ACK_DELAY_US: u64 = 1_000;
 
 /// Wide items per packet (keeps a packet of the longest keys near 2.4 KB).
 const WIDE_ITEMS: usize = 32;

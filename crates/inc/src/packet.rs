@@ -261,6 +261,10 @@ pub enum WideOp {
     /// agent and its slot may be reused (the `copy` clear policy); from a
     /// member, a request for that notice.
     Release = 9,
+    /// From a member: it heard of the commit of instance `key` (4 bytes).
+    /// The server agent sends each commit notice again to the members that
+    /// did not say so (a notice can be lost).
+    CommitAck = 10,
 }
 
 impl WideOp {
@@ -275,6 +279,7 @@ impl WideOp {
             7 => WideOp::Clear,
             8 => WideOp::Propose,
             9 => WideOp::Release,
+            10 => WideOp::CommitAck,
             _ => return None,
         })
     }

@@ -364,8 +364,9 @@ async fn agreement_client(c: &AcceptorIncClient, params: &Params) -> Result<Verd
         .iter()
         .filter(|(i, v)| proposals.get(i).map(|p| *p as i32) != Some(**v))
         .count();
+    // Every acceptor must learn every commit, with its value.
     Ok(verdict(
-        wrong == 0,
+        wrong == 0 && seen.commits.len() == proposals.len(),
         format!(
             "saw {} of {} commits, {wrong} wrong, {} acceptances failed",
             seen.commits.len(),

@@ -192,7 +192,14 @@ pub fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
     if server {
         let stop = stop_on_eof(true);
         let r = harness::serve(app, &opts, &params, tweaks, &a.name, &stop, |rt, rpc| {
-            say(&format!("ready node={} rpc={rpc} memory={:?}", rt.node(), rt.plan().memory));
+            let p = rt.plan();
+            say(&format!(
+                "ready app={} node={} rpc={rpc} switch={:?} memory={:?}",
+                p.app,
+                rt.node(),
+                p.switch,
+                p.memory
+            ));
         })?;
         if let Some(v) = r.verdict {
             say(&format!("verdict exact={} items={} {}", yes(v.exact), v.items, v.detail));
@@ -276,7 +283,9 @@ impl Proc {
         self.lines.recv_timeout(wait).ok()
     }
 
-    /// Closes stdin (the process stops) and collects what it prints.
+    /// Closes stdin (the process stops) and collects what it prints; the
+    /// last line says how it ended (`exit: 0`, `exit: <status>`, or `exit:
+    /// killed` when it did not stop within `wait`).
     fn finish(mut self, wait: Duration) -> Vec<String> {
         drop(self.child.stdin.take());
         let end = Instant::now() + wait;
@@ -284,10 +293,31 @@ impl Proc {
         while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
             out.push(l);
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => break st.code().map_or(format!("{st}"), |c| c.to_string()),
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break "killed".to_string();
+                }
+            }
+        };
+        out.push(format!("exit: {status}"));
         out
     }
+
+    /// Kills the process at once (a crash), without collecting anything.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a `finish` line reports a clean exit.
+fn exited_cleanly(lines: &[String]) -> bool {
+    lines.last().is_some_and(|l| l == "exit: 0")
 }
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -306,12 +336,15 @@ pub struct Infra {
     procs: Vec<Proc>,
     control: Vec<String>,
     controller: String,
+    /// What each process said when it started (nodes and ports).
+    announced: Vec<String>,
 }
 
 impl Infra {
     pub fn start(bins: Bins, switches: u8, faults: Option<&FaultArgs>) -> Result<Infra, String> {
         let mut procs = Vec::new();
         let mut control = Vec::new();
+        let mut announced = Vec::new();
         // The last switch of the chain first: the earlier one needs its node.
         let mut next: Option<String> = None;
         for i in (0..switches).rev() {
@@ -324,6 +357,7 @@ impl Infra {
                 args.push(format!("--next-hop={n}"));
             }
             let (p, first) = Proc::announced(&bins.protoplane, &format!("switch {i}"), &args)?;
+            announced.insert(0, format!("switch {i}: {first}"));
             next = field(&first, "node").map(str::to_string);
             control.insert(
                 0,
@@ -335,20 +369,23 @@ impl Infra {
         args.extend(control.iter().map(|c| format!("--switch={c}")));
         let (p, first) = Proc::announced(&bins.protoplane, "controller", &args)?;
         let controller = first.rsplit(' ').next().unwrap_or_default().to_string();
+        announced.push(format!("controller: {first}"));
         procs.push(p);
-        Ok(Infra { bins, procs, control, controller })
+        Ok(Infra { bins, procs, control, controller, announced })
     }
 
-    /// Stops everything; returns what each printed.
-    pub fn finish(self) -> Vec<String> {
-        let mut lines = Vec::new();
+    /// Stops everything; returns what each printed and whether every
+    /// process exited cleanly.
+    pub fn finish(self) -> (Vec<String>, bool) {
+        let mut lines = self.announced;
+        let mut clean = true;
         for p in self.procs.into_iter().rev() {
             let name = p.name.clone();
-            lines.extend(
-                p.finish(Duration::from_secs(5)).into_iter().map(|l| format!("{name}: {l}")),
-            );
+            let out = p.finish(Duration::from_secs(5));
+            clean &= exited_cleanly(&out);
+            lines.extend(out.into_iter().map(|l| format!("{name}: {l}")));
         }
-        lines
+        (lines, clean)
     }
 }
 
@@ -370,6 +407,8 @@ pub struct AppRun {
     server: Proc,
     clients: Vec<Proc>,
     pub ready: String,
+    /// The server checks results too (the agreement leader).
+    needs_server_verdict: bool,
 }
 
 /// What one application instance measured.
@@ -443,11 +482,14 @@ impl AppRun {
                 Proc::start(inc, &format!("client {m}"), &args)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(AppRun { server, clients, ready })
+        let needs_server_verdict = spec.app == App::Agreement.name();
+        Ok(AppRun { server, clients, ready, needs_server_verdict })
     }
 
     /// Waits for every client's verdict (until `deadline`), then stops the
-    /// server.
+    /// server. The run is exact only if every client printed a verdict of
+    /// `exact=yes`, the server's verdict (agreement) did too, and every
+    /// process exited with status 0.
     pub fn finish(self, deadline: Instant) -> RunReport {
         let mut r = RunReport { exact: true, ..RunReport::default() };
         r.lines.push(format!("server {}", self.ready));
@@ -476,21 +518,36 @@ impl AppRun {
                     r.lines.push(format!("client {m}: no verdict (timed out or failed)"));
                 }
             }
-            c.finish(Duration::from_secs(2));
+            let out = c.finish(Duration::from_secs(5));
+            if !exited_cleanly(&out) {
+                r.exact = false;
+            }
+            r.lines.push(format!("client {m}: {}", out.last().map_or("", String::as_str)));
         }
-        for l in self.server.finish(Duration::from_secs(10)) {
+        let out = self.server.finish(Duration::from_secs(10));
+        let mut server_verdict = None;
+        for l in &out {
             if l.starts_with("verdict") {
-                r.exact &= l.contains("exact=yes");
+                server_verdict = Some(l.contains("exact=yes"));
             }
             if l.starts_with("server ") {
-                r.server_packets = num(&l, "packets") as u64;
-                r.server_bytes = num(&l, "bytes") as u64;
-                r.server_cpu = num(&l, "cpu");
-                r.commit_latency_us = num(&l, "commit_latency_us");
-                r.leader_seconds = num(&l, "leader_s");
+                r.server_packets = num(l, "packets") as u64;
+                r.server_bytes = num(l, "bytes") as u64;
+                r.server_cpu = num(l, "cpu");
+                r.commit_latency_us = num(l, "commit_latency_us");
+                r.leader_seconds = num(l, "leader_s");
             }
             r.lines.push(format!("server: {l}"));
         }
+        match (self.needs_server_verdict, server_verdict) {
+            (_, Some(v)) => r.exact &= v,
+            (true, None) => {
+                r.exact = false;
+                r.lines.push("server: no verdict".into());
+            }
+            (false, None) => {}
+        }
+        r.exact &= exited_cleanly(&out);
         r
     }
 }
@@ -522,11 +579,13 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
     let mut report = match run {
         Ok(run) => run.finish(started + Duration::from_secs(a.timeout_s)),
         Err(e) => {
-            let lines = infra.finish();
+            let (lines, _) = infra.finish();
             return Err(format!("{e}\n{}", lines.join("\n")));
         }
     };
-    report.lines.extend(infra.finish());
+    let (lines, clean) = infra.finish();
+    report.lines.extend(lines);
+    report.exact &= clean;
     Ok(report)
 }
 

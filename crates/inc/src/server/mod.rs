@@ -43,13 +43,27 @@ pub struct ServerTuning {
     /// Most cells moved per period.
     pub moves_per_period: usize,
     /// How long an open vote instance waits before the agent re-proposes
-    /// and reads its slot, microseconds.
+    /// and reads its slot, microseconds; doubled at each re-proposal of the
+    /// instance (up to 64 times).
     pub vote_timeout_us: u64,
+    /// Vote instances open at first; more are queued. The window grows by
+    /// one per commit and halves, at most once per window of commits, when
+    /// a commit arrives marked with congestion (ECN) or an instance has to
+    /// be proposed again (AIMD, the signal the clients' flows use).
+    pub vote_window: u32,
+    /// The largest vote window.
+    pub max_vote_window: u32,
 }
 
 impl Default for ServerTuning {
     fn default() -> Self {
-        ServerTuning { period_us: 20_000, moves_per_period: 256, vote_timeout_us: 20_000 }
+        ServerTuning {
+            period_us: 20_000,
+            moves_per_period: 256,
+            vote_timeout_us: 20_000,
+            vote_window: 32,
+            max_vote_window: 1024,
+        }
     }
 }
 
@@ -158,6 +172,8 @@ struct Instance {
     committed: bool,
     proposed_at: u64,
     ready: bool,
+    /// Times proposed again (the timeout doubles with each).
+    tries: u32,
 }
 
 /// The slot reads of one chunk's recovery.
@@ -240,6 +256,15 @@ pub struct ServerAgent {
     recover_reads: HashMap<u32, Recovery>,
     newest_chunk: u32,
     instances: BTreeMap<u32, Instance>,
+    /// Proposals waiting for room in the vote window.
+    queued: VecDeque<(u32, i64)>,
+    queued_ids: std::collections::HashSet<u32>,
+    /// Vote instances allowed open at once (AIMD).
+    vote_window: f64,
+    /// Commits since the window last halved.
+    since_halving: u32,
+    /// Commit notices some member has not acknowledged.
+    notices: BTreeMap<u32, votes::Notice>,
     member_nodes: Vec<Option<u16>>,
     free_vote_slots: Vec<u32>,
     snapshot: HashMap<Vec<u8>, i64>,
@@ -305,6 +330,11 @@ impl ServerAgent {
             recover_reads: HashMap::new(),
             newest_chunk: 0,
             instances: BTreeMap::new(),
+            queued: VecDeque::new(),
+            queued_ids: std::collections::HashSet::new(),
+            vote_window: f64::from(tuning.vote_window.max(1)),
+            since_halving: 0,
+            notices: BTreeMap::new(),
             member_nodes,
             free_vote_slots,
             snapshot: HashMap::new(),
@@ -363,7 +393,10 @@ impl ServerAgent {
             t = Some(self.next_period);
         }
         for i in self.instances.values().filter(|i| !i.committed && i.ready) {
-            let at = i.proposed_at + self.tuning.vote_timeout_us;
+            let at = i.proposed_at + self.vote_timeout(i.tries);
+            t = Some(t.map_or(at, |t: u64| t.min(at)));
+        }
+        if let Some(at) = self.next_notice() {
             t = Some(t.map_or(at, |t: u64| t.min(at)));
         }
         t
@@ -486,9 +519,9 @@ impl ServerAgent {
         match h.kind {
             Kind::Add => self.on_add(&p),
             Kind::Agg => self.on_agg(&p),
-            Kind::Vote => self.on_vote(&p),
+            Kind::Vote => self.on_vote(now, &p),
             Kind::Wide => self.on_wide(now, &p),
-            Kind::Result => self.on_result(&p),
+            Kind::Result => self.on_result(now, &p),
             Kind::Ack => self.stats.ignored += 1,
         }
     }
@@ -570,6 +603,7 @@ impl ServerAgent {
                     _ => {}
                 }
             }
+            self.on_commit_acks(&h, items);
             return;
         }
         let fresh = self.first_time(&h);
@@ -711,11 +745,14 @@ impl ServerAgent {
     }
 
     /// A completed chunk or a reached quorum from the data plane.
-    fn on_result(&mut self, p: &Packet) {
+    fn on_result(&mut self, now: u64, p: &Packet) {
         let h = p.header;
         if h.flags.has(Flags::QUORUM) {
             let Some(pair) = p.pair_items().first() else { return };
-            self.commit(pair.key, true);
+            if h.flags.has(Flags::ECN) {
+                self.congested();
+            }
+            self.commit(now, pair.key, true);
             return;
         }
         let chunk = h.aux;
@@ -750,13 +787,18 @@ impl ServerAgent {
             .instances
             .iter()
             .filter(|(_, i)| {
-                !i.committed && i.ready && now >= i.proposed_at + self.tuning.vote_timeout_us
+                !i.committed && i.ready && now >= i.proposed_at + self.vote_timeout(i.tries)
             })
             .map(|(id, _)| *id)
             .collect();
+        if !late.is_empty() {
+            self.congested();
+        }
+        self.resend_notices(now);
         for id in late {
             let Some(inst) = self.instances.get_mut(&id) else { continue };
             inst.proposed_at = now;
+            inst.tries += 1;
             let addr = inst.addr;
             if !addr.is_none() {
                 let control = Control::ReadMeta {
@@ -892,7 +934,7 @@ impl ServerAgent {
             (Pending::VoteCheck { instance }, ControlReply::Meta(m)) => {
                 if let Some((tag, count, _, _)) = m.first() {
                     if *tag == instance && *count >= self.plan.threshold {
-                        self.commit(instance, true);
+                        self.commit(now, instance, true);
                     }
                 }
             }

@@ -527,9 +527,11 @@ impl Controller {
     }
 
     /// The plan of application `name`, and its members' nodes so far.
+    /// The plan carries no key: only the server agent (at registration)
+    /// and the members (at their joins) get it.
     pub fn lookup(&self, name: &str) -> Option<(AppPlan, Vec<Option<u16>>)> {
         let r = &self.apps[self.names.get(name)?];
-        Some((r.plan.clone(), r.members.clone()))
+        Some((AppPlan { key: Key::default(), ..r.plan.clone() }, r.members.clone()))
     }
 
     /// The application's server agent is alive.

@@ -70,6 +70,18 @@ pub async fn worker(
     lines: &[&str],
     batch: usize,
 ) -> Result<u64, Status> {
+    worker_part(client, lines, batch, true).await
+}
+
+/// Counts `lines` in batches of `batch` lines, and says it is done if
+/// `last` (a worker may do its share from several processes one after
+/// another); returns the words sent.
+pub async fn worker_part(
+    client: &WordCountIncClient,
+    lines: &[&str],
+    batch: usize,
+    last: bool,
+) -> Result<u64, Status> {
     let mut sent = 0;
     for (i, part) in lines.chunks(batch.max(1)).enumerate() {
         let mut counts: HashMap<String, i64> = HashMap::new();
@@ -79,7 +91,9 @@ pub async fn worker(
         sent += counts.len() as u64;
         send(client, &format!("batch {i}"), &counts).await?;
     }
-    send(client, "", &HashMap::from([(DONE.to_string(), 1)])).await?;
+    if last {
+        send(client, "", &HashMap::from([(DONE.to_string(), 1)])).await?;
+    }
     Ok(sent)
 }
 

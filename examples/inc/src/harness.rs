@@ -209,6 +209,11 @@ pub fn serve(
             agreement::leader(&mut rt, &proposals, Duration::from_secs(120))?
         };
         leader_time = Some(started.elapsed());
+        write_results(
+            params,
+            "server",
+            committed.iter().map(|(i, v)| serde_json::json!({"instance": i, "value": v})),
+        );
         let expect: BTreeMap<u32, i32> = proposals.iter().map(|(i, v)| (*i, *v as i32)).collect();
         verdict = Some(self::verdict(
             committed == expect,
@@ -267,12 +272,38 @@ pub fn client(
             }
             App::Agreement => {
                 let c = AcceptorIncClient::new(channel, filter, agent).map_err(status)?;
-                (agreement_client(&c, params).await?, c.inc().stats())
+                (agreement_client(&c, params, member).await?, c.inc().stats())
             }
         };
         verdict.face = face;
         Ok(verdict)
     })
+}
+
+/// Writes `rows` as JSON lines to `DIR/<file>.jsonl` when results are asked
+/// for (`inc run --results DIR`).
+fn write_results(params: &Params, file: &str, rows: impl Iterator<Item = serde_json::Value>) {
+    let Some(dir) = &params.results else { return };
+    let mut text = String::new();
+    for r in rows {
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    if let Err(e) = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join(format!("{file}.jsonl")), text))
+    {
+        eprintln!("results: {}: {e}", dir.display());
+    }
+}
+
+/// The half of `items` a part of a restarted member sends.
+fn part_of<T>(items: &[T], part: Option<u8>) -> &[T] {
+    let half = items.len() / 2;
+    match part {
+        Some(1) => &items[..half],
+        Some(_) => &items[half..],
+        None => items,
+    }
 }
 
 fn verdict(exact: bool, detail: String, items: u64) -> Verdict {
@@ -297,6 +328,11 @@ async fn sync_client(
         );
         progress(len);
     }
+    write_results(
+        params,
+        &format!("client-{member}"),
+        got.iter().enumerate().map(|(s, sums)| serde_json::json!({"step": s, "sums": sums})),
+    );
     let expect = check::sync_expected(seed, n, scale, params.overflow_permille);
     let values: usize = expect.iter().map(Vec::len).sum();
     Ok(verdict(
@@ -312,15 +348,31 @@ async fn async_client(
     member: u16,
 ) -> Result<Verdict, String> {
     let (n, scale) = (params.clients, params.scale);
+    let share = check::corpus_share(member, n, scale);
+    let last = params.part != Some(1);
     let sent =
-        async_agg::worker(c, &check::corpus_share(member, n, scale), 50).await.map_err(status)?;
+        async_agg::worker_part(c, part_of(&share, params.part), 50, last).await.map_err(status)?;
     if member != 0 {
+        let name = format!(
+            "client-{member}{}",
+            params.part.map_or(String::new(), |p| format!("-part{p}"))
+        );
+        write_results(
+            params,
+            &name,
+            std::iter::once(serde_json::json!({"sent_word_counts": sent})),
+        );
         return Ok(verdict(true, format!("sent {sent} word counts"), sent));
     }
     let expect = check::word_counts(scale);
     let mut words: Vec<String> = expect.keys().cloned().collect();
     words.sort();
     let got = async_agg::reader(c, i64::from(n), &words).await.map_err(status)?;
+    write_results(
+        params,
+        "client-0",
+        words.iter().map(|w| serde_json::json!({"word": w, "count": got.get(w)})),
+    );
     let wrong = expect.iter().filter(|(w, n)| got.get(*w) != Some(n)).count();
     let total: i64 = expect.values().sum();
     Ok(verdict(
@@ -333,14 +385,30 @@ async fn async_client(
 async fn kv_client(c: &MonitorIncClient, params: &Params, member: u16) -> Result<Verdict, String> {
     let (seed, n, scale) = (params.seed, params.clients, params.scale);
     let host = format!("host-{member}");
-    let sent = key_value::reporter(c, &host, &check::reports(seed, member, scale))
+    let reports = check::reports(seed, member, scale);
+    let last = params.part != Some(1);
+    let sent = key_value::reporter_part(c, &host, part_of(&reports, params.part), last)
         .await
         .map_err(status)?;
     if member != 0 {
+        let name = format!(
+            "client-{member}{}",
+            params.part.map_or(String::new(), |p| format!("-part{p}"))
+        );
+        write_results(
+            params,
+            &name,
+            std::iter::once(serde_json::json!({"sent_counter_updates": sent})),
+        );
         return Ok(verdict(true, format!("sent {sent} counter updates"), sent));
     }
     let keys: Vec<i64> = (0..check::KV_KEYS).collect();
     let (got, latency) = key_value::dashboard(c, i64::from(n), &keys).await.map_err(status)?;
+    write_results(
+        params,
+        "client-0",
+        keys.iter().zip(&got).map(|(k, v)| serde_json::json!({"key": k, "value": v})),
+    );
     let expect = check::kv_expected(seed, n, scale);
     let wrong = got.iter().zip(&expect).filter(|(g, e)| g != e).count();
     Ok(verdict(
@@ -354,11 +422,20 @@ async fn kv_client(c: &MonitorIncClient, params: &Params, member: u16) -> Result
     ))
 }
 
-async fn agreement_client(c: &AcceptorIncClient, params: &Params) -> Result<Verdict, String> {
+async fn agreement_client(
+    c: &AcceptorIncClient,
+    params: &Params,
+    member: u16,
+) -> Result<Verdict, String> {
     let proposals: HashMap<u32, i64> =
         check::proposals(params.seed, params.scale).into_iter().collect();
     let seen =
         agreement::acceptor(c, proposals.len(), Duration::from_secs(3)).await.map_err(status)?;
+    write_results(
+        params,
+        &format!("client-{member}"),
+        seen.commits.iter().map(|(i, v)| serde_json::json!({"instance": i, "value": v})),
+    );
     let wrong = seen
         .commits
         .iter()

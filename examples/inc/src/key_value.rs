@@ -55,18 +55,32 @@ async fn report(
     client.report(Request::new(&b.finish())).await.map(|_| ())
 }
 
-/// Sends each report (counter deltas) as `host`; returns the items sent.
+/// Sends each report (counter deltas) as `host`, then says it is done;
+/// returns the items sent.
 pub async fn reporter(
     client: &MonitorIncClient,
     host: &str,
     reports: &[Vec<(i64, i64)>],
+) -> Result<u64, Status> {
+    reporter_part(client, host, reports, true).await
+}
+
+/// Sends each report as `host`, and says it is done if `last` (a reporter
+/// may send its reports from several processes one after another).
+pub async fn reporter_part(
+    client: &MonitorIncClient,
+    host: &str,
+    reports: &[Vec<(i64, i64)>],
+    last: bool,
 ) -> Result<u64, Status> {
     let mut sent = 0;
     for r in reports {
         sent += r.len() as u64;
         report(client, host, r).await?;
     }
-    report(client, host, &[(DONE, 1)]).await?;
+    if last {
+        report(client, host, &[(DONE, 1)]).await?;
+    }
     Ok(sent)
 }
 

@@ -89,6 +89,13 @@ pub struct Params {
     pub overflow_permille: u32,
     /// Agreement: propose one instance at a time and time each commit.
     pub sequential: bool,
+    /// A client's work in two processes, one after the other (a member
+    /// that restarts): `Some(1)` does the first half and exits, `Some(2)`
+    /// joins as the same member and does the rest (key-value, async-agg).
+    pub part: Option<u8>,
+    /// Where each role writes its results as JSON lines (`inc run
+    /// --results DIR`).
+    pub results: Option<std::path::PathBuf>,
 }
 
 /// Benchmark overrides of what a NetFilter asks for.

@@ -79,6 +79,10 @@ pub enum IncCommand {
     /// One client process of an example (driven by `inc run`).
     #[command(hide = true)]
     Client(RoleArgs),
+    /// Print the inputs each role of an example sends, as JSON lines (the
+    /// data `inc run --seed S` uses), so results can be recomputed
+    /// without this code.
+    Gen(GenArgs),
 }
 
 /// `protoplane inc run`.
@@ -102,8 +106,46 @@ pub struct RunArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 180)]
     timeout_s: u64,
+    /// Kill the controller this many milliseconds into the run (SIGKILL)
+    /// and start a new one on its port; a second instance of the
+    /// application then starts beside the first, and both must be exact
+    /// (the new controller must not hand out what the switches hold).
+    #[arg(long)]
+    restart_controller_ms: Option<u64>,
+    /// This member's client does half of its work and exits; a new process
+    /// joins as the same member and does the rest (key-value, async-agg;
+    /// not member 0, which reads the results).
+    #[arg(long)]
+    restart_client: Option<u16>,
+    /// Forge datagrams during the run: to the switch itself (a loop), to a
+    /// port that is not the application's (a relay), an aggregation chunk
+    /// far ahead, packets of an application nobody installed. None may
+    /// reach the port or change a result; the switch must count them.
+    #[arg(long)]
+    attack: bool,
+    /// Write each role's results as JSON lines into this directory
+    /// (`client-M.jsonl`, `server.jsonl`).
+    #[arg(long)]
+    results: Option<PathBuf>,
     #[command(flatten)]
     faults: FaultArgs,
+}
+
+/// `protoplane inc gen`.
+#[derive(clap::Args, Debug)]
+pub struct GenArgs {
+    /// sync-agg, async-agg, key-value or agreement.
+    #[arg(long)]
+    app: String,
+    /// The seed `inc run --seed S` uses.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Clients (members).
+    #[arg(long, default_value_t = 4)]
+    clients: u16,
+    /// Work per client.
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
 }
 
 /// A role process of `inc run`.
@@ -147,6 +189,12 @@ pub struct RoleArgs {
     /// Clients: the gRPC address of the application's server.
     #[arg(long)]
     rpc: Option<SocketAddr>,
+    /// Clients: do half of the work (1: the first half, exit; 2: the rest).
+    #[arg(long)]
+    part: Option<u8>,
+    /// Write results as JSON lines into this directory.
+    #[arg(long)]
+    results: Option<PathBuf>,
     #[command(flatten)]
     faults: FaultArgs,
 }
@@ -166,6 +214,8 @@ fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params, Tweaks), String> {
         scale: a.scale,
         overflow_permille: a.overflow_permille,
         sequential: a.sequential,
+        part: a.part,
+        results: a.results.clone(),
     };
     let tweaks = Tweaks {
         clear: match &a.clear {
@@ -283,6 +333,16 @@ impl Proc {
         self.lines.recv_timeout(wait).ok()
     }
 
+    /// The first line starting with `prefix`, waiting until `deadline`.
+    fn line_matching(&mut self, prefix: &str, deadline: Instant) -> Option<String> {
+        while let Some(l) = self.line(deadline.saturating_duration_since(Instant::now())) {
+            if l.starts_with(prefix) {
+                return Some(l);
+            }
+        }
+        None
+    }
+
     /// Closes stdin (the process stops) and collects what it prints; the
     /// last line says how it ended (`exit: 0`, `exit: <status>`, or `exit:
     /// killed` when it did not stop within `wait`).
@@ -374,6 +434,21 @@ impl Infra {
         Ok(Infra { bins, procs, control, controller, announced })
     }
 
+    /// Kills the controller (SIGKILL) and starts a new one on its port.
+    pub fn restart_controller(&mut self) -> Result<(), String> {
+        let i = self.procs.iter().position(|p| p.name == "controller").ok_or("no controller")?;
+        let old = self.procs.remove(i);
+        old.kill();
+        let port = self.controller.rsplit(':').next().unwrap_or_default().to_string();
+        let mut args =
+            vec!["controller".to_string(), "--stop-on-eof".into(), format!("--port={port}")];
+        args.extend(self.control.iter().map(|c| format!("--switch={c}")));
+        let (p, first) = Proc::announced(&self.bins.protoplane, "controller", &args)?;
+        self.announced.push(format!("controller (restarted): {first}"));
+        self.procs.push(p);
+        Ok(())
+    }
+
     /// Stops everything; returns what each printed and whether every
     /// process exited cleanly.
     pub fn finish(self) -> (Vec<String>, bool) {
@@ -399,6 +474,10 @@ pub struct AppSpec {
     pub seed: u64,
     pub extra: Vec<String>,
     pub progress: bool,
+    /// A member whose client restarts halfway.
+    pub restart_member: Option<u16>,
+    /// Where the roles write their results.
+    pub results: Option<PathBuf>,
 }
 
 /// A running application instance.
@@ -406,6 +485,9 @@ pub struct AppSpec {
 pub struct AppRun {
     server: Proc,
     clients: Vec<Proc>,
+    /// The restarting member's second process: its arguments.
+    restart: Option<(u16, Vec<String>)>,
+    inc: PathBuf,
     pub ready: String,
     /// The server checks results too (the agreement leader).
     needs_server_verdict: bool,
@@ -469,21 +551,29 @@ impl AppRun {
             if spec.progress && role == "client" {
                 v.push("--progress".into());
             }
+            if let Some(dir) = &spec.results {
+                v.push(format!("--results={}", dir.display()));
+            }
             v.extend(spec.extra.iter().cloned());
             v
         };
         let inc = &infra.bins.inc;
         let (server, ready) = Proc::announced(inc, "server", &role("server", 0))?;
         let rpc = field(&ready, "rpc").ok_or_else(|| format!("server announced {ready:?}"))?;
+        let mut restart = None;
         let clients = (0..spec.clients)
             .map(|m| {
                 let mut args = role("client", m);
                 args.push(format!("--rpc={rpc}"));
+                if spec.restart_member == Some(m) {
+                    restart = Some((m, [args.clone(), vec!["--part=2".into()]].concat()));
+                    args.push("--part=1".into());
+                }
                 Proc::start(inc, &format!("client {m}"), &args)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let needs_server_verdict = spec.app == App::Agreement.name();
-        Ok(AppRun { server, clients, ready, needs_server_verdict })
+        Ok(AppRun { server, clients, restart, inc: inc.clone(), ready, needs_server_verdict })
     }
 
     /// Waits for every client's verdict (until `deadline`), then stops the
@@ -493,7 +583,30 @@ impl AppRun {
     pub fn finish(self, deadline: Instant) -> RunReport {
         let mut r = RunReport { exact: true, ..RunReport::default() };
         r.lines.push(format!("server {}", self.ready));
-        for (m, mut c) in self.clients.into_iter().enumerate() {
+        let mut clients: Vec<(usize, Proc)> = self.clients.into_iter().enumerate().collect();
+        if let Some((m, args)) = &self.restart {
+            // The first process of the member does its half and exits;
+            // then a new one joins as the same member.
+            let m = usize::from(*m);
+            let first = clients.remove(m).1;
+            let mut first = first;
+            let verdict = first.line_matching("verdict", deadline);
+            let out = first.finish(Duration::from_secs(5));
+            r.lines.push(format!(
+                "client {m} (first process): {}, {}",
+                verdict.as_deref().unwrap_or("no verdict"),
+                out.last().map_or("", String::as_str)
+            ));
+            r.exact &= verdict.is_some_and(|v| v.contains("exact=yes")) && exited_cleanly(&out);
+            match Proc::start(&self.inc, &format!("client {m} (restarted)"), args) {
+                Ok(p) => clients.insert(m, (m, p)),
+                Err(e) => {
+                    r.exact = false;
+                    r.lines.push(format!("client {m}: the restart failed: {e}"));
+                }
+            }
+        }
+        for (m, mut c) in clients {
             let mut verdict = None;
             while let Some(l) = c.line(deadline.saturating_duration_since(Instant::now())) {
                 if l.starts_with("progress") {
@@ -555,7 +668,7 @@ impl AppRun {
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
-    App::parse(&a.app)
+    let app = App::parse(&a.app)
         .ok_or_else(|| format!("--app {:?}: sync-agg, async-agg, key-value or agreement", a.app))?;
     a.faults.check().map_err(|e| e.to_string())?;
     if a.clients == 0 || a.clients > 32 {
@@ -564,29 +677,220 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
     if !(1..=2).contains(&a.switches) {
         return Err(format!("--switches {}: 1 or 2", a.switches));
     }
+    if let Some(m) = a.restart_client {
+        if !matches!(app, App::KeyValue | App::AsyncAgg) || m == 0 || m >= a.clients {
+            return Err(format!(
+                "--restart-client {m}: a member from 1 to {} of key-value or async-agg \
+                 (member 0 reads the results)",
+                a.clients - 1
+            ));
+        }
+    }
     let switches = if a.no_switch { 0 } else { a.switches };
-    let infra = Infra::start(Bins::find()?, switches, Some(&a.faults))?;
+    let mut infra = Infra::start(Bins::find()?, switches, Some(&a.faults))?;
     let spec = AppSpec {
         app: a.app.clone(),
         clients: a.clients,
         scale: a.scale,
         agent_faults: a.no_switch.then(|| a.faults.clone()),
         seed: a.faults.seed,
+        restart_member: a.restart_client,
+        results: a.results.clone(),
         ..AppSpec::default()
     };
     let started = Instant::now();
-    let run = AppRun::start(&infra, &spec);
-    let mut report = match run {
-        Ok(run) => run.finish(started + Duration::from_secs(a.timeout_s)),
+    let deadline = started + Duration::from_secs(a.timeout_s);
+    let run = match AppRun::start(&infra, &spec) {
+        Ok(run) => run,
         Err(e) => {
             let (lines, _) = infra.finish();
             return Err(format!("{e}\n{}", lines.join("\n")));
         }
     };
+    let attack = if a.attack { Some(Attack::start(&infra, &run)?) } else { None };
+    let mut second = None;
+    let mut notes = Vec::new();
+    if let Some(ms) = a.restart_controller_ms {
+        std::thread::sleep(Duration::from_millis(ms));
+        infra.restart_controller()?;
+        notes.push(format!("controller killed and restarted {ms} ms into the run"));
+        // A second instance while the first runs: the new controller must
+        // give it an id, flows and memory the switches do not hold.
+        let spec2 = AppSpec {
+            restart_member: None,
+            results: a.results.as_ref().map(|d| d.join("second")),
+            ..spec.clone()
+        };
+        second = Some(AppRun::start(&infra, &spec2)?);
+    }
+    let mut report = run.finish(deadline);
+    if let Some(run) = second {
+        let r2 = run.finish(deadline);
+        report.exact &= r2.exact;
+        report.lines.push("second instance:".into());
+        report.lines.extend(r2.lines.into_iter().map(|l| format!("  {l}")));
+    }
+    // The forgeries stop before the switch does, so it saw every one.
+    let attack = attack.map(Attack::stop);
     let (lines, clean) = infra.finish();
     report.lines.extend(lines);
     report.exact &= clean;
+    if let Some(attack) = attack {
+        let (ok, line) = attack.check(&report.lines);
+        report.exact &= ok;
+        notes.push(line);
+    }
+    report.lines.extend(notes);
     Ok(report)
+}
+
+/// Forged datagrams sent during a run (`inc run --attack`).
+#[derive(Debug)]
+struct Attack {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sender: std::thread::JoinHandle<(u64, u64)>,
+    bystander: std::net::UdpSocket,
+}
+
+impl Attack {
+    /// Starts sending, from a socket of its own, to the first switch (or,
+    /// without one, to the server agent).
+    fn start(infra: &Infra, run: &AppRun) -> Result<Attack, String> {
+        use protoplane_inc::packet::{Addr, Header, Kind, Packet, Pair};
+        let app: u16 = field(&run.ready, "app").and_then(|v| v.parse().ok()).ok_or("no app id")?;
+        let server: u16 =
+            field(&run.ready, "node").and_then(|v| v.parse().ok()).ok_or("no server node")?;
+        let switch: Option<u16> = infra
+            .announced
+            .iter()
+            .find(|l| l.starts_with("switch 0:"))
+            .and_then(|l| field(l, "node"))
+            .and_then(|v| v.parse().ok());
+        let target = switch.unwrap_or(server);
+        let bystander = std::net::UdpSocket::bind((LOOPBACK, 0)).map_err(|e| e.to_string())?;
+        bystander.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let port = bystander.local_addr().map_err(|e| e.to_string())?.port();
+        let sock = std::net::UdpSocket::bind((LOOPBACK, 0)).map_err(|e| e.to_string())?;
+        let src = sock.local_addr().map_err(|e| e.to_string())?.port();
+        let packets: Vec<Vec<u8>> = [app, app ^ 0x7fff]
+            .into_iter()
+            .flat_map(|id| {
+                let wide = |dst: u16| {
+                    let mut h = Header::new(Kind::Wide, id, server, dst);
+                    h.ext = Header::SEQUENCED;
+                    Packet::wide(h, Vec::new()).to_bytes()
+                };
+                let mut far = Header::new(Kind::Agg, id, src, server);
+                far.aux = (1 << 30) + 5;
+                let pairs = (0..8)
+                    .map(|i| Pair { key: i, addr: Addr::new(0, i as u8, 5), value: 1 << 20 })
+                    .collect();
+                // A relay to a port outside the application, a loop through
+                // the switch, a chunk far ahead.
+                [wide(port), wide(target), Packet::pairs(far, pairs).to_bytes()]
+            })
+            .collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let sender = std::thread::spawn(move || {
+            let mut sent = 0u64;
+            while !s.load(Ordering::Relaxed) && sent < 30_000 {
+                for p in &packets {
+                    if sock.send_to(p, (LOOPBACK, target)).is_ok() {
+                        sent += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (sent, packets.len() as u64)
+        });
+        Ok(Attack { stop, sender, bystander })
+    }
+
+    /// Stops sending; how many datagrams went out.
+    fn stop(self) -> Stopped {
+        self.stop.store(true, Ordering::Relaxed);
+        let (sent, _) = self.sender.join().unwrap_or((0, 0));
+        Stopped { sent, bystander: self.bystander }
+    }
+}
+
+/// An attack that stopped.
+#[derive(Debug)]
+struct Stopped {
+    sent: u64,
+    bystander: std::net::UdpSocket,
+}
+
+impl Stopped {
+    /// Whether nothing leaked (the bystander port received nothing) and a
+    /// switch counted the forgeries as dropped (all but what loopback
+    /// itself may drop when a socket buffer is full: 5%), and a line
+    /// saying so.
+    fn check(self, lines: &[String]) -> (bool, String) {
+        let sent = self.sent;
+        let mut buf = [0u8; 2048];
+        let mut leaked = 0;
+        while self.bystander.recv_from(&mut buf).is_ok() {
+            leaked += 1;
+        }
+        let stats = lines.iter().find(|l| l.contains("switch stats"));
+        let count = |key: &str| -> u64 {
+            stats
+                .and_then(|l| l.split(&format!("{key}: ")).nth(1))
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let dropped = count("forged") + count("not_admitted");
+        let counted = stats.is_none() || (dropped * 100 >= sent * 95 && dropped <= sent);
+        (
+            leaked == 0 && counted,
+            format!(
+                "attack: {sent} forged datagrams sent, {leaked} reached the bystander port, \
+                 the switch dropped {dropped} (forged or not admitted)"
+            ),
+        )
+    }
+}
+
+/// `protoplane inc gen`: every input of a run as JSON lines.
+pub fn inc_gen(a: &GenArgs, out: &mut impl Write) -> Result<(), String> {
+    let app = App::parse(&a.app)
+        .ok_or_else(|| format!("--app {:?}: sync-agg, async-agg, key-value or agreement", a.app))?;
+    if a.clients == 0 || a.clients > 32 {
+        return Err(format!("--clients {}: 1 to 32", a.clients));
+    }
+    let mut w = |v: serde_json::Value| writeln!(out, "{v}").map_err(|e| format!("stdout: {e}"));
+    match app {
+        App::SyncAgg => {
+            for m in 0..a.clients {
+                for (step, g) in crate::check::gradients(a.seed, m, a.scale, 0).iter().enumerate() {
+                    w(serde_json::json!({"member": m, "step": step, "gradient": g}))?;
+                }
+            }
+        }
+        App::AsyncAgg => {
+            for m in 0..a.clients {
+                for line in crate::check::corpus_share(m, a.clients, a.scale) {
+                    w(serde_json::json!({"member": m, "line": line}))?;
+                }
+            }
+        }
+        App::KeyValue => {
+            for m in 0..a.clients {
+                for (i, r) in crate::check::reports(a.seed, m, a.scale).iter().enumerate() {
+                    w(serde_json::json!({"member": m, "report": i, "deltas": r}))?;
+                }
+            }
+        }
+        App::Agreement => {
+            for (instance, value) in crate::check::proposals(a.seed, a.scale) {
+                w(serde_json::json!({"role": "leader", "instance": instance, "value": value}))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn print_run(a: &RunArgs, r: &RunReport) -> String {

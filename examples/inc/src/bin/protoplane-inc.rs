@@ -51,5 +51,14 @@ fn main() -> ExitCode {
         IncCommand::Client(args) => {
             runner::run_role(&args, false).map_or_else(failed, |()| ExitCode::SUCCESS)
         }
+        IncCommand::Gen(args) => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            match runner::inc_gen(&args, &mut out)
+                .and_then(|()| out.flush().map_err(|e| format!("stdout: {e}")))
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
     }
 }

@@ -18,6 +18,10 @@
 //! - `overflow`: synchronous aggregation with a growing share of values
 //!   whose sums leave 32 bits: goodput against the overflow ratio (NetRPC
 //!   Fig. 13), an SVG.
+//! - `mac`: what authenticating packets costs the data plane — the
+//!   switch's time per packet (`Switch::process`, in this process) and,
+//!   on the same datagrams, the MAC work alone (verifying what comes in,
+//!   sealing what goes out), for each packet kind.
 //!
 //! Schemes of one experiment alternate within a round, rounds repeat, and
 //! the tables show medians; absolute numbers drift on a shared machine,
@@ -50,7 +54,7 @@ pub(crate) struct IncArgs {
     /// Clients per application.
     #[arg(long, default_value_t = 4)]
     clients: u16,
-    /// Only these experiments (apps, clear, cache, share, overflow).
+    /// Only these experiments (apps, clear, cache, share, overflow, mac).
     #[arg(long, value_delimiter = ',')]
     experiments: Vec<String>,
 }
@@ -416,6 +420,9 @@ pub(crate) fn run(a: &IncArgs) -> Result<String, String> {
     if want("overflow") {
         plots.push(overflow(&mut b, rounds, scale.min(4), &a.out)?);
     }
+    if want("mac") {
+        mac(&mut b, rounds.max(3))?;
+    }
     if let Some(path) = &a.csv {
         let mut csv = String::from("experiment,app,scheme,round,metric,value\n");
         for r in &b.rows {
@@ -562,10 +569,181 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
         }
         s.push('\n');
     }
+    if has("mac") {
+        let _ = writeln!(
+            s,
+            "## The MAC on the data plane
+"
+        );
+        let _ = writeln!(
+            s,
+            "Per packet, medians of rounds: the switch's whole pass (`Switch::process`: MAC check, \
+             parse, registers, the answer built and sealed) and the MAC work alone on the same \
+             datagrams (SipHash-2-4 over what comes in and what goes out).\n"
+        );
+        let _ = writeln!(s, "| packet | bytes in | pipeline ns/packet | MAC ns/packet | MAC share of the pipeline | MAC share of the switch process (target ≤ 10%) |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+        let process = b.med("mac", "process", "switch", "ns_per_packet");
+        for kind in MAC_KINDS {
+            let total = b.med("mac", kind, "switch", "ns_per_packet");
+            let m = b.med("mac", kind, "mac", "ns_per_packet");
+            let bytes = b.med("mac", kind, "switch", "bytes_in");
+            let share = m / total;
+            let of_process = m / process;
+            let mark = if of_process <= 0.10 { "met" } else { "NOT met" };
+            let _ = writeln!(
+                s,
+                "| {kind} | {bytes:.0} | {total:.0} | {m:.0} | {:.1}% | {:.1}% ({mark}) |",
+                share * 100.0,
+                of_process * 100.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nThe switch process spent {process:.0} ns of CPU per datagram in a synchronous \
+             aggregation (4 clients, scale 4: UDP receive and send, the pipeline, fault \
+             injection); the pipeline alone is the in-process figure.\n"
+        );
+    }
     for p in plots {
         let _ = writeln!(s, "plot: {p}");
     }
     s.push_str(&b.log);
     let _ = writeln!(s, "exact: {}", if b.exact { "yes" } else { "no" });
     s
+}
+
+/// The packet kinds the `mac` experiment times.
+const MAC_KINDS: [&str; 3] = ["add-32-pairs", "agg-32-pairs", "vote"];
+
+/// `mac`: the switch's time per packet and the MAC's share of it.
+fn mac(b: &mut Bench, rounds: u32) -> Result<(), String> {
+    use protoplane_inc::mac::Key;
+    use protoplane_inc::packet::{seal, verify, Addr, Flags, Header, Kind, Packet, Pair};
+    use protoplane_inc::switch::{
+        AppEntry, Control, CountMode, Destinations, Emit, Switch, SwitchConfig,
+    };
+    const N: u32 = 200_000;
+    let key = Key([7; 16]);
+    let config = SwitchConfig { node: 900, ..SwitchConfig::default() };
+    let members: Vec<u16> = (1..=32).collect();
+    let entry = AppEntry {
+        app: 1,
+        server: 100,
+        members: members.clone(),
+        forward: Destinations::Members,
+        flow_base: 0,
+        flows: 32,
+        mem_base: 0,
+        mem_len: 1024,
+        threshold: u32::MAX,
+        count: CountMode::TestAndSet,
+        modify: None,
+        key,
+    };
+    // The packets of one kind, numbered `i`: every pair applied (adds to
+    // cells whose tags match, contributions to an open slot, votes).
+    let packet = |kind: &str, i: u32| -> Packet {
+        let flow = (i % 32) as u16;
+        let seq = i / 32;
+        let mut h = Header::new(Kind::Add, 1, flow + 1, 100);
+        h.flow = flow;
+        h.ext = Header::SEQUENCED;
+        h.seq = seq;
+        if (seq / config.window) & 1 == 1 {
+            h.flags = Flags(Flags::FLIP);
+        }
+        match kind {
+            "add-32-pairs" => Packet::pairs(
+                h,
+                (0..32u32)
+                    .map(|g| Pair { key: g, addr: Addr::new(0, g as u8, 0), value: 1 })
+                    .collect(),
+            ),
+            "agg-32-pairs" => {
+                h.kind = Kind::Agg;
+                h.ext = 0;
+                h.seq = 0;
+                h.aux = seq % 512;
+                Packet::pairs(
+                    h,
+                    (0..32u32)
+                        .map(|g| Pair {
+                            key: g,
+                            addr: Addr::new(0, g as u8, (seq % 512) as u16),
+                            value: 1,
+                        })
+                        .collect(),
+                )
+            }
+            _ => {
+                h.kind = Kind::Vote;
+                h.aux = 7;
+                Packet::pairs(h, vec![Pair { key: 7, addr: Addr::new(0, 0, 600), value: 1 }])
+            }
+        }
+    };
+    for round in 0..rounds {
+        for kind in MAC_KINDS {
+            let mut sw = match Switch::new(config.clone()) {
+                Ok(s) => s,
+                Err(e) => return Err(e.to_string()),
+            };
+            sw.control(Control::Install(entry.clone()));
+            let cells = (0..32u8).map(|g| (Addr::new(0, g, 0), u32::from(g), 0)).collect();
+            sw.control(Control::SwapMany { app: 1, cells });
+            sw.control(Control::ResetMeta { app: 1, slots: vec![(600, 7)] });
+            let datagrams: Vec<Vec<u8>> = (0..N).map(|i| packet(kind, i).seal(&key)).collect();
+            let mut out: Vec<Emit> = Vec::new();
+            let mut emitted: Vec<Vec<u8>> = Vec::new();
+            let t = Instant::now();
+            for d in &datagrams {
+                sw.process(0, 0, d, &mut out);
+                out.clear();
+            }
+            let total = t.elapsed().as_nanos() as f64 / f64::from(N);
+            // The same datagrams again for what the switch sends back.
+            for d in datagrams.iter().take(1024) {
+                sw.process(0, 0, d, &mut out);
+                emitted.extend(out.drain(..).map(|e| e.bytes));
+            }
+            let per_in = emitted.len().max(1) as f64 / 1024.0;
+            let t = Instant::now();
+            let mut ok = 0u32;
+            let mut k = 0usize;
+            for d in &datagrams {
+                ok += u32::from(verify(std::hint::black_box(d), &key));
+                // What the switch seals per packet, on average.
+                let mut sealed_here = 0.0;
+                while sealed_here < per_in && !emitted.is_empty() {
+                    let n = emitted.len();
+                    let e = &mut emitted[k % n];
+                    seal(std::hint::black_box(e), &key);
+                    k += 1;
+                    sealed_here += 1.0;
+                }
+            }
+            std::hint::black_box(ok);
+            let m = t.elapsed().as_nanos() as f64 / f64::from(N);
+            b.push("mac", kind, "switch", round, "ns_per_packet", total);
+            b.push("mac", kind, "mac", round, "ns_per_packet", m);
+            b.push("mac", kind, "switch", round, "bytes_in", datagrams[0].len() as f64);
+        }
+        // The switch as a process: its CPU time per datagram in a real
+        // synchronous aggregation (UDP receive and send included).
+        let (_, lines) = b.run(1, &spec("sync-agg", b.clients, 4, &[]))?;
+        let cpu =
+            lines.iter().find(|l| l.contains("switch cpu_s=")).map_or((f64::NAN, f64::NAN), |l| {
+                let num = |k: &str| {
+                    l.split(&format!("{k}="))
+                        .nth(1)
+                        .and_then(|r| r.split_whitespace().next())
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or(f64::NAN)
+                };
+                (num("cpu_s"), num("packets"))
+            });
+        b.push("mac", "process", "switch", round, "ns_per_packet", cpu.0 * 1e9 / cpu.1);
+    }
+    Ok(())
 }

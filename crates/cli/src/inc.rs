@@ -101,6 +101,8 @@ pub(crate) fn run_switch(a: &SwitchArgs) -> Result<(), String> {
     say(&format!("switch node={} control={}", bound.node, bound.control));
     let stats = runner.run(stop_on_eof(a.stop_on_eof)).map_err(|e| format!("switch: {e}"))?;
     say(&format!("switch stats {stats:?}"));
+    let cpu = protoplane_load::host::process_cpu_precise().unwrap_or(f64::NAN);
+    say(&format!("switch cpu_s={cpu:.6} packets={}", stats.packets));
     Ok(())
 }
 

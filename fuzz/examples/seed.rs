@@ -1124,7 +1124,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
             forward: Destinations::Members,
             count: CountMode::TestAndSet,
             modify: None,
-            ..entry
+            ..entry.clone()
         }),
         Control::Remove { app: 3 },
         Control::Members { app: 3, members: vec![1, 2] },

@@ -131,3 +131,27 @@ fn results_are_written_as_json_lines_and_inputs_can_be_generated() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_switch_killed_mid_run_leaves_the_server_path_exact_or_fails_at_once() {
+    for app in ["sync-agg", "agreement"] {
+        let mut args = vec!["--app", app, "--clients", "4", "--scale", "16"];
+        args.extend(["--kill-switch-ms", "150", "--loss", "0.05"]);
+        let out = inc_run(&args);
+        assert!(out.contains("switch killed 150 ms into the run"), "{out}");
+    }
+    // key-value keeps counters in the switch's registers: they die with it,
+    // and every call fails at once with the reason instead of a wrong value.
+    let t = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["inc", "run", "--timeout-s", "60", "--app", "key-value", "--clients", "3"])
+        .args(["--scale", "16", "--kill-switch-ms", "100"])
+        .output()
+        .expect("runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.ends_with("exact: no\n"), "{stdout}");
+    assert!(stderr.contains("the data plane failed holding values"), "{stderr}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30), "it failed at once");
+}

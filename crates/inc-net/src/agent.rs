@@ -377,6 +377,20 @@ impl ServerRuntime {
                     self.controller = None;
                     self.reconnect_at = Some(Instant::now() + RECONNECT);
                 }
+                Input::Closed("switch control") => {
+                    // The switch died: everything on this agent from now on.
+                    self.links.clear();
+                    let _ = self.refresh_members();
+                    let goes_on = self.agent.data_plane_lost(now);
+                    eprintln!(
+                        "inc server agent: the data plane is gone; {}",
+                        if goes_on {
+                            "the application continues on the server path"
+                        } else {
+                            "it held values of the application, which are lost: every call fails"
+                        }
+                    );
+                }
                 Input::Closed(what) => {
                     return Err(io::Error::other(format!("{what} connection closed")))
                 }
@@ -535,7 +549,10 @@ impl ClientRuntime {
                 .position(|e| matches!(e, Event::Done { call: c, .. } if *c == call))
             {
                 if let Some(Event::Done { outcome, .. }) = self.events.remove(i) {
-                    return Ok(outcome);
+                    return match outcome {
+                        Outcome::Failed(why) => Err(Error::DataPlaneLost(why)),
+                        o => Ok(o),
+                    };
                 }
             }
             if Instant::now() >= end {
@@ -737,7 +754,10 @@ impl ClientRuntime {
                 match e {
                     Event::Done { call, outcome } => {
                         if let Some((reply, _)) = pending.remove(&call) {
-                            let _ = reply.send(Ok(outcome));
+                            let _ = reply.send(match outcome {
+                                Outcome::Failed(why) => Err(Error::DataPlaneLost(why)),
+                                o => Ok(o),
+                            });
                         }
                     }
                     other => {

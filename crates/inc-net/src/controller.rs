@@ -116,6 +116,7 @@ impl Runner {
                 }
             }
         }
+        let mut links: Vec<Option<SwitchLink>> = links.into_iter().map(Some).collect();
         let (tx, rx) = mpsc::channel();
         let writers = Writers::default();
         let listener = self.listener.try_clone()?;
@@ -134,7 +135,7 @@ impl Runner {
                     // Install before answering: drain the switch requests
                     // now, and answer with the plan as the switches left it
                     // (a refused install leaves no data plane in it).
-                    flush(&mut controller, &mut links)?;
+                    flush(&mut controller, &mut links, &mut log);
                     let reply = match answer {
                         Answer::Now(r) => r,
                         Answer::Plan { app, member } => {
@@ -157,7 +158,7 @@ impl Runner {
             let now = now_us();
             if controller.poll_timeout().is_some_and(|t| t <= now) {
                 controller.handle_timeout(now);
-                flush(&mut controller, &mut links)?;
+                flush(&mut controller, &mut links, &mut log);
             }
             while let Some(e) = controller.poll_event() {
                 match e {
@@ -267,13 +268,23 @@ fn secret() -> io::Result<protoplane_inc::mac::Key> {
     Ok(protoplane_inc::mac::Key(k))
 }
 
-fn flush(c: &mut Controller, links: &mut [SwitchLink]) -> io::Result<()> {
+/// Delivers the controller's requests to the switches. A switch whose
+/// connection fails is gone for good (its state with it): its requests
+/// are refused from then on and the controller goes on with the others
+/// (the applications' server agents fall back on their own).
+fn flush(c: &mut Controller, links: &mut [Option<SwitchLink>], log: &mut impl FnMut(&str)) {
     while let Some((token, chain, control)) = c.poll_control() {
         let reply = match links.get_mut(usize::from(chain)) {
-            Some(l) => l.call(&control)?,
-            None => ControlReply::Refused(format!("no switch {chain}")),
+            Some(Some(l)) => match l.call(&control) {
+                Ok(r) => r,
+                Err(e) => {
+                    log(&format!("switch {chain} is gone ({e})"));
+                    links[usize::from(chain)] = None;
+                    ControlReply::Refused(format!("switch {chain} is gone"))
+                }
+            },
+            _ => ControlReply::Refused(format!("no switch {chain}")),
         };
         c.handle_control(token, reply);
     }
-    Ok(())
 }

@@ -40,6 +40,9 @@ pub enum Error {
     },
     /// The thread running the client agent is gone.
     AgentGone,
+    /// The call cannot complete exactly: the data plane died holding
+    /// values of the application.
+    DataPlaneLost(String),
     /// Bytes that are not a well-formed protobuf message (the server's
     /// response, read by [`crate::rpc::strip_fields`]).
     MalformedMessage {
@@ -65,6 +68,7 @@ impl fmt::Display for Error {
                 write!(f, "no proposal for instance {instance} was seen")
             }
             Error::AgentGone => f.write_str("the client agent's thread is gone"),
+            Error::DataPlaneLost(why) => f.write_str(why),
             Error::MalformedMessage { reason } => f.write_str(reason),
         }
     }
@@ -115,7 +119,7 @@ impl From<Error> for Status {
         let code = match &e {
             Error::Inc(inner) => inc_code(inner),
             Error::TimedOut { .. } => Code::DeadlineExceeded,
-            Error::AgentGone => Code::Unavailable,
+            Error::AgentGone | Error::DataPlaneLost(_) => Code::Unavailable,
             Error::NoProposal { .. } => Code::FailedPrecondition,
             Error::UnexpectedOutcome(_) | Error::MalformedMessage { .. } => Code::Internal,
         };

@@ -86,6 +86,9 @@ pub enum Outcome {
     Aggregated(Vec<i64>),
     /// The vote is counted.
     Voted,
+    /// The call cannot complete exactly: the data plane died holding
+    /// values of the application (see [`ClientAgent::failed`]).
+    Failed(String),
 }
 
 /// Something the application should hear about.
@@ -221,6 +224,17 @@ pub struct ClientAgent {
     release_asked: u64,
     proposals: BTreeSet<u32>,
     commits: BTreeSet<u32>,
+    /// The data plane is gone and everything goes to the server agent.
+    fallen_back: bool,
+    /// Why every call fails, once the server agent said so.
+    failed: Option<String>,
+    /// The newest completed aggregation chunks (id, values): after a
+    /// fall-back the server agent needs every member's contribution to
+    /// the chunks some member had not finished.
+    recent: VecDeque<(u32, Vec<i32>)>,
+    /// When this member last asked the server agent directly whether the
+    /// data plane is gone.
+    asked_at: u64,
     /// Commits heard of and not yet acknowledged to the server agent, and
     /// when to send the acknowledgements at the latest.
     commit_acks: Vec<u32>,
@@ -266,6 +280,10 @@ impl ClientAgent {
             commits: BTreeSet::new(),
             commit_acks: Vec::new(),
             commit_ack_at: None,
+            fallen_back: false,
+            failed: None,
+            recent: VecDeque::new(),
+            asked_at: 0,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
@@ -295,15 +313,94 @@ impl ClientAgent {
     fn new_call(&mut self, kind: CallKind) -> CallId {
         let id = self.next_call;
         self.next_call += 1;
-        self.calls.insert(id, Call { remaining: 0, kind });
+        match &self.failed {
+            // The call ends at once; nothing of it is sent.
+            Some(why) => {
+                let outcome = Outcome::Failed(why.clone());
+                self.events.push_back(Event::Done { call: id, outcome });
+            }
+            None => {
+                self.calls.insert(id, Call { remaining: 0, kind });
+            }
+        }
         id
     }
 
     fn enqueue(&mut self, call: CallId, unit: Unit, pinned: bool) {
-        if let Some(c) = self.calls.get_mut(&call) {
-            c.remaining += 1;
-        }
+        let Some(c) = self.calls.get_mut(&call) else { return };
+        c.remaining += 1;
         self.queue.push_back((call, unit, pinned));
+    }
+
+    /// Why every call of this agent fails, if the server agent said so.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Whether the data plane is gone and this member sends everything to
+    /// the server agent.
+    pub fn fallen_back(&self) -> bool {
+        self.fallen_back
+    }
+
+    /// The data plane is gone: everything to the server agent, directly,
+    /// from now on. What is in flight goes again, to it, with no data-plane
+    /// addresses; so do this member's contributions to the newest chunks
+    /// (some member may not have finished them), and it votes again on
+    /// what the server agent proposes again (votes the data plane counted
+    /// are lost with it).
+    fn fall_back(&mut self, now: u64) {
+        if self.fallen_back {
+            return;
+        }
+        self.fallen_back = true;
+        self.first_hop = self.plan.server;
+        self.plan.switch = None;
+        self.plan.switches = 0;
+        self.plan.memory = None;
+        self.mappings.clear();
+        self.proposals.clear();
+        for f in &mut self.flows {
+            for i in f.inflight.values_mut() {
+                i.sent_at = 0;
+                i.retx = 0;
+            }
+        }
+        let open: Vec<u32> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.sent_at.is_some() && !c.got_result)
+            .map(|(id, _)| *id)
+            .collect();
+        for c in open {
+            if let Some(ch) = self.chunks.get_mut(&c) {
+                ch.retx = 0;
+                ch.sent_at = Some(now);
+            }
+            self.send_chunk(c);
+        }
+        let recent: Vec<(u32, Vec<i32>)> = self.recent.iter().cloned().collect();
+        for (c, values) in recent {
+            self.send_values(c, &values);
+        }
+    }
+
+    /// Every call fails from now on, with `why`.
+    fn fail(&mut self, why: String) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.failed = Some(why.clone());
+        let calls: Vec<CallId> = self.calls.keys().copied().collect();
+        for call in calls {
+            self.calls.remove(&call);
+            self.events.push_back(Event::Done { call, outcome: Outcome::Failed(why.clone()) });
+        }
+        self.queue.clear();
+        self.chunks.clear();
+        for f in &mut self.flows {
+            f.inflight.clear();
+        }
     }
 
     fn finish_if_done(&mut self, call: CallId) {
@@ -520,6 +617,21 @@ impl ClientAgent {
                 }
             }
         }
+        // Nothing through the switch for a while: ask the server agent
+        // directly whether the data plane is gone.
+        let stuck =
+            self.flows.iter().flat_map(|f| f.inflight.values()).any(|i| i.retx >= FALLBACK_RETX)
+                || self.chunks.values().any(|c| c.retx >= FALLBACK_RETX);
+        if stuck && !self.fallen_back && now >= self.asked_at + rto * 8 {
+            self.asked_at = now;
+            let mut h = self.header(Kind::Wide, self.plan.server);
+            h.flow = self.flows[0].id;
+            let ask =
+                Packet::wide(h, vec![Wide { op: WideOp::Fallback, key: Vec::new(), value: 0 }]);
+            let bytes = ask.seal(&self.plan.key);
+            self.stats.packets += 1;
+            self.out.push_back(Transmit { dst: self.plan.server, bytes });
+        }
         let chunk_ids: Vec<u32> = self.chunks.keys().copied().collect();
         for c in chunk_ids {
             let (resend, refix) = {
@@ -727,6 +839,12 @@ impl ClientAgent {
 
     fn send_chunk(&mut self, c: u32) {
         let Some(ch) = self.chunks.get(&c) else { return };
+        let values = ch.values.clone();
+        self.send_values(c, &values);
+    }
+
+    /// Sends this member's contribution `values` to chunk `c`.
+    fn send_values(&mut self, c: u32, values: &[i32]) {
         let index = self.plan.agg_index(c);
         let groups = usize::from(self.plan.groups.max(1));
         let per = self.plan.pairs_per_packet() as u32;
@@ -734,13 +852,12 @@ impl ClientAgent {
         // counts the contribution), so a short last chunk is padded with
         // zeros to a whole chunk.
         let padded =
-            if self.plan.switches > 1 && index.is_some() { per as usize } else { ch.values.len() };
-        let pairs: Vec<Pair> = ch
-            .values
+            if self.plan.switches > 1 && index.is_some() { per as usize } else { values.len() };
+        let pairs: Vec<Pair> = values
             .iter()
             .copied()
             .chain(std::iter::repeat(0))
-            .take(padded.max(ch.values.len()))
+            .take(padded.max(values.len()))
             .enumerate()
             .map(|(i, v)| Pair {
                 key: c.wrapping_mul(per).wrapping_add(i as u32),
@@ -918,6 +1035,11 @@ impl ClientAgent {
     fn chunk_done(&mut self, c: u32) {
         if let Some(ch) = self.chunks.remove(&c) {
             self.unit_done(ch.call);
+            let keep = self.agg_window().max(64) as usize * 2;
+            self.recent.push_back((c, ch.values));
+            while self.recent.len() > keep {
+                self.recent.pop_front();
+            }
         }
     }
 
@@ -971,6 +1093,27 @@ impl ClientAgent {
                         self.release_asked = 0;
                     }
                 }
+                WideOp::AggResend if h.src == self.plan.server => {
+                    let Ok(b) = <[u8; 4]>::try_from(i.key.as_slice()) else { continue };
+                    let c = u32::from_be_bytes(b);
+                    if self.chunks.get(&c).is_some_and(|ch| ch.sent_at.is_some()) {
+                        self.send_chunk(c);
+                    } else if let Some((_, values)) = self.recent.iter().find(|(id, _)| *id == c) {
+                        let values = values.clone();
+                        self.send_values(c, &values);
+                    }
+                }
+                WideOp::Fallback if h.src == self.plan.server => {
+                    if i.value != 0 {
+                        self.fail(
+                            "the data plane failed holding values of this application; \
+                             they are lost, so no result would be exact"
+                                .into(),
+                        );
+                    } else {
+                        self.fall_back(now);
+                    }
+                }
                 WideOp::Propose => {
                     let Some((instance, addr)) = proposal_key(&i.key) else { continue };
                     if remember(&mut self.proposals, instance) {
@@ -1008,6 +1151,10 @@ fn remember(set: &mut BTreeSet<u32>, instance: u32) -> bool {
     }
     new
 }
+
+/// Retransmissions of one packet after which a member asks the server
+/// agent directly whether the data plane is gone.
+const FALLBACK_RETX: u32 = 4;
 
 /// How long a member holds commit acknowledgements to batch them, µs.
 const COMMIT_ACK_DELAY_US: u64 = 1_000;

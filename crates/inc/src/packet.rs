@@ -265,6 +265,15 @@ pub enum WideOp {
     /// The server agent sends each commit notice again to the members that
     /// did not say so (a notice can be lost).
     CommitAck = 10,
+    /// The data plane is gone. From the server agent to a member: send
+    /// everything to me directly from now on (`value` 0), or: the data
+    /// plane held values that are lost, every call fails (`value` 1).
+    /// From a member that hears nothing through the switch, sent to the
+    /// server agent directly: are you still there, and where do I send?
+    Fallback = 11,
+    /// From the server agent after the data plane is gone: send your
+    /// contribution to chunk `key` (4 bytes) again (it is missing here).
+    AggResend = 12,
 }
 
 impl WideOp {
@@ -280,6 +289,8 @@ impl WideOp {
             8 => WideOp::Propose,
             9 => WideOp::Release,
             10 => WideOp::CommitAck,
+            11 => WideOp::Fallback,
+            12 => WideOp::AggResend,
             _ => return None,
         })
     }

@@ -218,6 +218,19 @@ impl Sim {
         Ok(plan)
     }
 
+    /// Kills every switch (a crash: its registers are gone, nothing
+    /// reaches it any more); each server agent hears of it as the I/O
+    /// layer would, by its control connection closing.
+    pub fn kill_switches(&mut self) {
+        for (node, _) in &self.switches {
+            self.dead.insert(*node);
+        }
+        let now = self.now;
+        for s in self.servers.values_mut() {
+            s.data_plane_lost(now);
+        }
+    }
+
     /// Stops a server agent and its clients without telling anyone (a
     /// crash): their memory stays until the controller reclaims it.
     pub fn kill_app(&mut self, server: u16, members: &[u16]) {

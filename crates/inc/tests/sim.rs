@@ -538,3 +538,56 @@ fn host_only_packets_keep_the_flip_bits_of_their_flow_in_step() {
         key_value(cfg, 2, 8, CachePolicy::PeriodicCounting, 32, false);
     }
 }
+
+/// The switch dies in the middle of a synchronous aggregation under 10%
+/// loss: the members finish on the server agent, exactly.
+#[test]
+fn a_switch_that_dies_mid_aggregation_leaves_the_server_path_exact() {
+    for kill_at in [3_000u64, 20_000, 60_000] {
+        let mut sim =
+            Sim::new(SimConfig { faults: lossy(), ..SimConfig::default() }).expect("setup");
+        let nodes: Vec<u16> = (1..=4).collect();
+        let r = reg("agg", 64, ClearPolicy::Shadow, 4, Destinations::Members);
+        sim.add_app(r, 100, &nodes, ClientTuning::default(), ServerTuning::default())
+            .expect("setup");
+        let len = 32 * 300;
+        let mut rng = Rng::new(11);
+        let vectors: Vec<Vec<i32>> = nodes
+            .iter()
+            .map(|_| (0..len).map(|_| rng.below(2001) as i32 - 1000).collect())
+            .collect();
+        let expect: Vec<i64> =
+            (0..len).map(|i| vectors.iter().map(|v| i64::from(v[i])).sum()).collect();
+        for (n, v) in nodes.iter().zip(&vectors) {
+            sim.client(*n).aggregate(v);
+        }
+        let mut results = std::collections::HashMap::new();
+        let mut collect = |sim: &mut Sim| {
+            for n in &nodes {
+                for e in sim.take_client_events(*n) {
+                    if let Event::Done { outcome: Outcome::Aggregated(sums), .. } = e {
+                        results.insert(*n, sums);
+                    }
+                }
+            }
+            results.len() == nodes.len()
+        };
+        assert!(!sim.run_until(kill_at, &mut collect), "the switch dies before the end");
+        sim.kill_switches();
+        let done = sim.run_until(10_000_000, &mut collect);
+        if !done {
+            eprintln!("server {:?}", sim.server(100).stats());
+            for n in &nodes {
+                eprintln!(
+                    "client {n} {:?} fallen back {}",
+                    sim.client(*n).stats(),
+                    sim.client(*n).fallen_back()
+                );
+            }
+        }
+        assert!(done, "killed at {kill_at} µs: {} of 4 members finished", results.len());
+        for n in &nodes {
+            assert!(results[n] == expect, "killed at {kill_at} µs: member {n} got a wrong sum");
+        }
+    }
+}

@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// (the new controller must not hand out what the switches hold).
     #[arg(long)]
     restart_controller_ms: Option<u64>,
+    /// Kill the (first) switch this many milliseconds into the run
+    /// (SIGKILL): the application must finish on the server path, exactly,
+    /// or fail at once with the reason when the switch held its values.
+    #[arg(long)]
+    kill_switch_ms: Option<u64>,
     /// This member's client does half of its work and exits; a new process
     /// joins as the same member and does the rest (key-value, async-agg;
     /// not member 0, which reads the results).
@@ -434,6 +439,13 @@ impl Infra {
         Ok(Infra { bins, procs, control, controller, announced })
     }
 
+    /// Kills the first switch (SIGKILL).
+    pub fn kill_switch(&mut self) -> Result<(), String> {
+        let i = self.procs.iter().position(|p| p.name == "switch 0").ok_or("no switch")?;
+        self.procs.remove(i).kill();
+        Ok(())
+    }
+
     /// Kills the controller (SIGKILL) and starts a new one on its port.
     pub fn restart_controller(&mut self) -> Result<(), String> {
         let i = self.procs.iter().position(|p| p.name == "controller").ok_or("no controller")?;
@@ -707,9 +719,17 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
             return Err(format!("{e}\n{}", lines.join("\n")));
         }
     };
-    let attack = if a.attack { Some(Attack::start(&infra, &run)?) } else { None };
-    let mut second = None;
     let mut notes = Vec::new();
+    let attack = if a.attack { Some(Attack::start(&infra, &run)?) } else { None };
+    if let Some(ms) = a.kill_switch_ms {
+        if switches != 1 {
+            return Err("--kill-switch-ms needs one switch".into());
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+        infra.kill_switch()?;
+        notes.push(format!("switch killed {ms} ms into the run"));
+    }
+    let mut second = None;
     if let Some(ms) = a.restart_controller_ms {
         std::thread::sleep(Duration::from_millis(ms));
         infra.restart_controller()?;

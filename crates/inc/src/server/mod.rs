@@ -176,6 +176,23 @@ struct Instance {
     tries: u32,
 }
 
+/// The agent's side of a fall-back to the server path.
+#[derive(Debug)]
+struct Fallback {
+    /// The data plane held values of the application: every call fails.
+    failed: bool,
+    /// Members heard from directly since (they know).
+    heard: u64,
+    /// When to tell the others again.
+    next_at: u64,
+    /// When to ask members again for contributions missing here.
+    pull_at: u64,
+}
+
+/// How often a server agent tells members that have not sent to it
+/// directly that the data plane is gone, µs.
+const FALLBACK_NOTICE_US: u64 = 100_000;
+
 /// The slot reads of one chunk's recovery.
 #[derive(Debug)]
 struct Recovery {
@@ -265,6 +282,8 @@ pub struct ServerAgent {
     since_halving: u32,
     /// Commit notices some member has not acknowledged.
     notices: BTreeMap<u32, votes::Notice>,
+    /// Set once the data plane is gone ([`ServerAgent::data_plane_lost`]).
+    fallback: Option<Fallback>,
     member_nodes: Vec<Option<u16>>,
     free_vote_slots: Vec<u32>,
     snapshot: HashMap<Vec<u8>, i64>,
@@ -335,6 +354,7 @@ impl ServerAgent {
             vote_window: f64::from(tuning.vote_window.max(1)),
             since_halving: 0,
             notices: BTreeMap::new(),
+            fallback: None,
             member_nodes,
             free_vote_slots,
             snapshot: HashMap::new(),
@@ -398,6 +418,15 @@ impl ServerAgent {
         }
         if let Some(at) = self.next_notice() {
             t = Some(t.map_or(at, |t: u64| t.min(at)));
+        }
+        if let Some(fb) = self.fallback.as_ref().filter(|f| {
+            let everyone = (1u64 << self.plan.members.min(63)) - 1;
+            f.heard & everyone != everyone
+        }) {
+            t = Some(t.map_or(fb.next_at, |t: u64| t.min(fb.next_at)));
+        }
+        if let Some(fb) = self.fallback.as_ref().filter(|_| self.incomplete_chunks()) {
+            t = Some(t.map_or(fb.pull_at, |t: u64| t.min(fb.pull_at)));
         }
         t
     }
@@ -512,6 +541,21 @@ impl ServerAgent {
                 self.stats.ignored += 1;
                 return;
             }
+            if let Some(fb) = &mut self.fallback {
+                if h.hops() == 0 {
+                    fb.heard |= 1u64 << (m % 64);
+                    self.member_nodes[usize::from(m)] = Some(h.src);
+                }
+                if p.wide_items().iter().any(|i| i.op == WideOp::Fallback) {
+                    let failed = fb.failed;
+                    self.tell_fallback(h.src, failed);
+                    return;
+                }
+                if fb.failed {
+                    // Nothing is answered: the members' calls fail.
+                    return;
+                }
+            }
             if !h.flags.has(Flags::FORWARDED) || h.kind != Kind::Agg {
                 self.member_nodes[usize::from(m)] = Some(h.src);
             }
@@ -523,6 +567,131 @@ impl ServerAgent {
             Kind::Wide => self.on_wide(now, &p),
             Kind::Result => self.on_result(now, &p),
             Kind::Ack => self.stats.ignored += 1,
+        }
+    }
+
+    /// The data plane is gone (its control connection closed: the switch
+    /// died). Everything continues on this agent, which can compute every
+    /// primitive, and the members are told to send to it directly
+    /// (repeatedly, until each has). What the data plane counted and had
+    /// not passed on is recovered from the members: they send their
+    /// contributions to the newest aggregation chunks again, and vote again
+    /// on the instances proposed again here. What it *held* cannot be: if
+    /// some key had a data-plane cell, its value is lost, and every call
+    /// of the application fails from now on with that reason instead of
+    /// returning a wrong result. Returns whether the application goes on.
+    pub fn data_plane_lost(&mut self, now: u64) -> bool {
+        if self.fallback.is_some() {
+            return self.fallback.as_ref().is_some_and(|f| !f.failed);
+        }
+        let failed = !self.resident.is_empty() || !self.evicting.is_empty();
+        self.plan.switch = None;
+        self.plan.switches = 0;
+        self.plan.memory = None;
+        self.free_cells.clear();
+        self.free_vote_slots.clear();
+        self.resident.clear();
+        for k in self.keys.values_mut() {
+            k.cell = None;
+            k.installing = false;
+        }
+        self.fallback = Some(Fallback { failed, heard: 0, next_at: now, pull_at: now });
+        // Control requests in flight will never be answered.
+        self.control_out.clear();
+        let pending: Vec<(u64, Vec<Pending>)> = self.pending.drain().collect();
+        for (_, list) in pending {
+            for p in list {
+                self.complete(now, p, ControlReply::Refused("the data plane is gone".into()));
+            }
+        }
+        // Every open vote instance again, counted here.
+        let open: Vec<u32> =
+            self.instances.iter().filter(|(_, i)| !i.committed).map(|(id, _)| *id).collect();
+        for id in open {
+            if let Some(inst) = self.instances.get_mut(&id) {
+                inst.addr = Addr::NONE;
+                inst.ready = true;
+                inst.proposed_at = now;
+                inst.tries = 0;
+            }
+        }
+        self.notify_fallback(now);
+        !failed
+    }
+
+    fn incomplete_chunks(&self) -> bool {
+        self.chunks.values().any(|c| c.count < self.plan.threshold)
+    }
+
+    /// After a fall-back, asks the members whose contributions to an
+    /// unfinished chunk are missing here to send them again (what the data
+    /// plane had counted is gone with it; a member that finished the chunk
+    /// keeps its newest contributions for this).
+    fn pull_missing(&mut self, now: u64) {
+        let Some(fb) = &mut self.fallback else { return };
+        if fb.failed || now < fb.pull_at {
+            return;
+        }
+        fb.pull_at = now + self.tuning.vote_timeout_us;
+        let threshold = self.plan.threshold;
+        let mut asks: Vec<Vec<Wide>> = vec![Vec::new(); usize::from(self.plan.members)];
+        for (id, c) in self.chunks.iter().filter(|(_, c)| c.count < threshold) {
+            for (m, list) in asks.iter_mut().enumerate() {
+                if c.members & (1u64 << (m % 64)) == 0 && list.len() < 32 {
+                    list.push(Wide {
+                        op: WideOp::AggResend,
+                        key: id.to_be_bytes().to_vec(),
+                        value: 0,
+                    });
+                }
+            }
+        }
+        for (m, items) in asks.into_iter().enumerate() {
+            let Some(node) = self.member_nodes.get(m).copied().flatten() else { continue };
+            if !items.is_empty() {
+                let hd = self.header(Kind::Wide, node);
+                self.send(Packet::wide(hd, items));
+            }
+        }
+    }
+
+    /// Whether the data plane is gone, and whether the application failed.
+    pub fn fallback(&self) -> Option<bool> {
+        self.fallback.as_ref().map(|f| f.failed)
+    }
+
+    fn tell_fallback(&mut self, dst: u16, failed: bool) {
+        let mut hd = self.header(Kind::Wide, dst);
+        hd.aux = 0;
+        let item = Wide { op: WideOp::Fallback, key: Vec::new(), value: i64::from(failed) };
+        self.send(Packet::wide(hd, vec![item]));
+    }
+
+    /// Tells the members not heard from directly; proposes the open
+    /// instances again.
+    fn notify_fallback(&mut self, now: u64) {
+        let Some(fb) = &mut self.fallback else { return };
+        if now < fb.next_at {
+            return;
+        }
+        fb.next_at = now + FALLBACK_NOTICE_US;
+        let (failed, heard) = (fb.failed, fb.heard);
+        let nodes: Vec<(usize, u16)> = self
+            .member_nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(m, n)| n.map(|n| (m, n)))
+            .filter(|(m, _)| heard & (1u64 << (m % 64)) == 0)
+            .collect();
+        for (_, n) in nodes {
+            self.tell_fallback(n, failed);
+        }
+        if !failed {
+            let open: Vec<u32> =
+                self.instances.iter().filter(|(_, i)| !i.committed).map(|(id, _)| *id).collect();
+            for id in open {
+                self.send_proposal(id);
+            }
         }
     }
 
@@ -687,6 +856,10 @@ impl ServerAgent {
 
     fn finish_get(&mut self, id: u64) {
         let Some(g) = self.gets.remove(&id) else { return };
+        if self.fallback.as_ref().is_some_and(|f| f.failed) {
+            // Its cells were lost: no value would be exact.
+            return;
+        }
         let items: Vec<Wide> = g
             .keys
             .iter()
@@ -795,6 +968,8 @@ impl ServerAgent {
             self.congested();
         }
         self.resend_notices(now);
+        self.notify_fallback(now);
+        self.pull_missing(now);
         for id in late {
             let Some(inst) = self.instances.get_mut(&id) else { continue };
             inst.proposed_at = now;

@@ -155,3 +155,21 @@ fn a_switch_killed_mid_run_leaves_the_server_path_exact_or_fails_at_once() {
     assert!(stderr.contains("the data plane failed holding values"), "{stderr}");
     assert!(t.elapsed() < std::time::Duration::from_secs(30), "it failed at once");
 }
+
+#[test]
+fn a_member_that_dies_fails_the_others_aggregation_at_once_with_the_reason() {
+    let t = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["inc", "run", "--timeout-s", "60", "--app", "sync-agg", "--clients", "4"])
+        .args(["--scale", "16", "--kill-client", "3", "--kill-client-ms", "150"])
+        .output()
+        .expect("runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.ends_with("exact: no\n"), "{stdout}");
+    let reason = "member 3 of the application stopped (no heartbeat within its lease)";
+    assert_eq!(stderr.matches(reason).count(), 3, "each other member says why: {stderr}");
+    // A 1.5 s lease, not the 120 s call timeout.
+    assert!(t.elapsed() < std::time::Duration::from_secs(20), "it failed at once");
+}

@@ -235,6 +235,12 @@ pub struct ClientAgent {
     /// When this member last asked the server agent directly whether the
     /// data plane is gone.
     asked_at: u64,
+    /// Heartbeats to the server agent: the next one, and until when to
+    /// send them (while aggregating, and a while after).
+    next_alive: u64,
+    alive_until: u64,
+    /// Why synchronous aggregation fails, once a member was lost.
+    member_lost: Option<String>,
     /// Commits heard of and not yet acknowledged to the server agent, and
     /// when to send the acknowledgements at the latest.
     commit_acks: Vec<u32>,
@@ -284,6 +290,9 @@ impl ClientAgent {
             failed: None,
             recent: VecDeque::new(),
             asked_at: 0,
+            next_alive: 0,
+            alive_until: 0,
+            member_lost: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
@@ -510,6 +519,13 @@ impl ClientAgent {
     /// Members must make the same sequence of `aggregate` calls.
     pub fn aggregate(&mut self, values: &[i32]) -> CallId {
         let call = self.new_call(CallKind::Agg { sums: vec![0; values.len()] });
+        if let Some(why) = self.member_lost.clone() {
+            // Every member's contribution is needed, and one is gone.
+            if self.calls.remove(&call).is_some() {
+                self.events.push_back(Event::Done { call, outcome: Outcome::Failed(why) });
+            }
+            return call;
+        }
         let per = self.plan.pairs_per_packet();
         for (i, part) in values.chunks(per).enumerate() {
             let chunk = self.next_chunk;
@@ -583,7 +599,51 @@ impl ClientAgent {
         if let Some(a) = self.commit_ack_at {
             at(a);
         }
+        if !self.chunks.is_empty() || self.next_alive < self.alive_until {
+            at(self.next_alive);
+        }
         t
+    }
+
+    /// While it aggregates (and for [`ALIVE_LINGER_US`] after), a member
+    /// tells the server agent it is alive every [`ALIVE_US`]: a member
+    /// whose heartbeats stop while the others wait is lost.
+    fn heartbeat(&mut self, now: u64) {
+        if !self.chunks.is_empty() {
+            self.alive_until = now + ALIVE_LINGER_US;
+        }
+        if now < self.next_alive || now >= self.alive_until {
+            return;
+        }
+        self.next_alive = now + ALIVE_US;
+        let mut h = self.header(Kind::Wide, self.plan.server);
+        h.flow = self.flows[0].id;
+        let alive = Wide { op: WideOp::Alive, key: Vec::new(), value: 0 };
+        self.transmit(Packet::wide(h, vec![alive]));
+    }
+
+    /// A member's lease ran out: every synchronous aggregation in progress
+    /// fails now, and every later one at once.
+    fn lose_member(&mut self, member: u16) {
+        if self.member_lost.is_some() {
+            return;
+        }
+        let why = format!(
+            "member {member} of the application stopped (no heartbeat within its lease): \
+             a synchronous aggregation needs every member"
+        );
+        self.member_lost = Some(why.clone());
+        let aggs: Vec<CallId> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, CallKind::Agg { .. }))
+            .map(|(id, _)| *id)
+            .collect();
+        for call in aggs {
+            self.calls.remove(&call);
+            self.events.push_back(Event::Done { call, outcome: Outcome::Failed(why.clone()) });
+        }
+        self.chunks.clear();
     }
 
     /// Retransmits whatever timed out by `now`.
@@ -656,6 +716,7 @@ impl ClientAgent {
         if self.commit_ack_at.is_some_and(|a| now >= a) {
             self.send_commit_acks();
         }
+        self.heartbeat(now);
         if self.waiting_for_release() && now >= self.release_asked + rto * 2 {
             self.release_asked = now;
             if let Some(c) = self.blocking_release() {
@@ -1093,6 +1154,11 @@ impl ClientAgent {
                         self.release_asked = 0;
                     }
                 }
+                WideOp::Alive if h.src == self.plan.server => {
+                    if let Ok(b) = <[u8; 2]>::try_from(i.key.as_slice()) {
+                        self.lose_member(u16::from_be_bytes(b));
+                    }
+                }
                 WideOp::AggResend if h.src == self.plan.server => {
                     let Ok(b) = <[u8; 4]>::try_from(i.key.as_slice()) else { continue };
                     let c = u32::from_be_bytes(b);
@@ -1151,6 +1217,13 @@ fn remember(set: &mut BTreeSet<u32>, instance: u32) -> bool {
     }
     new
 }
+
+/// How often an aggregating member tells the server agent it is alive, µs.
+pub const ALIVE_US: u64 = 200_000;
+
+/// How long a member keeps sending heartbeats after its last aggregation
+/// (the others may still wait for the last result), µs.
+const ALIVE_LINGER_US: u64 = 3_000_000;
 
 /// Retransmissions of one packet after which a member asks the server
 /// agent directly whether the data plane is gone.

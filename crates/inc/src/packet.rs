@@ -274,6 +274,10 @@ pub enum WideOp {
     /// From the server agent after the data plane is gone: send your
     /// contribution to chunk `key` (4 bytes) again (it is missing here).
     AggResend = 12,
+    /// A member is alive (sent while it aggregates, see the server
+    /// agent's leases); from the server agent, `key` (2 bytes) names a
+    /// member whose lease ran out.
+    Alive = 13,
 }
 
 impl WideOp {
@@ -291,6 +295,7 @@ impl WideOp {
             10 => WideOp::CommitAck,
             11 => WideOp::Fallback,
             12 => WideOp::AggResend,
+            13 => WideOp::Alive,
             _ => return None,
         })
     }

@@ -231,6 +231,12 @@ impl Sim {
         }
     }
 
+    /// Stops one client agent without telling anyone (a crash).
+    pub fn kill_client(&mut self, node: u16) {
+        self.clients.remove(&node);
+        self.dead.insert(node);
+    }
+
     /// Stops a server agent and its clients without telling anyone (a
     /// crash): their memory stays until the controller reclaims it.
     pub fn kill_app(&mut self, server: u16, members: &[u16]) {

@@ -109,8 +109,12 @@ fn sync_aggregation_is_exact_without_faults() {
     let st = sim.switch(0).stats();
     assert_eq!(st.double_touch, 0);
     assert!(st.results > 0, "the data plane aggregated");
-    // The server agent saw nothing: the data plane did it all.
-    assert_eq!(sim.traffic(100).packets, 0);
+    // The server agent saw only the members' heartbeats (one each per
+    // 200 ms): the data plane did all the work.
+    let mut sim = sim;
+    let beats = 4 * (1 + sim.now() / protoplane_inc::client::ALIVE_US);
+    assert!(sim.traffic(100).packets <= beats, "{:?}", sim.traffic(100));
+    assert_eq!(sim.server(100).stats().host_items, 0);
 }
 
 #[test]
@@ -590,4 +594,42 @@ fn a_switch_that_dies_mid_aggregation_leaves_the_server_path_exact() {
             assert!(results[n] == expect, "killed at {kill_at} µs: member {n} got a wrong sum");
         }
     }
+}
+
+/// A member that stops in the middle of a synchronous aggregation: its
+/// lease runs out and the others' calls fail at once with the reason
+/// (they would otherwise wait for its contribution until their timeout).
+#[test]
+fn a_member_that_stops_fails_the_others_aggregation_at_once() {
+    let mut sim = Sim::new(SimConfig { faults: lossy(), ..SimConfig::default() }).expect("setup");
+    let nodes: Vec<u16> = (1..=4).collect();
+    let r = reg("agg", 64, ClearPolicy::Shadow, 4, Destinations::Members);
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), ServerTuning::default()).expect("setup");
+    let len = 32 * 400;
+    for n in &nodes {
+        sim.client(*n).aggregate(&vec![1; len]);
+    }
+    // Member 4 dies 5 ms in (its process is gone: nothing more from it).
+    assert!(!sim.run_until(5_000, |_| false));
+    sim.kill_client(4);
+    let mut failed = std::collections::HashMap::new();
+    let done = sim.run_until(5_000_000, |sim| {
+        for n in &nodes[..3] {
+            for e in sim.take_client_events(*n) {
+                if let Event::Done { outcome: Outcome::Failed(why), .. } = e {
+                    failed.insert(*n, (why, sim.now()));
+                }
+            }
+        }
+        failed.len() == 3
+    });
+    assert!(done, "the others' calls failed: {failed:?}");
+    for (n, (why, at)) in &failed {
+        assert!(why.contains("member 3"), "member {n}: {why}");
+        // Within the 1.5 s lease of its last heartbeat (two leases from the
+        // first heartbeat of any member if none of its own arrived) and a
+        // few heartbeat intervals of the others (10% of them are lost).
+        assert!(*at < 3_000_000 + 1_000_000, "member {n} learned it at {at} µs");
+    }
+    assert_eq!(sim.server(100).lost_members(), 1 << 3);
 }

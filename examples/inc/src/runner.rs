@@ -117,6 +117,14 @@ pub struct RunArgs {
     /// or fail at once with the reason when the switch held its values.
     #[arg(long)]
     kill_switch_ms: Option<u64>,
+    /// Kill this member's client (SIGKILL) `--kill-client-ms` into the run:
+    /// the other members' synchronous aggregations must fail at once with
+    /// the reason (the member's lease runs out) instead of waiting.
+    #[arg(long)]
+    kill_client: Option<u16>,
+    /// When `--kill-client` kills, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    kill_client_ms: u64,
     /// This member's client does half of its work and exits; a new process
     /// joins as the same member and does the rest (key-value, async-agg;
     /// not member 0, which reads the results).
@@ -539,6 +547,17 @@ impl RunReport {
 }
 
 impl AppRun {
+    /// Kills member `m`'s client (SIGKILL).
+    pub fn kill_client(&mut self, m: u16) -> Result<(), String> {
+        let i = usize::from(m);
+        if i >= self.clients.len() {
+            return Err(format!("no client {m}"));
+        }
+        let killed = Proc::start(&PathBuf::from("true"), &format!("client {m} (killed)"), &[])?;
+        std::mem::replace(&mut self.clients[i], killed).kill();
+        Ok(())
+    }
+
     pub fn start(infra: &Infra, spec: &AppSpec) -> Result<AppRun, String> {
         let name =
             format!("{}-{}-{}", spec.app, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
@@ -742,6 +761,12 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
             ..spec.clone()
         };
         second = Some(AppRun::start(&infra, &spec2)?);
+    }
+    let mut run = run;
+    if let Some(m) = a.kill_client {
+        std::thread::sleep(Duration::from_millis(a.kill_client_ms));
+        run.kill_client(m)?;
+        notes.push(format!("client {m} killed {} ms into the run", a.kill_client_ms));
     }
     let mut report = run.finish(deadline);
     if let Some(run) = second {

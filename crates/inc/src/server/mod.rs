@@ -53,6 +53,10 @@ pub struct ServerTuning {
     pub vote_window: u32,
     /// The largest vote window.
     pub max_vote_window: u32,
+    /// A member that aggregates sends heartbeats; one silent this long
+    /// while another still sends them is lost, and the members' synchronous
+    /// aggregations fail, µs.
+    pub lease_us: u64,
 }
 
 impl Default for ServerTuning {
@@ -63,6 +67,7 @@ impl Default for ServerTuning {
             vote_timeout_us: 20_000,
             vote_window: 32,
             max_vote_window: 1024,
+            lease_us: 1_500_000,
         }
     }
 }
@@ -284,6 +289,13 @@ pub struct ServerAgent {
     notices: BTreeMap<u32, votes::Notice>,
     /// Set once the data plane is gone ([`ServerAgent::data_plane_lost`]).
     fallback: Option<Fallback>,
+    /// When each member's heartbeat last arrived (0: never).
+    alive: Vec<u64>,
+    /// Members whose lease ran out.
+    lost: u64,
+    /// The first heartbeat of any member: a member never heard from is
+    /// lost two leases after it.
+    active_since: Option<u64>,
     member_nodes: Vec<Option<u16>>,
     free_vote_slots: Vec<u32>,
     snapshot: HashMap<Vec<u8>, i64>,
@@ -355,6 +367,9 @@ impl ServerAgent {
             since_halving: 0,
             notices: BTreeMap::new(),
             fallback: None,
+            alive: vec![0; members],
+            lost: 0,
+            active_since: None,
             member_nodes,
             free_vote_slots,
             snapshot: HashMap::new(),
@@ -427,6 +442,17 @@ impl ServerAgent {
         }
         if let Some(fb) = self.fallback.as_ref().filter(|_| self.incomplete_chunks()) {
             t = Some(t.map_or(fb.pull_at, |t: u64| t.min(fb.pull_at)));
+        }
+        // The earliest lease of a member not yet lost to run out before
+        // every member falls silent (no one aggregates then: no one is lost).
+        let lease = self.tuning.lease_us;
+        let last = self.alive.iter().copied().max().unwrap_or(0);
+        let first = (0..self.alive.len())
+            .filter(|m| self.lost & (1u64 << (m % 64)) == 0)
+            .map(|m| self.lease_end(m))
+            .min();
+        if let Some(first) = first.filter(|f| *f < last + lease) {
+            t = Some(t.map_or(first, |t: u64| t.min(first)));
         }
         t
     }
@@ -619,6 +645,55 @@ impl ServerAgent {
         !failed
     }
 
+    /// A member's heartbeat. While some member is lost, the answer tells
+    /// it which (the heartbeats of a member that still aggregates carry the
+    /// news until it knows).
+    fn on_alive(&mut self, now: u64, h: &Header) {
+        let Some(m) = self.plan.member_of(h.flow) else { return };
+        if let Some(t) = self.alive.get_mut(usize::from(m)) {
+            *t = now;
+        }
+        self.active_since.get_or_insert(now);
+        self.member_nodes[usize::from(m)] = Some(h.src);
+        if let Some(lost) = (0..self.plan.members).find(|l| self.lost & (1u64 << (l % 64)) != 0) {
+            let mut hd = self.header(Kind::Wide, h.src);
+            hd.aux = u32::from(lost);
+            let item = Wide { op: WideOp::Alive, key: lost.to_be_bytes().to_vec(), value: 0 };
+            self.send(Packet::wide(hd, vec![item]));
+        }
+    }
+
+    /// Leases: a member that sent heartbeats and stopped while another
+    /// still sends them is lost.
+    fn check_leases(&mut self, now: u64) {
+        let lease = self.tuning.lease_us;
+        let active = self.alive.iter().any(|t| *t != 0 && now.saturating_sub(*t) < lease);
+        if !active {
+            return;
+        }
+        for m in 0..self.alive.len() {
+            if now >= self.lease_end(m) {
+                self.lost |= 1u64 << (m % 64);
+            }
+        }
+    }
+
+    /// When member `m`'s lease runs out (a member never heard from has two
+    /// leases from the first heartbeat of any member).
+    fn lease_end(&self, m: usize) -> u64 {
+        let lease = self.tuning.lease_us;
+        match (self.alive[m], self.active_since) {
+            (0, Some(first)) => first + 2 * lease,
+            (0, None) => u64::MAX,
+            (t, _) => t + lease,
+        }
+    }
+
+    /// Members whose lease ran out (a bit per member).
+    pub fn lost_members(&self) -> u64 {
+        self.lost
+    }
+
     fn incomplete_chunks(&self) -> bool {
         self.chunks.values().any(|c| c.count < self.plan.threshold)
     }
@@ -773,6 +848,9 @@ impl ServerAgent {
                 }
             }
             self.on_commit_acks(&h, items);
+            if items.iter().any(|i| i.op == WideOp::Alive) {
+                self.on_alive(now, &h);
+            }
             return;
         }
         let fresh = self.first_time(&h);
@@ -970,6 +1048,7 @@ impl ServerAgent {
         self.resend_notices(now);
         self.notify_fallback(now);
         self.pull_missing(now);
+        self.check_leases(now);
         for id in late {
             let Some(inst) = self.instances.get_mut(&id) else { continue };
             inst.proposed_at = now;

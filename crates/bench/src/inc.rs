@@ -194,7 +194,8 @@ fn apps(b: &mut Bench, rounds: u32, scale: u32) -> Result<(), String> {
                     if app == "agreement" { 200.0 * f64::from(scale) } else { r.items as f64 };
                 b.push("apps", app, scheme, round, "goodput_items_per_s", items / seconds);
                 b.push("apps", app, scheme, round, "server_bytes", r.bytes_to_server() as f64);
-                b.push("apps", app, scheme, round, "rpc_bytes", r.rpc_bytes as f64);
+                b.push("apps", app, scheme, round, "rpc_bytes", r.rpc_wire_bytes as f64);
+                b.push("apps", app, scheme, round, "rpc_message_bytes", r.rpc_bytes as f64);
                 b.push("apps", app, scheme, round, "server_packets", r.server_packets as f64);
                 b.push("apps", app, scheme, round, "server_cpu_s", r.server_cpu);
                 b.push("apps", app, scheme, round, "seconds", seconds);
@@ -498,7 +499,7 @@ fn report(b: &Bench, rounds: u32, scale: u32, plots: &[String]) -> String {
         }
         let _ = writeln!(
             s,
-            "\n`server-only`: the same processes and network path, the switch forwarding without computing; `direct`: no switch process. Every client calls through the service's generated in-network stub: server bytes are the INC datagrams reaching the server agent plus the ordinary calls' request bytes (encoded protobuf with the IEDT fields cut out; HTTP/2 framing not counted), and server packets are the datagrams.\n"
+            "\n`server-only`: the same processes and network path, the switch forwarding without computing; `direct`: no switch process. Every client calls through the service's generated in-network stub: server bytes are the INC datagrams reaching the server agent (UDP payload) plus the ordinary calls' bytes on the wire to the server (TCP payload: HTTP/2 and gRPC framing included, counted by a relay in front of the server; their request messages alone, IEDT fields cut out, are `rpc_message_bytes` in the CSV), and server packets are the datagrams.\n"
         );
         let _ = writeln!(
             s,

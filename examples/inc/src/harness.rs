@@ -117,7 +117,7 @@ pub fn registration(app: App, name: &str, members: u16) -> Result<Registration, 
 }
 
 /// What the server process measured.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct ServerReport {
     /// The leader's check (agreement only).
     pub verdict: Option<Verdict>,
@@ -127,6 +127,8 @@ pub struct ServerReport {
     pub commit_latency: Option<Duration>,
     /// Time from the first proposal to the last commit (agreement).
     pub leader_time: Option<Duration>,
+    /// The ordinary calls' bytes on the wire.
+    pub wire: Arc<WireBytes>,
 }
 
 /// The application's service (the user's server trait implementation).
@@ -139,9 +141,24 @@ pub fn service(app: App) -> Arc<dyn Service> {
     }
 }
 
+/// Bytes the ordinary calls moved on the wire, both ways: TCP payload
+/// (HTTP/2 frames with the gRPC messages in them), counted by a relay in
+/// front of the server.
+#[derive(Debug, Default)]
+pub struct WireBytes {
+    /// From the clients to the server.
+    pub to_server: std::sync::atomic::AtomicU64,
+    /// From the server to the clients.
+    pub to_clients: std::sync::atomic::AtomicU64,
+}
+
 /// Serves the application's service over gRPC on `host` (a free port), on
-/// a thread of its own for the rest of the process; returns the address.
-pub fn serve_rpc(app: App, host: std::net::IpAddr) -> Result<SocketAddr, String> {
+/// a thread of its own for the rest of the process; returns the address
+/// the clients call and the bytes they move. The clients reach the server
+/// through a TCP relay that counts the payload each way (the transport's
+/// bytes, framing included), so the byte figures are what the wire
+/// carried, not the messages' sizes.
+pub fn serve_rpc(app: App, host: std::net::IpAddr) -> Result<(SocketAddr, Arc<WireBytes>), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,14 +166,51 @@ pub fn serve_rpc(app: App, host: std::net::IpAddr) -> Result<SocketAddr, String>
     let listener = rt
         .block_on(tokio::net::TcpListener::bind((host, 0)))
         .map_err(|e| format!("rpc listener: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = listener.local_addr().map_err(|e| e.to_string())?;
     let router = Arc::new(Router::new(ServerOptions::default()).add_service(service(app)));
     std::thread::spawn(move || {
         if let Err(e) = rt.block_on(router.serve(listener)) {
             eprintln!("rpc server: {e}");
         }
     });
-    Ok(addr)
+    let relay = std::net::TcpListener::bind((host, 0)).map_err(|e| format!("relay: {e}"))?;
+    let addr = relay.local_addr().map_err(|e| e.to_string())?;
+    let bytes = Arc::new(WireBytes::default());
+    let counters = bytes.clone();
+    std::thread::spawn(move || {
+        for client in relay.incoming().flatten() {
+            let Ok(upstream) = std::net::TcpStream::connect(server) else { continue };
+            let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
+            let (Ok(c2), Ok(u2)) = (client.try_clone(), upstream.try_clone()) else { continue };
+            let up = counters.clone();
+            std::thread::spawn(move || pump(client, upstream, &up.to_server));
+            let down = counters.clone();
+            std::thread::spawn(move || pump(u2, c2, &down.to_clients));
+        }
+    });
+    Ok((addr, bytes))
+}
+
+/// Copies `from` to `to` until either ends, counting the bytes.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    count: &std::sync::atomic::AtomicU64,
+) {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                count.fetch_add(n as u64, Ordering::Relaxed);
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 /// Registers and runs the server agent until `stop`, with the application's
@@ -178,7 +232,7 @@ pub fn serve(
     reg.memory = tweaks.memory.unwrap_or(reg.memory);
     let mut commit_latency = None;
     let mut leader_time = None;
-    let rpc = serve_rpc(app, opts.host)?;
+    let (rpc, wire) = serve_rpc(app, opts.host)?;
     let mut rt =
         ServerRuntime::register(opts, reg, ServerTuning::default()).map_err(|e| e.to_string())?;
     ready(&rt, rpc);
@@ -228,7 +282,7 @@ pub fn serve(
     while !stop.load(Ordering::Relaxed) {
         rt.step(Duration::from_millis(20)).map_err(|e| e.to_string())?;
     }
-    Ok(ServerReport { verdict, stats: rt.stats(), commit_latency, leader_time })
+    Ok(ServerReport { verdict, stats: rt.stats(), commit_latency, leader_time, wire })
 }
 
 fn status(e: Status) -> String {

@@ -271,8 +271,12 @@ pub fn run_role(a: &RoleArgs, server: bool) -> Result<(), String> {
         let latency = r.commit_latency.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
         let leader = r.leader_time.map_or(f64::NAN, |d| d.as_secs_f64());
         say(&format!(
-            "server packets={} bytes={} host_items={} cpu={cpu:.6} commit_latency_us={latency:.1} leader_s={leader:.4}",
-            r.stats.packets, r.stats.bytes, r.stats.host_items
+            "server packets={} bytes={} host_items={} cpu={cpu:.6} commit_latency_us={latency:.1} leader_s={leader:.4} rpc_wire_in={} rpc_wire_out={}",
+            r.stats.packets,
+            r.stats.bytes,
+            r.stats.host_items,
+            r.wire.to_server.load(Ordering::Relaxed),
+            r.wire.to_clients.load(Ordering::Relaxed)
         ));
         return Ok(());
     }
@@ -528,6 +532,9 @@ pub struct RunReport {
     /// not counted).
     pub rpcs: u64,
     pub rpc_bytes: u64,
+    /// The same calls' bytes on the wire to the server: TCP payload
+    /// (HTTP/2 and gRPC framing included), counted by a relay.
+    pub rpc_wire_bytes: u64,
     pub server_cpu: f64,
     pub commit_latency_us: f64,
     /// Agreement: first proposal to last commit.
@@ -542,7 +549,7 @@ pub struct RunReport {
 impl RunReport {
     /// Bytes that reached the server: INC datagrams and ordinary calls.
     pub fn bytes_to_server(&self) -> u64 {
-        self.server_bytes + self.rpc_bytes
+        self.server_bytes + self.rpc_wire_bytes
     }
 }
 
@@ -680,6 +687,7 @@ impl AppRun {
                 r.server_cpu = num(l, "cpu");
                 r.commit_latency_us = num(l, "commit_latency_us");
                 r.leader_seconds = num(l, "leader_s");
+                r.rpc_wire_bytes = num(l, "rpc_wire_in") as u64;
             }
             r.lines.push(format!("server: {l}"));
         }
@@ -956,8 +964,15 @@ pub fn print_run(a: &RunArgs, r: &RunReport) -> String {
     }
     s.push_str(&format!(
         "{:.3} s of client work, {} items from clients, server received {} packets / {} bytes \
-         and {} ordinary calls / {} bytes, server CPU {:.3} s\n",
-        r.seconds, r.items, r.server_packets, r.server_bytes, r.rpcs, r.rpc_bytes, r.server_cpu
+         and {} ordinary calls / {} bytes on the wire ({} bytes of messages), server CPU {:.3} s\n",
+        r.seconds,
+        r.items,
+        r.server_packets,
+        r.server_bytes,
+        r.rpcs,
+        r.rpc_wire_bytes,
+        r.rpc_bytes,
+        r.server_cpu
     ));
     s.push_str(&format!("exact: {}\n", yes(r.exact)));
     s

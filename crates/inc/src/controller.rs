@@ -392,12 +392,15 @@ impl Controller {
             if self.apps.contains_key(&e.app) {
                 continue;
             }
+            // What overlaps something adopted already (the switches
+            // disagree) is not adopted, and takes nothing.
             let flows_ok =
                 self.plane.is_some() && take_exact(&mut self.free_flows, (e.flow_base, e.flows));
-            let mem_ok =
-                e.mem_len == 0 || take_exact_u32(&mut self.free_memory, (e.mem_base, e.mem_len));
-            if !flows_ok || !mem_ok {
-                // Overlaps something adopted already: the switches disagree.
+            if !flows_ok {
+                continue;
+            }
+            if e.mem_len > 0 && !take_exact_u32(&mut self.free_memory, (e.mem_base, e.mem_len)) {
+                give_back_flows(&mut self.free_flows, (e.flow_base, e.flows));
                 continue;
             }
             self.next_app = self.next_app.max(e.app.saturating_add(1));

@@ -97,15 +97,14 @@ fn votes_quorums_and_parts_for_what_was_never_asked_are_ignored() {
     );
 }
 
-/// A wide `Map.addTo` of member 0 (node 1) with sequence number `seq`,
-/// from incarnation `incarnation`.
-fn wide_add(seq: u32, incarnation: u8, value: i64) -> Header {
+/// The header of a wide packet of member 0 (node 1) with sequence number
+/// `seq`, from incarnation `incarnation`.
+fn wide_add(seq: u32, incarnation: u8) -> Header {
     let mut h = Header::new(Kind::Wide, 1, 1, 100);
     h.flow = 0;
     h.seq = seq;
     h.ext = Header::SEQUENCED;
     h.set_incarnation(incarnation);
-    let _ = value;
     h
 }
 
@@ -139,16 +138,16 @@ fn read_k(server: &mut ServerAgent) -> i64 {
 #[test]
 fn a_restarted_member_counts_again_and_its_old_incarnation_does_not() {
     let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
-    send_add(&mut server, wide_add(0, 1, 5), 5);
-    send_add(&mut server, wide_add(1, 1, 5), 5);
-    send_add(&mut server, wide_add(1, 1, 5), 5); // a retransmission
+    send_add(&mut server, wide_add(0, 1), 5);
+    send_add(&mut server, wide_add(1, 1), 5);
+    send_add(&mut server, wide_add(1, 1), 5); // a retransmission
     assert_eq!(read_k(&mut server), 10);
     // Restarted: incarnation 2, sequence numbers from 0.
-    send_add(&mut server, wide_add(0, 2, 7), 7);
-    send_add(&mut server, wide_add(1, 2, 7), 7);
+    send_add(&mut server, wide_add(0, 2), 7);
+    send_add(&mut server, wide_add(1, 2), 7);
     assert_eq!(read_k(&mut server), 24, "the new incarnation's packets are not duplicates");
     // A late retransmission of the old incarnation: dropped.
-    send_add(&mut server, wide_add(2, 1, 100), 100);
+    send_add(&mut server, wide_add(2, 1), 100);
     assert_eq!(read_k(&mut server), 24);
 }
 
@@ -157,7 +156,7 @@ fn a_restarted_member_counts_again_and_its_old_incarnation_does_not() {
 fn a_forged_packet_changes_nothing_on_the_server_agent() {
     let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
     let add = Wide { op: WideOp::Add, key: b"k".to_vec(), value: 9 };
-    let p = Packet::wide(wide_add(0, 1, 9), vec![add]);
+    let p = Packet::wide(wide_add(0, 1), vec![add]);
     server.handle(0, &p.to_bytes());
     server.handle(0, &p.seal(&Key([6; 16])));
     assert_eq!(server.stats().ignored, 2);

@@ -648,6 +648,11 @@ impl World {
         };
         let at = start + offset as usize % len;
         let n = bytes.len().min(start + len - at);
+        if n == 0 {
+            // Nothing to write (a write of no bytes into the sealed half is
+            // refused like any other, which says nothing about the seal).
+            return;
+        }
         // The engine's half is sealed: no application can write it.
         let sealed = at + n > l.engine_half() as usize;
         assert_eq!(self.app.map.write(at, &bytes[..n]), !sealed, "scribble at {at:#x}+{n}");

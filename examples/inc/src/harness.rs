@@ -350,6 +350,14 @@ fn write_results(params: &Params, file: &str, rows: impl Iterator<Item = serde_j
     }
 }
 
+/// A sending member's results: how many items it sent (`client-M.jsonl`,
+/// or `client-M-partP.jsonl` for a part of a restarted member).
+fn write_sent(params: &Params, member: u16, what: &str, sent: u64) {
+    let part = params.part.map_or(String::new(), |p| format!("-part{p}"));
+    let row = serde_json::json!({ what: sent });
+    write_results(params, &format!("client-{member}{part}"), std::iter::once(row));
+}
+
 /// The half of `items` a part of a restarted member sends.
 fn part_of<T>(items: &[T], part: Option<u8>) -> &[T] {
     let half = items.len() / 2;
@@ -407,15 +415,7 @@ async fn async_client(
     let sent =
         async_agg::worker_part(c, part_of(&share, params.part), 50, last).await.map_err(status)?;
     if member != 0 {
-        let name = format!(
-            "client-{member}{}",
-            params.part.map_or(String::new(), |p| format!("-part{p}"))
-        );
-        write_results(
-            params,
-            &name,
-            std::iter::once(serde_json::json!({"sent_word_counts": sent})),
-        );
+        write_sent(params, member, "sent_word_counts", sent);
         return Ok(verdict(true, format!("sent {sent} word counts"), sent));
     }
     let expect = check::word_counts(scale);
@@ -445,15 +445,7 @@ async fn kv_client(c: &MonitorIncClient, params: &Params, member: u16) -> Result
         .await
         .map_err(status)?;
     if member != 0 {
-        let name = format!(
-            "client-{member}{}",
-            params.part.map_or(String::new(), |p| format!("-part{p}"))
-        );
-        write_results(
-            params,
-            &name,
-            std::iter::once(serde_json::json!({"sent_counter_updates": sent})),
-        );
+        write_sent(params, member, "sent_counter_updates", sent);
         return Ok(verdict(true, format!("sent {sent} counter updates"), sent));
     }
     let keys: Vec<i64> = (0..check::KV_KEYS).collect();

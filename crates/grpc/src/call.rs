@@ -529,6 +529,41 @@ impl Responder {
         let c = self.compress;
         self.push(Out::Encoded(message, c)).await
     }
+
+    /// [`Responder::send_encoded`] for a caller that cannot wait (an event
+    /// loop in another language): sends the response if there is room now
+    /// and returns `None`, or hands it back (`Some`) when the client is not
+    /// reading; the caller waits its own way and tries again. A method
+    /// with one response never waits.
+    pub fn try_send_encoded(&mut self, message: Bytes) -> Result<Option<Bytes>, Status> {
+        let gone = || Status::new(Code::Cancelled, "the call has ended");
+        let c = self.compress;
+        let Sink::Stream(tx) = &self.sink else {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let sent = std::pin::pin!(self.send_encoded(message)).poll(&mut cx);
+            return match sent {
+                std::task::Poll::Ready(r) => r.map(|()| None),
+                // A one-shot slot is never full.
+                std::task::Poll::Pending => Err(gone()),
+            };
+        };
+        use mpsc::error::TrySendError;
+        if let Some(md) = self.headers.take() {
+            match tx.try_send(Out::Staged(md)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(Out::Staged(md))) => {
+                    self.headers = Some(md);
+                    return Ok(Some(message));
+                }
+                Err(_) => return Err(gone()),
+            }
+        }
+        match tx.try_send(Out::Encoded(message, c)) {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full(Out::Encoded(m, _))) => Ok(Some(m)),
+            Err(_) => Err(gone()),
+        }
+    }
 }
 
 impl Drop for Responder {

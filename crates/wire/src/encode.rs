@@ -313,6 +313,34 @@ impl Encoder {
         Ok(&self.back[pos..])
     }
 
+    /// Encodes the message object of type `type_index` at byte `at` of the
+    /// block (a sub-message, as [`crate::MessageView::offset`] gives it;
+    /// 0: the empty message) the way [`Encoder::encode`] encodes the root:
+    /// a reader holding a view of a nested message serializes it alone.
+    pub fn encode_at(
+        &mut self,
+        ts: &TableSet,
+        type_index: u32,
+        src: Source<'_>,
+        at: usize,
+        opts: &EncodeOptions,
+    ) -> Result<&[u8], BlockError> {
+        if type_index as usize >= ts.messages().len() {
+            return Err(BlockError::WrongType);
+        }
+        if at == 0 {
+            return Ok(&[]);
+        }
+        self.work = 0;
+        self.budget = work_budget(src, opts);
+        let mut w = Back::new(std::mem::take(&mut self.back), output_budget(src, opts));
+        let done = self.back_object(ts, type_index, at, src, opts, 0, &mut w);
+        let pos = w.pos;
+        self.back = w.buf;
+        done?;
+        Ok(&self.back[pos..])
+    }
+
     /// Appends the encoding of the message in `src` to `out` ([`Encoder::encode`]
     /// followed by one copy).
     pub fn encode_into(

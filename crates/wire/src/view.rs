@@ -131,6 +131,30 @@ impl<'a> MessageView<'a> {
         Ok(MessageView { ts, src, index, msg, at, obj })
     }
 
+    /// Where this message's object starts in its block; 0 for the empty
+    /// message a null reference reads as ([`MessageView::ref_message`]).
+    /// With [`MessageView::reopen`], a reader that cannot hold the borrow
+    /// (a view handed to another language) keeps a position instead.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+
+    /// The view of type `index` at `at` (an [`MessageView::offset`] of the
+    /// same block), checked as any object is: a wrong position is an
+    /// error, never a read outside the block.
+    pub fn reopen(
+        ts: &'a TableSet,
+        src: Source<'a>,
+        index: u32,
+        at: usize,
+    ) -> Result<Self, BlockError> {
+        if at == 0 {
+            let msg = ts.messages().get(index as usize).ok_or(BlockError::WrongType)?;
+            return Ok(MessageView { ts, src, index, msg, at: 0, obj: &[] });
+        }
+        Self::at(ts, src, index, at)
+    }
+
     /// The table set this view reads with.
     pub fn tables(&self) -> &'a TableSet {
         self.ts

@@ -145,6 +145,11 @@ impl Attachment {
     /// comes) with the GIL released; `None` if none came or serving ended.
     #[pyo3(signature = (timeout=None))]
     fn next_call(&self, py: Python<'_>, timeout: Option<f64>) -> Option<Call> {
+        // A call already waiting is taken with the GIL held: a worker that
+        // finds work keeps running, with no hand-over of the GIL per call.
+        if let Some(c) = self.queue.pop(Some(Duration::ZERO)) {
+            return Some(Call::new(c));
+        }
         let q = self.queue.clone();
         let t = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
         py.detach(move || q.pop(t)).map(Call::new)

@@ -168,6 +168,17 @@ impl Call {
     }
 }
 
+impl Drop for Call {
+    /// A call Python let go of without finishing it (which the package's
+    /// own code never does) ends INTERNAL rather than hanging the client.
+    fn drop(&mut self) {
+        if let Some(tx) = lock(&self.core.done).take() {
+            let _ = tx.send(Err(Status::new(Code::Internal, "the handler never answered")));
+        }
+        self.core.release_views();
+    }
+}
+
 fn ended() -> PyErr {
     crate::CallEnded::new_err("the call has ended")
 }
@@ -363,7 +374,7 @@ impl Call {
         let code = Code::from_u32(code);
         let details = details.to_string();
         let core = self.core.clone();
-        let sent = py.detach(move || {
+        let end = move || {
             let Some(done) = lock(&core.done).take() else { return false };
             let mut r = lock(&core.responder).take();
             let mut result = Ok(md);
@@ -383,8 +394,11 @@ impl Call {
             };
             core.release_views();
             done.send(result).is_ok()
-        });
-        Ok(sent)
+        };
+        // A single response goes into a one-shot slot, which never waits:
+        // no reason to give the GIL up (and take it back) for it. A
+        // streaming call's queue may be full.
+        Ok(if self.core.server_streaming { py.detach(end) } else { end() })
     }
 }
 

@@ -20,13 +20,46 @@ pub(crate) struct Queue {
     /// A wake-up byte is on its way and not yet answered by `take_all`:
     /// pushes write one only when this goes from false to true.
     rung: AtomicBool,
+    /// A wake is scheduled for the calls pushed since the last one.
+    deferred: AtomicBool,
 }
 
-#[derive(Default)]
 struct State {
     calls: VecDeque<Arc<CallCore>>,
     /// Set once the attachment stops: waiters return.
     closed: bool,
+    /// Workers blocked in `pop`.
+    waiting: usize,
+    /// Workers that took a call and have not waited since (each comes
+    /// back for the next call as soon as its handler returns), with when
+    /// each last took one.
+    hot: Vec<(u64, Instant)>,
+}
+
+impl State {
+    /// Some worker took a call within `STALL` and will be back for the
+    /// next: no other needs waking.
+    fn progressing(&self) -> bool {
+        self.hot.iter().any(|(_, t)| t.elapsed() < STALL)
+    }
+}
+
+impl Default for State {
+    fn default() -> State {
+        State { calls: VecDeque::new(), closed: false, waiting: 0, hot: Vec::new() }
+    }
+}
+
+/// How long the calls a worker is running may go without it taking the
+/// next one before another worker is woken for the waiting ones: the
+/// worker is then taken to be blocked in its handler.
+const STALL: Duration = Duration::from_millis(1);
+
+static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's number among the workers (`State::hot`).
+    static WORKER: u64 = WORKERS.fetch_add(1, Ordering::Relaxed);
 }
 
 impl Queue {
@@ -34,9 +67,41 @@ impl Queue {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn push(&self, call: Arc<CallCore>) {
+    /// Queues a call. Python is told once per batch: the first push of a
+    /// batch schedules [`Queue::wake`] on the attachment's runtime, which
+    /// runs it once the drain pass that found these calls is over (every
+    /// call of the pass queued by then), not once per call.
+    pub(crate) fn push(self: &Arc<Self>, call: Arc<CallCore>) {
         self.state().calls.push_back(call);
-        self.ready.notify_one();
+        if self.deferred.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                let q = self.clone();
+                h.spawn(async move { q.wake() });
+            }
+            Err(_) => self.wake(),
+        }
+    }
+
+    /// Tells Python calls are waiting. A sleeping worker is woken only
+    /// when no worker is making progress: while one runs handlers and
+    /// takes the next call as soon as it is done (`pop` without waiting,
+    /// GIL held), waking others would only make them queue for the GIL (a
+    /// context switch each, per call). A worker that stops making progress
+    /// (a handler that blocks) lets the next wake, or a waiter's timed
+    /// check, rouse another, so a blocked handler holds up other calls by
+    /// `STALL` at most.
+    fn wake(&self) {
+        self.deferred.store(false, Ordering::Release);
+        let wake = {
+            let st = self.state();
+            !st.calls.is_empty() && st.waiting > 0 && !st.progressing()
+        };
+        if wake {
+            self.ready.notify_one();
+        }
         if !self.rung.swap(true, Ordering::AcqRel) {
             if let Some(s) = self.bell.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                 // A full socket already holds a wake-up: nothing is lost.
@@ -45,25 +110,45 @@ impl Queue {
         }
     }
 
-    /// The next call, waiting up to `timeout` (forever: `None`); `None`
-    /// when none came or the queue is closed.
+    /// The next call for the worker calling (a thread that runs one
+    /// handler at a time), waiting up to `timeout` (forever: `None`);
+    /// `None` when none came or the queue is closed.
     pub(crate) fn pop(&self, timeout: Option<Duration>) -> Option<Arc<CallCore>> {
         let until = timeout.map(|t| Instant::now() + t);
         let mut st = self.state();
+        let mut first = true;
         loop {
-            if let Some(c) = st.calls.pop_front() {
-                return Some(c);
+            // Taken at once, or after a wait that found the workers stuck.
+            let me = WORKER.with(|w| *w);
+            if first || !st.progressing() {
+                if let Some(c) = st.calls.pop_front() {
+                    let now = Instant::now();
+                    match st.hot.iter_mut().find(|(w, _)| *w == me) {
+                        Some(h) => h.1 = now,
+                        None => st.hot.push((me, now)),
+                    }
+                    return Some(c);
+                }
             }
+            first = false;
             if st.closed {
                 return None;
             }
-            st = match until {
+            let mut left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return None;
+            }
+            if !st.calls.is_empty() {
+                // Calls wait while another worker runs: check on it soon.
+                left = Some(left.map_or(STALL, |l| l.min(STALL)));
+            }
+            st.hot.retain(|(w, _)| *w != me);
+            st.waiting += 1;
+            st = match left {
                 None => self.ready.wait(st).unwrap_or_else(|e| e.into_inner()),
-                Some(u) => {
-                    let left = u.checked_duration_since(Instant::now())?;
-                    self.ready.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0
-                }
+                Some(l) => self.ready.wait_timeout(st, l).unwrap_or_else(|e| e.into_inner()).0,
             };
+            st.waiting -= 1;
         }
     }
 

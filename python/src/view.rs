@@ -17,6 +17,7 @@ use protoplane_schema::{Field, FieldFlags};
 use protoplane_wire::{BlockError, EncodeOptions, Encoder, MessageView, Value};
 use pyo3::exceptions::{PyAttributeError, PyIndexError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyString};
 use pyo3::IntoPyObjectExt;
 
@@ -83,6 +84,23 @@ impl MessageRef {
         MessageRef { held, index, at }
     }
 
+    /// The Python value of field `f` of `v` (this view's message).
+    fn read(&self, py: Python<'_>, v: &MessageView<'_>, f: &Field) -> PyResult<Py<PyAny>> {
+        if f.is_repeated() {
+            if f.flags.has(FieldFlags::MAP) {
+                return map(py, &self.held, v, f);
+            }
+            return RepeatedRef {
+                held: self.held.clone(),
+                index: self.index,
+                at: self.at,
+                number: f.number,
+            }
+            .into_py_any(py);
+        }
+        singular(py, &self.held, v, f)
+    }
+
     fn field<'v>(v: &MessageView<'v>, name: &str) -> PyResult<&'v Field> {
         v.field_named(name).ok_or_else(|| {
             PyAttributeError::new_err(format!("{} has no field {name:?}", v.type_name()))
@@ -142,24 +160,41 @@ fn map(py: Python<'_>, held: &Arc<Held>, v: &MessageView<'_>, f: &Field) -> PyRe
     d.into_py_any(py)
 }
 
+/// `object.__getattribute__`: the ordinary attribute lookup, for the
+/// names that are not fields (methods).
+static GENERIC_GETATTR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
 #[pymethods]
 impl MessageRef {
+    /// Fields first: a field read is the common case, and trying the type's
+    /// attributes first would raise (and discard) an `AttributeError` per
+    /// field read. Other names (the methods) take the ordinary lookup.
+    fn __getattribute__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let me = slf.get();
+        let key = name.to_cow()?;
+        let field = me.held.with(me.index, me.at, |v| match v.field_named(&key) {
+            Some(f) => me.read(py, &v, f).map(Some),
+            None => Ok(None),
+        });
+        match field {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            // Ended: methods still answer (`readable`, `type_name`); a
+            // field name falls through to `__getattr__`, which raises.
+            Err(e) if e.is_instance_of::<crate::CallEnded>(py) => {}
+            Err(e) => return Err(e),
+        }
+        let generic = GENERIC_GETATTR.get_or_try_init(py, || {
+            py.import("builtins")?.getattr("object")?.getattr("__getattribute__").map(Bound::unbind)
+        })?;
+        Ok(generic.bind(py).call1((slf, name))?.unbind())
+    }
+
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
         self.held.with(self.index, self.at, |v| {
             let f = Self::field(&v, name)?;
-            if f.is_repeated() {
-                if f.flags.has(FieldFlags::MAP) {
-                    return map(py, &self.held, &v, f);
-                }
-                return RepeatedRef {
-                    held: self.held.clone(),
-                    index: self.index,
-                    at: self.at,
-                    number: f.number,
-                }
-                .into_py_any(py);
-            }
-            singular(py, &self.held, &v, f)
+            self.read(py, &v, f)
         })
     }
 

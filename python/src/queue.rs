@@ -24,6 +24,7 @@ pub(crate) struct Queue {
     deferred: AtomicBool,
 }
 
+#[derive(Default)]
 struct State {
     calls: VecDeque<Arc<CallCore>>,
     /// Set once the attachment stops: waiters return.
@@ -41,12 +42,6 @@ impl State {
     /// next: no other needs waking.
     fn progressing(&self) -> bool {
         self.hot.iter().any(|(_, t)| t.elapsed() < STALL)
-    }
-}
-
-impl Default for State {
-    fn default() -> State {
-        State { calls: VecDeque::new(), closed: false, waiting: 0, hot: Vec::new() }
     }
 }
 

@@ -80,12 +80,14 @@ class ServicerContext:
 
     __slots__ = ("_call", "_code", "_details", "_trailing", "_callbacks", "_loop")
 
-    def __init__(self, call):
+    def __init__(self, call, flush_soon=None):
         self._call = call
         self._code = None
         self._details = ""
         self._trailing = ()
         self._callbacks = None
+        # An event loop's way to hand finished calls over once per pass.
+        self._loop = flush_soon
 
     # --- the call ---------------------------------------------------------
     def invocation_metadata(self):
@@ -177,7 +179,8 @@ class ServicerContext:
         details = self._details if self._code is not None else default_details
         if code != _OK:
             response = None
-        self._call.finish(code, details or "", self._trailing, response)
+        if self._call.finish(code, details or "", self._trailing, response) == 2 and self._loop:
+            self._loop()
         cbs, self._callbacks = self._callbacks, None
         for cb in cbs or ():
             try:
@@ -284,11 +287,11 @@ def _identity(view):
 class Server:
     """A protoplane application serving grpcio servicers (see ``attach``)."""
 
-    def __init__(self, path, max_workers=None, requests="view", spin_us=0):
+    def __init__(self, path, max_workers=None, requests="view", spin_us=0, nice=19):
         if requests not in ("view", "pb2"):
             raise ValueError('requests is "view" (read in place) or "pb2"')
         self._path = str(path)
-        self._native = _native.Attachment(self._path, spin_us)
+        self._native = _native.Attachment(self._path, spin_us, nice)
         self._max_workers = max_workers or min(32, (os.cpu_count() or 1) + 4)
         self._requests = requests
         self._services = {}
@@ -461,8 +464,8 @@ class Server:
             return
         ctx._finish(data)
 
-    async def _run_async(self, call, m):
-        ctx = AsyncServicerContext(call)
+    async def _run_async(self, call, m, flush_soon=None):
+        ctx = AsyncServicerContext(call, flush_soon)
         try:
             req = self._request(call, m)
             if not m.response_streaming:
@@ -506,6 +509,10 @@ class Server:
         methods = self._methods
         run = self._run_async
 
+        def flush_soon():
+            # After this pass's tasks: every call they finish goes over in one go.
+            loop.call_soon(native.flush)
+
         def ring():
             try:
                 while bell.recv(4096):
@@ -513,7 +520,7 @@ class Server:
             except BlockingIOError:
                 pass
             for call in native.take_calls():
-                loop.create_task(run(call, methods[call.handler]))
+                loop.create_task(run(call, methods[call.handler], flush_soon))
             if native.ended() and not ended.done():
                 ended.set_result(None)
 

@@ -18,6 +18,7 @@ use crate::queue::Queue;
 pub(crate) struct Attachment {
     path: PathBuf,
     spin: Duration,
+    nice: i32,
     queue: Arc<Queue>,
     services: Mutex<Vec<Arc<PyService>>>,
     runner: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -35,12 +36,23 @@ impl Attachment {
     /// `spin_us`: how long the attachment's thread polls its rings after
     /// work before it sleeps (latency against CPU on the Python process's
     /// core; 0 by default: that core is Python's).
+    ///
+    /// `nice`: the attachment thread's scheduling priority (19, the
+    /// lowest, by default). That thread and the handlers share the Python
+    /// process's core; at an equal priority, every wake-up of the thread
+    /// (the engine rang, a result to post) would take the core from the
+    /// handler running at once, a context switch per call each way. At the
+    /// lowest it runs when the handlers leave the core, and then moves
+    /// everything waiting in one go, as a run-to-completion loop would; it
+    /// still gets a share of a busy core (the kernel starves no thread),
+    /// so the engine hears from a saturated process.
     #[new]
-    #[pyo3(signature = (path, spin_us=0))]
-    fn new(path: PathBuf, spin_us: u64) -> Attachment {
+    #[pyo3(signature = (path, spin_us=0, nice=19))]
+    fn new(path: PathBuf, spin_us: u64, nice: i32) -> Attachment {
         Attachment {
             path,
             spin: Duration::from_micros(spin_us),
+            nice,
             queue: Arc::default(),
             services: Mutex::default(),
             runner: Mutex::default(),
@@ -116,6 +128,7 @@ impl Attachment {
         *lock(&self.stop) = Some(tx);
         let queue = self.queue.clone();
         let error = self.error.clone();
+        let nice = self.nice;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -123,6 +136,10 @@ impl Attachment {
         let t = std::thread::Builder::new()
             .name("protoplane-attach".into())
             .spawn(move || {
+                // setpriority(PRIO_PROCESS) with a thread id sets that
+                // thread's priority (Linux). Failing to is not an error:
+                // the thread then competes with the handlers as equals.
+                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
                 rt.block_on(async {
                     tokio::select! {
                         r = app.run() => {
@@ -153,6 +170,13 @@ impl Attachment {
         let q = self.queue.clone();
         let t = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
         py.detach(move || q.pop(t)).map(Call::new)
+    }
+
+    /// Hands the results of the calls finished since the last hand-over
+    /// to the attachment (an event loop calls it once per pass, when
+    /// `Call.finish` returned 2).
+    fn flush(&self) {
+        self.queue.flush();
     }
 
     /// Every call waiting now, without waiting.

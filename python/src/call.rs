@@ -78,6 +78,7 @@ impl Service for PyService {
                 done: Mutex::new(Some(tx)),
                 cancelled: AtomicBool::new(false),
                 held: Mutex::new(Vec::new()),
+                queue: self.queue.clone(),
             });
             let guard = EndOnDrop(core.clone());
             self.queue.push(core);
@@ -123,6 +124,7 @@ pub(crate) struct CallCore {
     cancelled: AtomicBool,
     /// Every view cell handed to Python, emptied when the call ends.
     held: Mutex<Vec<Arc<Held>>>,
+    queue: Arc<Queue>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -348,8 +350,10 @@ impl Call {
 
     /// Ends the call: the response of a method that answers once (if any),
     /// then the status with its trailing metadata. Every view of its
-    /// requests stops reading. Returns `False` if the call had ended
-    /// already.
+    /// requests stops reading. Returns 0 if the call had ended already, 1
+    /// if the result is handed over (or kept for the next hand-over), 2 if
+    /// it is the first kept since the last: an event loop then schedules
+    /// `Attachment.flush`.
     #[pyo3(signature = (code, details, trailing, response=None))]
     fn finish(
         &self,
@@ -358,7 +362,7 @@ impl Call {
         details: &str,
         trailing: &Bound<'_, PyAny>,
         response: Option<&[u8]>,
-    ) -> PyResult<bool> {
+    ) -> PyResult<u8> {
         let mut md = Metadata::new();
         let mut rich = Bytes::new();
         for item in trailing.try_iter()? {
@@ -375,7 +379,7 @@ impl Call {
         let details = details.to_string();
         let core = self.core.clone();
         let end = move || {
-            let Some(done) = lock(&core.done).take() else { return false };
+            let Some(done) = lock(&core.done).take() else { return 0 };
             let mut r = lock(&core.responder).take();
             let mut result = Ok(md);
             if let (Some(resp), Some(r), Code::Ok) = (response, r.as_mut(), code) {
@@ -393,7 +397,14 @@ impl Call {
                 (Err(st), _) => Err(st),
             };
             core.release_views();
-            done.send(result).is_ok()
+            if core.cancelled.load(Ordering::Acquire) {
+                return 0;
+            }
+            if core.queue.finish(done, result) {
+                2
+            } else {
+                1
+            }
         };
         // A single response goes into a one-shot slot, which never waits:
         // no reason to give the GIL up (and take it back) for it. A

@@ -9,7 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use protoplane_grpc::{Metadata, Status};
+use tokio::sync::oneshot;
+
 use crate::call::CallCore;
+
+/// A finished call's result, and where the attachment waits for it.
+pub(crate) type Finished = (oneshot::Sender<Result<Metadata, Status>>, Result<Metadata, Status>);
 
 #[derive(Default)]
 pub(crate) struct Queue {
@@ -22,6 +28,9 @@ pub(crate) struct Queue {
     rung: AtomicBool,
     /// A wake is scheduled for the calls pushed since the last one.
     deferred: AtomicBool,
+    /// Calls are taken by an event loop (`take_all`), which flushes
+    /// finished calls itself once per pass (`flush`).
+    looped: AtomicBool,
 }
 
 #[derive(Default)]
@@ -35,6 +44,14 @@ struct State {
     /// back for the next call as soon as its handler returns), with when
     /// each last took one.
     hot: Vec<(u64, Instant)>,
+    /// Results of finished calls not handed to the attachment yet, and
+    /// since when the oldest waits. Handing each over on its own would
+    /// wake the attachment's thread once per call, and on the core it
+    /// shares with Python that thread would take the core from the
+    /// handlers each time: results go over once a worker runs out of
+    /// calls (or a loop's pass ends), in one wake-up.
+    finished: Vec<Finished>,
+    finished_since: Option<Instant>,
 }
 
 impl State {
@@ -42,6 +59,18 @@ impl State {
     /// next: no other needs waking.
     fn progressing(&self) -> bool {
         self.hot.iter().any(|(_, t)| t.elapsed() < STALL)
+    }
+
+    fn take_finished(&mut self) -> Vec<Finished> {
+        self.finished_since = None;
+        std::mem::take(&mut self.finished)
+    }
+}
+
+fn hand_over(finished: Vec<Finished>) {
+    for (tx, result) in finished {
+        // The attachment stopped waiting (the call was cancelled): nothing to do.
+        let _ = tx.send(result);
     }
 }
 
@@ -55,6 +84,8 @@ static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 thread_local! {
     /// This thread's number among the workers (`State::hot`).
     static WORKER: u64 = WORKERS.fetch_add(1, Ordering::Relaxed);
+    /// This thread takes calls with `pop`.
+    static IS_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Queue {
@@ -109,12 +140,13 @@ impl Queue {
     /// handler at a time), waiting up to `timeout` (forever: `None`);
     /// `None` when none came or the queue is closed.
     pub(crate) fn pop(&self, timeout: Option<Duration>) -> Option<Arc<CallCore>> {
+        IS_WORKER.with(|w| w.set(true));
+        let me = WORKER.with(|w| *w);
         let until = timeout.map(|t| Instant::now() + t);
         let mut st = self.state();
         let mut first = true;
         loop {
             // Taken at once, or after a wait that found the workers stuck.
-            let me = WORKER.with(|w| *w);
             if first || !st.progressing() {
                 if let Some(c) = st.calls.pop_front() {
                     let now = Instant::now();
@@ -122,7 +154,25 @@ impl Queue {
                         Some(h) => h.1 = now,
                         None => st.hot.push((me, now)),
                     }
+                    // The last call waiting: what finished goes over now,
+                    // while this one runs.
+                    let done = if st.calls.is_empty() { st.take_finished() } else { Vec::new() };
+                    drop(st);
+                    hand_over(done);
                     return Some(c);
+                }
+            }
+            // Nothing to run: results go over before this worker sleeps;
+            // a waiter also hands over what a stuck worker left.
+            if first
+                || (!st.progressing() && st.finished_since.is_some_and(|t| t.elapsed() >= STALL))
+            {
+                let done = st.take_finished();
+                if !done.is_empty() {
+                    drop(st);
+                    hand_over(done);
+                    st = self.state();
+                    continue;
                 }
             }
             first = false;
@@ -133,8 +183,9 @@ impl Queue {
             if left == Some(Duration::ZERO) {
                 return None;
             }
-            if !st.calls.is_empty() {
-                // Calls wait while another worker runs: check on it soon.
+            if !st.calls.is_empty() || !st.finished.is_empty() {
+                // Calls or results wait while another worker runs: check
+                // on it soon.
                 left = Some(left.map_or(STALL, |l| l.min(STALL)));
             }
             st.hot.retain(|(w, _)| *w != me);
@@ -147,8 +198,42 @@ impl Queue {
         }
     }
 
+    /// A call's result: handed over at once, or kept for the next hand-over
+    /// when a worker or an event loop finishes it (see `State::finished`).
+    /// True when it is the first kept since the last hand-over (an event
+    /// loop then schedules one, `flush`).
+    pub(crate) fn finish(
+        &self,
+        tx: oneshot::Sender<Result<Metadata, Status>>,
+        result: Result<Metadata, Status>,
+    ) -> bool {
+        if !IS_WORKER.with(|w| w.get()) && !self.looped.load(Ordering::Acquire) {
+            let _ = tx.send(result);
+            return false;
+        }
+        let mut st = self.state();
+        if st.closed {
+            drop(st);
+            let _ = tx.send(result);
+            return false;
+        }
+        st.finished.push((tx, result));
+        let first = st.finished_since.is_none();
+        if first {
+            st.finished_since = Some(Instant::now());
+        }
+        first
+    }
+
+    /// Hands every kept result over.
+    pub(crate) fn flush(&self) {
+        let done = self.state().take_finished();
+        hand_over(done);
+    }
+
     /// Every call waiting now (the event loop's batch).
     pub(crate) fn take_all(&self) -> Vec<Arc<CallCore>> {
+        self.looped.store(true, Ordering::Release);
         // Cleared before the queue is read: a push after this rings again.
         self.rung.store(false, Ordering::Release);
         self.state().calls.drain(..).collect()
@@ -165,11 +250,12 @@ impl Queue {
     }
 
     pub(crate) fn close(&self) {
-        let waiting: Vec<_> = {
+        let (waiting, done): (Vec<_>, _) = {
             let mut st = self.state();
             st.closed = true;
-            st.calls.drain(..).collect()
+            (st.calls.drain(..).collect(), st.take_finished())
         };
+        hand_over(done);
         for c in waiting {
             c.fail_unstarted();
         }

@@ -287,7 +287,7 @@ def _identity(view):
 class Server:
     """A protoplane application serving grpcio servicers (see ``attach``)."""
 
-    def __init__(self, path, max_workers=None, requests="view", spin_us=0, nice=19):
+    def __init__(self, path, max_workers=None, requests="view", spin_us=50, nice=19):
         if requests not in ("view", "pb2"):
             raise ValueError('requests is "view" (read in place) or "pb2"')
         self._path = str(path)
@@ -509,9 +509,21 @@ class Server:
         methods = self._methods
         run = self._run_async
 
+        running = [0]
+
         def flush_soon():
-            # After this pass's tasks: every call they finish goes over in one go.
-            loop.call_soon(native.flush)
+            # The last call running: its result goes over now. Others: after
+            # this pass's tasks, every call they finish in one go.
+            if running[0] <= 1:
+                native.flush()
+            else:
+                loop.call_soon(native.flush)
+
+        async def run_one(call):
+            try:
+                await run(call, methods[call.handler], flush_soon)
+            finally:
+                running[0] -= 1
 
         def ring():
             try:
@@ -519,8 +531,10 @@ class Server:
                     pass
             except BlockingIOError:
                 pass
-            for call in native.take_calls():
-                loop.create_task(run(call, methods[call.handler], flush_soon))
+            calls = native.take_calls()
+            running[0] += len(calls)
+            for call in calls:
+                loop.create_task(run_one(call))
             if native.ended() and not ended.done():
                 ended.set_result(None)
 

@@ -34,7 +34,7 @@ def main(argv=None):
                    help="serve on an asyncio event loop (async servicers)")
     p.add_argument("--requests", choices=("view", "pb2"), default="view",
                    help="requests as views read in place (default) or as *_pb2 objects")
-    p.add_argument("--spin-us", type=int, default=0,
+    p.add_argument("--spin-us", type=int, default=50,
                    help="poll the engine's rings this long after work before sleeping")
     p.add_argument("-I", "--path", action="append", default=[],
                    help="a directory to import from (repeatable)")

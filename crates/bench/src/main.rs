@@ -33,6 +33,7 @@ mod inc;
 mod intercept;
 mod jobs;
 mod offload;
+mod python;
 mod ring;
 mod rpc;
 mod split;
@@ -70,6 +71,10 @@ enum BenchCommand {
     Offload(offload::OffloadArgs),
     /// What a server interceptor chain adds to a call (none, one, four).
     Intercept(intercept::InterceptArgs),
+    /// grpcio servicers served by grpcio and by the protoplane engine
+    /// (the Python package): calls/s, latency, CPU per call of each
+    /// process.
+    Python(python::PythonArgs),
     /// One measurement of `bench intercept`.
     #[command(name = "bench-intercept", hide = true)]
     BenchIntercept(intercept::WorkerArgs),
@@ -128,6 +133,7 @@ fn run(command: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Offload(args) => print(&offload::run(&args).map_err(Failure::Usage)?),
         BenchCommand::Inc(args) => print(&inc::run(&args).map_err(Failure::Usage)?),
         BenchCommand::Intercept(args) => print(&intercept::run(&args).map_err(Failure::Usage)?),
+        BenchCommand::Python(args) => print(&python::run(&args).map_err(Failure::Usage)?),
         BenchCommand::BenchIntercept(args) => intercept::worker(&args).map_err(Failure::Usage),
         BenchCommand::BenchEcho(args) => echo::run(&args).map_err(Failure::Usage),
         BenchCommand::BenchFront(args) => front::run(&args).map_err(Failure::Usage),

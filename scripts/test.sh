@@ -11,7 +11,9 @@
 #   3. the cross-check against Python `protobuf` (random + non-canonical messages)
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
 #      grpcurl through reflection, TLS; Python grpcio client and server; both
-#      clients also against `protoplane engine` (split mode); ConnectRPC's
+#      clients also against `protoplane engine` (split mode), with a Rust
+#      application and with a grpcio servicer attached from Python (the
+#      package in python/, whose pytest suite runs too); ConnectRPC's
 #      conformance suite (connectconformance, from the Go module proxy)
 #      against the server, monolithic and split, and against the client;
 #      h2spec (HTTP/2 conformance) against the server, monolithic and split
@@ -105,6 +107,26 @@ if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else ba
 
 step "gRPC interop: Python grpcio client and server (also split mode)"
 if tests/grpcio/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpcio)"; fi
+
+step "Python services: the package's pytest suite against a real engine, and bench python --quick"
+# scripts/setup-python.sh (run by the cross-check step) installed the
+# package from python/ into the venv. The suite attaches sync and async
+# grpcio servicers with `python -m protoplane.serve` and calls them with
+# grpcio; the smoke serves the social-network servicer four ways (grpcio
+# aio and sync, and the engine with each) and fails on a failed call.
+if PROTOPLANE_BIN="$PWD/target/release/protoplane" .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; then
+    ok
+else
+    bad "python package (pytest python/tests)"
+fi
+if target/release/protoplane bench python --quick --csv target/bench/python-smoke.csv \
+    >target/bench-python-smoke.md 2>/dev/null \
+    && [[ $(wc -l <target/bench/python-smoke.csv) -eq 9 ]] \
+    && awk -F, 'NR > 1 && $8 != 0 { bad = 1 } END { exit bad }' target/bench/python-smoke.csv; then
+    ok
+else
+    bad "bench python smoke"; cat target/bench-python-smoke.md
+fi
 
 step "HTTP/2 conformance: h2spec against the gRPC server (monolithic and split), count asserted"
 if tests/h2spec/run.sh --protoplane target/release/protoplane; then ok; else bad "h2spec"; fi

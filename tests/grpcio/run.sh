@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gRPC interop tests between protoplane and grpcio (the Python gRPC library).
 #
-#   tests/grpcio/run.sh [--protoplane PATH] [--only server|client|split]
+#   tests/grpcio/run.sh [--protoplane PATH] [--only server|client|split|python]
 #                       [--server-cmd CMD] [--client-cmd CMD] [--case-timeout S]
 #
 #   (a) protoplane as the server: `protoplane interop-server --port 0` is
@@ -23,6 +23,11 @@
 #       a concurrency limit refuse (RESOURCE_EXHAUSTED, RetryInfo), and
 #       `protoplane admin SOCK reload` installs a new policy with a stream
 #       open.  Part of --only split.
+#   (e) split mode with a Python application: the engine with a plain
+#       grpcio servicer of the interop service attached from Python
+#       (python/tests/interop_servicer.py, `python -m protoplane.serve`),
+#       client_tests.py against the engine (the compression cases left out:
+#       a grpcio servicer cannot see or choose compression). --only python.
 #
 # One line per case, `PASS name (1.234s)` or `FAIL name (1.234s)`, then a
 # summary; exit status 1 if anything failed.  Logs of the last run are kept in
@@ -69,7 +74,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "run.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-case "$ONLY" in ""|server|client|split) ;; *) echo "run.sh: --only takes server, client or split" >&2; exit 2 ;; esac
+case "$ONLY" in ""|server|client|split|python) ;; *) echo "run.sh: --only takes server, client, split or python" >&2; exit 2 ;; esac
 
 if [[ -n "$SERVER_CMD" ]]; then read -r -a SERVER <<<"$SERVER_CMD"; else SERVER=("$PROTOPLANE" interop-server); fi
 if [[ -n "$CLIENT_CMD" ]]; then read -r -a CLIENT <<<"$CLIENT_CMD"; else CLIENT=("$PROTOPLANE" interop-client); fi
@@ -172,8 +177,9 @@ alive() {
 # passed/failed.
 client_suite() {
     local log="$LOGS/$1" prefix="$2" target="$3" rc n_pass n_fail
+    shift 3
     # client_tests.py prints its own PASS/FAIL line per case.
-    timeout "$SUITE_TIMEOUT" "$PY" "$HERE/client_tests.py" --target "$target" \
+    timeout "$SUITE_TIMEOUT" "$PY" "$HERE/client_tests.py" --target "$target" "$@" \
         | while IFS= read -r line; do
             if [[ $line =~ ^(PASS|FAIL)\ (.*)$ ]]; then
                 line="${BASH_REMATCH[1]} $prefix${BASH_REMATCH[2]}"
@@ -321,6 +327,53 @@ if want split && [[ -z "$SERVER_CMD" ]]; then
         failed=$((failed + 1))
     fi
     rm -rf "$POL_DIR"
+fi
+
+# --- (e) split mode, Python: a grpcio servicer attached from Python -------
+if want python || [[ -z "$ONLY" ]]; then
+    echo "==> (e) grpcio client suite against protoplane engine + a grpcio servicer attached from Python"
+    if ! "$PY" -c 'import protoplane' 2>/dev/null; then
+        echo "FAIL python: $PY cannot import protoplane (scripts/setup-python.sh installs the package)"
+        failed=$((failed + 1))
+    else
+        PYS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pp-python.XXXXXX")"
+        mkdir -p "$PYS_DIR/gen"
+        "$PY" -m grpc_tools.protoc -I"$ROOT/protos/interop" --python_out="$PYS_DIR/gen" \
+            --grpc_python_out="$PYS_DIR/gen" "$ROOT/protos/interop/grpc_testing.proto"
+        if start_server python-engine "$PROTOPLANE" engine --grpc-port 0 --attach "$PYS_DIR/engine.sock" \
+            --max-message $((32 << 20)); then
+            PYE_PID=$SERVER_PID
+            PYE_PORT=$SERVER_PORT
+            "$PY" -m protoplane.serve --attach "$PYS_DIR/engine.sock" -I "$PYS_DIR/gen" -I "$ROOT/python/tests" \
+                interop_servicer:TestService >"$LOGS/python-app.stderr" 2>&1 </dev/null &
+            PYA_PID=$!
+            PIDS+=("$PYA_PID")
+            attached=0
+            deadline=$((SECONDS + STARTUP_TIMEOUT))
+            while [[ $SECONDS -lt $deadline ]]; do
+                if grep -q 'attached for grpc.testing.TestService' "$LOGS/python-engine.stderr"; then attached=1; break; fi
+                kill -0 "$PYA_PID" 2>/dev/null || break
+                sleep 0.1
+            done
+            if [[ $attached -eq 1 ]]; then
+                # A grpcio servicer cannot see or choose compression: the
+                # compression cases are about the server, not the package.
+                client_suite python-client_tests.log "python " "127.0.0.1:$PYE_PORT" \
+                    --skip client_compressed_unary --skip expect_compressed_rejects_uncompressed \
+                    --skip server_compressed_unary --skip compressed_both_ways_streaming
+                alive python-engine "$PYE_PID"
+                alive python-app "$PYA_PID"
+            else
+                echo "FAIL python: the servicer did not attach"
+                tail -n 20 "$LOGS/python-app.stderr" | indent
+                failed=$((failed + 1))
+            fi
+            stop "$PYA_PID" "$PYE_PID"
+        else
+            failed=$((failed + 1))
+        fi
+        rm -rf "$PYS_DIR"
+    fi
 fi
 
 summary="$passed passed, $failed failed"

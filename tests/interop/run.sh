@@ -6,6 +6,9 @@
 #      server reflection and the health service.
 #   4. split mode: 1 and 3 (and TLS) against `protoplane engine` with the
 #      interop service in an attached `interop-server --attach` process.
+#   5. split mode with a Python application: 1 against the engine with a
+#      plain grpcio servicer of the interop service attached from Python
+#      (python/tests/interop_servicer.py, the protoplane package).
 # The Go peers are installed from the Go module proxy at pinned versions
 # into target/go-bin (once; later runs reuse them).
 #
@@ -149,6 +152,37 @@ if [[ -f "$CERTS/server1.pem" ]]; then
         run_case "split tls $c (go client)" "$BIN/grpc-interop-client" --server_host 127.0.0.1 --server_port "$PORT" \
             --use_tls --use_test_ca --server_host_override foo.test.google.fr --test_case "$c"
     done
+fi
+
+echo "== split mode, Python: grpc-go interop client -> protoplane engine + a grpcio servicer attached from Python"
+# python/tests/interop_servicer.py is a plain grpcio TestServiceServicer,
+# attached with the package's entry point (python -m protoplane.serve);
+# the venv and the package come from scripts/setup-python.sh.
+PY="$ROOT/.venv/bin/python"
+if [[ -x "$PY" ]] && "$PY" -c 'import protoplane, grpc_tools' 2>/dev/null; then
+    GEN="$LOG/py-gen"; mkdir -p "$GEN"
+    "$PY" -m grpc_tools.protoc -I"$ROOT/protos/interop" --python_out="$GEN" --grpc_python_out="$GEN" \
+        "$ROOT/protos/interop/grpc_testing.proto"
+    start py-engine "$PP" engine --grpc-port 0 --attach "$LOG/py.sock" --max-message $((32 << 20))
+    "$PY" -m protoplane.serve --attach "$LOG/py.sock" -I "$GEN" -I "$ROOT/python/tests" \
+        interop_servicer:TestService >"$LOG/py-app.out" 2>&1 &
+    PIDS+=($!)
+    attached=0
+    for _ in $(seq 200); do
+        grep -q 'attached for grpc.testing.TestService' "$LOG/py-engine.out" && { attached=1; break; }
+        sleep 0.1
+    done
+    if [[ $attached -eq 1 ]]; then
+        for c in $GO_CASES; do
+            run_case "python $c" "$BIN/grpc-interop-client" --server_host 127.0.0.1 --server_port "$PORT" --test_case "$c"
+        done
+    else
+        echo "FAIL python: the servicer did not attach"; cat "$LOG/py-engine.out" "$LOG/py-app.out" | tail -20
+        failed=$((failed + 1))
+    fi
+else
+    echo "FAIL python: $PY cannot import protoplane (scripts/setup-python.sh installs the package)"
+    failed=$((failed + 1))
 fi
 
 if [[ $failed -gt 0 ]]; then echo "interop: $failed failed"; exit 1; fi

@@ -9,7 +9,11 @@
 //!   contiguous encode succeeds, the others do too, with the same length
 //!   and the same bytes;
 //! * a view of the block reads without panicking (JSON printing walks every
-//!   field, failing with an error where the block is inconsistent).
+//!   field, failing with an error where the block is inconsistent);
+//! * a position kept outside the borrow (the Python package's views keep
+//!   an object's offset, `MessageView::offset`) re-opens and encodes
+//!   without panicking wherever it points, and at the root encodes to the
+//!   bytes the root's encoding has.
 
 #![no_main]
 
@@ -40,8 +44,20 @@ fuzz_target!(|data: &[u8]| {
             .unwrap_or_else(|e| panic!("{}: encode ok, encode_sg {e}", t.name));
         assert!(sg.to_vec() == bytes, "{}: scatter-gather encoding differs", t.name);
     }
+    let opts = EncodeOptions::default();
     if let Ok(view) = MessageView::new(ts, src, ty) {
         let mut text = String::new();
         let _ = json::to_json(&view, &mut text);
+        let whole = Encoder::new().encode(ts, ty, src, &opts).map(<[u8]>::to_vec);
+        let at_root = Encoder::new().encode_at(ts, ty, src, view.offset(), &opts).map(<[u8]>::to_vec);
+        assert_eq!(whole, at_root, "{}: encode_at the root differs from encode", t.name);
+    }
+    let n = block.len();
+    for at in [0, 8, 16, n / 3, n / 2, n.saturating_sub(8), n, n + 1, usize::MAX] {
+        if let Ok(v) = MessageView::reopen(ts, src, ty, at) {
+            let mut text = String::new();
+            let _ = json::to_json(&v, &mut text);
+        }
+        let _ = Encoder::new().encode_at(ts, ty, src, at, &opts);
     }
 });

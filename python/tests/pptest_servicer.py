@@ -68,6 +68,11 @@ def _act(request, context):
     if a == "deadline":
         left = context.time_remaining()
         return pptest_pb2.Reply(summary=f"left={left is not None and 0 < left <= 30}")
+    if a == "nested":
+        inner, first = request.inner, request.items[0]
+        return pptest_pb2.Reply(summary="/".join([
+            inner.SerializeToString().hex(), first.SerializeToString().hex(),
+            repr(inner.to_pb2().name), str(inner.ByteSize())]))
     if a == "pb2":
         msg = request.to_pb2() if hasattr(request, "to_pb2") else request
         return pptest_pb2.Reply(summary=type(msg).__name__ + " " + describe(msg))

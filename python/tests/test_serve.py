@@ -44,6 +44,14 @@ def test_request_converts_to_pb2(stub):
     assert reply.summary == "Req " + describe(req)
 
 
+def test_nested_messages_serialize_alone(stub):
+    req = full_request()
+    req.action = "nested"
+    want = "/".join([req.inner.SerializeToString().hex(), req.items[0].SerializeToString().hex(),
+                     repr(req.inner.name), str(req.inner.ByteSize())])
+    assert stub.Describe(req, timeout=10).summary == want
+
+
 def test_server_streaming(stub):
     import pptest_pb2 as pb
 

@@ -331,6 +331,9 @@ impl Encoder {
         if at == 0 {
             return Ok(&[]);
         }
+        if at > src.block.len() {
+            return Err(BlockError::OutOfBounds { at });
+        }
         self.work = 0;
         self.budget = work_budget(src, opts);
         let mut w = Back::new(std::mem::take(&mut self.back), output_budget(src, opts));

@@ -152,6 +152,9 @@ impl<'a> MessageView<'a> {
             let msg = ts.messages().get(index as usize).ok_or(BlockError::WrongType)?;
             return Ok(MessageView { ts, src, index, msg, at: 0, obj: &[] });
         }
+        if at > src.block.len() {
+            return Err(BlockError::OutOfBounds { at });
+        }
         Self::at(ts, src, index, at)
     }
 

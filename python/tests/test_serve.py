@@ -205,3 +205,36 @@ def test_the_application_attaches_again_after_the_engine_restarts(tmp_path, gen_
     finally:
         app.stop()
         engine.stop()
+
+
+def test_a_hung_application_is_cut_off_and_the_engine_goes_on(tmp_path, gen_dir):
+    import signal
+
+    import pptest_pb2 as pb
+    import pptest_pb2_grpc
+    from conftest import Engine
+
+    engine = Engine(tmp_path, extra=["--stall-timeout-ms", "500"]).start()
+    app = attach(engine, gen_dir, "pptest_servicer:Tester")
+    ch = grpc.insecure_channel(f"127.0.0.1:{engine.port}")
+    stub = pptest_pb2_grpc.TesterStub(ch)
+    try:
+        assert stub.Describe(pb.Req(id=1), timeout=10).total == 1
+        app.proc.send_signal(signal.SIGSTOP)  # hangs: alive, takes nothing
+        # Stopped for certain before the next call (else it may still take
+        # the request and then hang with it, which only its deadline ends).
+        wait_for(lambda: open(f"/proc/{app.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                 in ("T", "t"), 10, "the application stopping")
+        t = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Describe(pb.Req(id=2), timeout=20)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() - t < 10
+        app2 = attach(engine, gen_dir, "pptest_servicer:Tester", count=2)
+        assert stub.Describe(pb.Req(id=3), timeout=10).total == 3
+        app2.stop()
+    finally:
+        app.proc.send_signal(signal.SIGKILL)
+        app.proc.wait()
+        ch.close()
+        engine.stop()

@@ -229,14 +229,23 @@ impl<M: Slots> Producer<M> {
         self.tail.load(Ordering::Relaxed)
     }
 
-    /// How many of the elements published at positions `from..produced()`
+    /// How many of the elements claimed at positions `from..produced()`
     /// the consumer has taken, counted from `from` up to the first one it
     /// has not (a watchdog's view of consumer progress; a scribbling
     /// consumer can only make itself look faster).
+    ///
+    /// A slot's sequence word only grows: `pos` (free for position `pos`;
+    /// also while a producer has claimed it and is still writing it),
+    /// `pos + 1` (published), then `pos + slots` once taken, and larger
+    /// again as later laps use the slot. So position `pos` has been taken
+    /// exactly when the word is past `pos + 1`. (Counting every word that
+    /// is not `pos + 1` took a claimed, not yet published element for a
+    /// taken one, and a watchdog looking at that moment never saw the
+    /// consumer stall on it.)
     pub fn consumed_from(&self, from: u64) -> u64 {
         let end = self.produced();
         let mut pos = from;
-        while pos < end && self.ring.seq(pos).load(Ordering::Acquire) != pos + 1 {
+        while pos < end && self.ring.seq(pos).load(Ordering::Acquire) > pos + 1 {
             pos += 1;
         }
         pos - from
@@ -492,6 +501,32 @@ mod tests {
         c.pop();
         assert_eq!(p.consumed_from(0), 2);
         assert_eq!(p.consumed_from(2), 0);
+    }
+
+    #[test]
+    fn watchdog_does_not_count_a_claimed_unpublished_element_as_taken() {
+        let (p, mut c, _) = pair(8);
+        p.push(&d(1)).expect("room");
+        c.pop();
+        // A producer thread claimed position 1 and is still writing it.
+        p.tail.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(p.produced(), 2);
+        assert_eq!(p.consumed_from(1), 0);
+        assert_eq!(p.consumed_from(0), 1);
+    }
+
+    #[test]
+    fn watchdog_counts_positions_whose_slots_later_laps_reused() {
+        let (p, mut c, _) = pair(8);
+        for i in 0..20 {
+            p.push(&d(i)).expect("room");
+            c.pop();
+        }
+        // Positions 0..20 were all taken; slots 0..4 hold lap 2's 16..20.
+        assert_eq!(p.consumed_from(0), 20);
+        assert_eq!(p.consumed_from(13), 7);
+        p.push(&d(20)).expect("room");
+        assert_eq!(p.consumed_from(0), 20);
     }
 
     #[test]

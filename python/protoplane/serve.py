@@ -5,14 +5,15 @@
 MODULE is imported (the current directory is on the path), each
 SERVICER_CLASS is instantiated with no arguments and registered through the
 ``add_XServicer_to_server`` function beside its generated base class. The
-process serves until interrupted, and attaches again whenever the engine
-restarts.
+process serves until SIGTERM or SIGINT, and attaches again whenever the
+engine restarts.
 """
 
 import argparse
 import asyncio
 import importlib
 import os
+import signal
 import sys
 
 import protoplane
@@ -44,6 +45,15 @@ def main(argv=None):
                             spin_us=a.spin_us)
     for spec in a.servicers:
         app.add_servicer(_load(spec)())
+    # SIGTERM and SIGINT stop serving (calls in progress are cancelled) and
+    # end the process. Installed explicitly: a process started in the
+    # background by a non-interactive shell inherits SIGINT ignored, and
+    # Python would then never raise KeyboardInterrupt.
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     print(f"protoplane: serving {', '.join(app._services)} on {a.attach}", flush=True)
     if a.asyncio:
         try:

@@ -79,6 +79,9 @@ fn hand_over(finished: Vec<Finished>) {
 /// worker is then taken to be blocked in its handler.
 const STALL: Duration = Duration::from_millis(1);
 
+/// The most results kept before they go over, whatever the queue holds.
+const BATCH: usize = 32;
+
 static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 thread_local! {
@@ -155,8 +158,13 @@ impl Queue {
                         None => st.hot.push((me, now)),
                     }
                     // The last call waiting: what finished goes over now,
-                    // while this one runs.
-                    let done = if st.calls.is_empty() { st.take_finished() } else { Vec::new() };
+                    // while this one runs. Under a load that never lets
+                    // the queue empty, results go over in batches of
+                    // `BATCH`, or once the oldest has waited `STALL`.
+                    let due = st.calls.is_empty()
+                        || st.finished.len() >= BATCH
+                        || st.finished_since.is_some_and(|t| t.elapsed() >= STALL);
+                    let done = if due { st.take_finished() } else { Vec::new() };
                     drop(st);
                     hand_over(done);
                     return Some(c);

@@ -8,6 +8,10 @@
 #                  once monolithic ("server") and once in split mode
 #                  ("server-split": the service attached to an in-process
 #                  protoplane engine, which speaks gRPC)
+#   --mode server, "server-python": the same suite against the engine with
+#                  the ConformanceService written as a plain grpcio servicer
+#                  and attached from Python (python/tests/connect_server.py,
+#                  the protoplane package; ./.venv from scripts/setup-python.sh)
 #   --mode client: `protoplane-grpc-conformance client` calls its reference servers
 # What protoplane claims (gRPC over HTTP/2, proto, identity + gzip, every
 # stream kind, TLS and client certificates, receive limits) is in
@@ -15,9 +19,9 @@
 # claim. Prints one line per mode, "MODE: N passed, M failed", and exits
 # non-zero when a case fails unexpectedly (or a known failure passes).
 #
-# usage: tests/grpc-conformance/run.sh [--bin PATH] [--mode server|server-split|client|all] [-- RUNNER-ARGS...]
+# usage: tests/grpc-conformance/run.sh [--bin PATH] [--mode server|server-split|server-python|client|all] [-- RUNNER-ARGS...]
 #   --bin PATH   a built protoplane-grpc-conformance (else: cargo build --release)
-#   --mode       run one mode only (default: all three, servers first)
+#   --mode       run one mode only (default: all four, servers first)
 #   RUNNER-ARGS  passed to connectconformance, e.g. -v, --trace, --run PATTERN
 # Logs: target/grpc-conformance/{server,server-split,client}.log
 set -euo pipefail
@@ -28,16 +32,16 @@ OUT="$ROOT/target/grpc-conformance"
 BIN_DIR="$OUT/bin"
 
 ADAPTER=""
-MODES="server server-split client"
+MODES="server server-split server-python client"
 EXTRA=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --bin) ADAPTER="$2"; shift 2 ;;
         --mode)
             case "$2" in
-                server | server-split | client) MODES="$2" ;;
-                all) MODES="server server-split client" ;;
-                *) echo "--mode: server, server-split, client or all" >&2; exit 2 ;;
+                server | server-split | server-python | client) MODES="$2" ;;
+                all) MODES="server server-split server-python client" ;;
+                *) echo "--mode: server, server-split, server-python, client or all" >&2; exit 2 ;;
             esac
             shift 2 ;;
         --) shift; EXTRA=("$@"); break ;;
@@ -66,7 +70,7 @@ fi
 # The number of cases each mode runs, for the pinned runner and config.yaml:
 # asserted, so a change that makes the runner skip cases (a feature dropped
 # from config.yaml, a case that could not run) shows as a failure too.
-declare -A EXPECTED=([server]=570 [server-split]=570 [client]=646)
+declare -A EXPECTED=([server]=570 [server-split]=570 [server-python]=570 [client]=646)
 
 status=0
 for mode in $MODES; do
@@ -80,6 +84,18 @@ for mode in $MODES; do
     case $mode in
         server) runner_mode=server; adapter=("$ADAPTER" server); limits+=(--parallel 4) ;;
         server-split) runner_mode=server; adapter=("$ADAPTER" server --split); limits+=(--parallel 4) ;;
+        server-python)
+            runner_mode=server
+            PY="$ROOT/.venv/bin/python"
+            if ! "$PY" -c 'import protoplane, grpc_tools' 2>/dev/null; then
+                echo "server-python: $PY cannot import protoplane (scripts/setup-python.sh installs it)"
+                echo "server-python: 0 passed, 1 failed"
+                status=1
+                continue
+            fi
+            export PROTOPLANE_BIN="${PROTOPLANE_BIN:-$(dirname "$ADAPTER")/protoplane}"
+            adapter=("$PY" "$ROOT/python/tests/connect_server.py")
+            limits+=(--parallel 4) ;;
         client) runner_mode=client; adapter=("$ADAPTER" client) ;;
     esac
     "$RUNNER" --mode "$runner_mode" --conf "$HERE/config.yaml" \

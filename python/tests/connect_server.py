@@ -274,7 +274,7 @@ def main():
               "--proto", str(PROTO_DIR / "conformance.proto"), "-I", str(PROTO_DIR),
               "--shutdown-grace", "1"]
     if req.message_receive_limit:
-        engine += ["--max-message", str(req.message_receive_limit)]
+        engine += ["--max-recv-message", str(req.message_receive_limit)]
     if req.use_tls:
         (work / "server.pem").write_bytes(req.server_creds.cert)
         (work / "server.key").write_bytes(req.server_creds.key)

@@ -58,6 +58,11 @@ pub(crate) struct EngineArgs {
     /// Largest message, each way, in bytes.
     #[arg(long)]
     max_message: Option<usize>,
+    /// Largest message received, in bytes, where it is to differ from the
+    /// largest sent (`--max-message` sets both): a server that echoes what
+    /// it receives answers with more than it accepts.
+    #[arg(long)]
+    max_recv_message: Option<usize>,
     /// MiB per region half (per attachment and direction).
     #[arg(long)]
     region_mb: Option<u64>,
@@ -176,8 +181,13 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     if let Some(ms) = args.stall_timeout_ms {
         c.stall_timeout = Duration::from_millis(ms.max(10));
     }
-    // One limit both ways in split mode: a response chunk is sized by it.
-    c.server.max_send_message = c.server.max_send_message.min(c.server.max_recv_message);
+    if let Some(m) = args.max_recv_message {
+        c.server.max_recv_message = m;
+    } else {
+        // One limit both ways in split mode unless the receive limit is
+        // given on its own: a response chunk is sized by it.
+        c.server.max_send_message = c.server.max_send_message.min(c.server.max_recv_message);
+    }
     if c.grpc.is_none() && c.lean_tcp.is_none() && c.lean_unix.is_none() {
         c.grpc = Some(addr(50051)?);
     }

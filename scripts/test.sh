@@ -143,7 +143,7 @@ if tests/lb/run.sh --protoplane target/release/protoplane; then ok; else bad "lo
 step "xDS: load --target xds:/// against go-control-plane (weights, endpoints changed under load, a route change, a NACK, weighted clusters, grpc-go's xDS client as reference)"
 if tests/xds/run.sh --protoplane target/release/protoplane; then ok; else bad "xDS (go-control-plane)"; fi
 
-step "gRPC conformance: ConnectRPC's suite against the server (monolithic and split) and the client"
+step "gRPC conformance: ConnectRPC's suite against the server (monolithic, split, split with a Python servicer) and the client"
 if tests/grpc-conformance/run.sh --bin target/release/protoplane-grpc-conformance; then
     ok
 else

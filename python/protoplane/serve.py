@@ -37,12 +37,15 @@ def main(argv=None):
                    help="requests as views read in place (default) or as *_pb2 objects")
     p.add_argument("--spin-us", type=int, default=50,
                    help="poll the engine's rings this long after work before sleeping")
+    p.add_argument("--nice", type=int, default=19,
+                   help="the attachment thread's priority (the lowest by default: it yields the "
+                        "core to the handlers)")
     p.add_argument("-I", "--path", action="append", default=[],
                    help="a directory to import from (repeatable)")
     a = p.parse_args(argv)
     sys.path[:0] = a.path + [os.getcwd()]
     app = protoplane.attach(a.attach, max_workers=a.workers, requests=a.requests,
-                            spin_us=a.spin_us)
+                            spin_us=a.spin_us, nice=a.nice)
     for spec in a.servicers:
         app.add_servicer(_load(spec)())
     # SIGTERM and SIGINT stop serving (calls in progress are cancelled) and

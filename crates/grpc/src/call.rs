@@ -630,3 +630,31 @@ pub trait Service: Send + Sync + 'static {
         responder: Responder,
     ) -> BoxFuture<'static, Result<Metadata, Status>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_send_encoded_hands_a_response_back_when_the_queue_is_full() {
+        let (mut r, mut rx) = Responder::for_stream(0, 2);
+        // The staged headers and the first response fill the queue.
+        assert_eq!(r.try_send_encoded(Bytes::from_static(b"a")), Ok(None));
+        let back = r.try_send_encoded(Bytes::from_static(b"b"));
+        assert_eq!(back, Ok(Some(Bytes::from_static(b"b"))));
+        assert!(matches!(rx.try_recv(), Ok(Out::Staged(_))));
+        assert_eq!(r.try_send_encoded(Bytes::from_static(b"b")), Ok(None));
+        assert!(matches!(rx.try_recv(), Ok(Out::Encoded(m, _)) if m == "a"));
+        assert!(matches!(rx.try_recv(), Ok(Out::Encoded(m, _)) if m == "b"));
+        drop(rx);
+        assert!(r.try_send_encoded(Bytes::from_static(b"c")).is_err());
+    }
+
+    #[test]
+    fn try_send_encoded_answers_a_unary_call_at_once() {
+        let (mut r, mut rx) = Responder::for_unary(0);
+        assert_eq!(r.try_send_encoded(Bytes::from_static(b"x")), Ok(None));
+        let out = rx.try_recv().expect("answered");
+        assert!(matches!(out.message, Some(Out::Encoded(m, _)) if m == "x"));
+    }
+}

@@ -72,8 +72,13 @@ pub(crate) struct PythonArgs {
     /// Core of the load generator.
     #[arg(long, default_value_t = 0)]
     load_cpu: usize,
-    /// How long the engine spins before it parks, µs.
-    #[arg(long, default_value_t = 20)]
+    /// How long the engine spins before it parks, µs. Longer than `bench
+    /// split`'s 20: a Python handler answers in some 30 µs (a Rust one in
+    /// a few), and an engine that parks before the answer comes pays two
+    /// wake-ups per call at low load (p50 at one call in flight: 121 µs
+    /// with 20, 53 µs with 100, on this 2-core VM). At 64 in flight the
+    /// engine never parks, so it makes no difference there.
+    #[arg(long, default_value_t = 100)]
     engine_spin_us: u64,
 }
 

@@ -302,37 +302,21 @@ fn load(
         .args(load_args)
         .args(["--concurrency", &in_flight.to_string()])
         .args(["--duration", &plan.seconds.to_string(), "--quiet", "--json"])
-        .arg(&json)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let cpu_of = |pid: Option<u32>| pid.and_then(protoplane_load::host::pid_cpu_seconds);
-    let (e0, a0) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
-    let status = cmd.status().map_err(|e| format!("load: {e}"))?;
-    let (e1, a1) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
-    if !status.success() {
-        return Err(format!("load failed ({status})"));
-    }
-    let text = std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    let ok = v["ok"].as_u64().unwrap_or(0);
-    let errors: u64 =
-        v["errors"].as_object().map(|m| m.values().filter_map(|x| x.as_u64()).sum()).unwrap_or(0);
-    let calls = (ok + errors).max(1) as f64;
-    let per_call =
-        |a: Option<f64>, b: Option<f64>| a.zip(b).map_or(0.0, |(a, b)| (b - a) * 1e6 / calls);
-    if ok == 0 {
-        return Err(format!("no call succeeded ({errors} failed)"));
+        .arg(&json);
+    let m = crate::split::measure(cmd, &json, servers)?;
+    if m.ok == 0 {
+        return Err(format!("no call succeeded ({} failed)", m.errors));
     }
     Ok(Row {
         server: String::new(),
         in_flight,
         round: 0,
-        qps: v["qps"].as_f64().unwrap_or(0.0),
-        p50: v["latency_us"]["p50"].as_f64().unwrap_or(f64::NAN),
-        p99: v["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN),
-        app_cpu: per_call(a0, a1),
-        engine_cpu: per_call(e0, e1),
-        errors,
+        qps: m.qps,
+        p50: m.p50,
+        p99: m.p99,
+        app_cpu: m.app_cpu,
+        engine_cpu: m.engine_cpu,
+        errors: m.errors,
     })
 }
 

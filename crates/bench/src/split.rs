@@ -181,15 +181,17 @@ impl Row {
     }
 }
 
-/// Outcome of one load run.
-struct Measured {
-    qps: f64,
-    p50: f64,
-    p99: f64,
-    errors: u64,
-    engine_cpu: f64,
-    app_cpu: f64,
-    max_gap_ms: f64,
+/// Outcome of one load run (also `bench python`'s).
+pub(crate) struct Measured {
+    pub(crate) qps: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) ok: u64,
+    pub(crate) errors: u64,
+    /// CPU per call, µs, of the engine (0 without one) and the application.
+    pub(crate) engine_cpu: f64,
+    pub(crate) app_cpu: f64,
+    pub(crate) max_gap_ms: f64,
 }
 
 impl Measured {
@@ -233,9 +235,18 @@ fn load(
         // are a warm-up, not a measurement.
         .args(rate.into_iter().flat_map(|r| [format!("--rate={r}"), "--warmup=0.3".into()]))
         .args(["--duration", &plan.seconds.to_string(), "--quiet", "--json"])
-        .arg(&json)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .arg(&json);
+    measure(cmd, &json, servers)
+}
+
+/// Runs the `protoplane load` command `cmd` (writing its report to `json`)
+/// and reads the CPU each of `servers`' processes used meanwhile.
+pub(crate) fn measure(
+    mut cmd: Command,
+    json: &std::path::Path,
+    servers: &Servers,
+) -> Result<Measured, String> {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let cpu_of = |pid: Option<u32>| pid.and_then(protoplane_load::host::pid_cpu_seconds);
     let (e0, a0) = (cpu_of(servers.engine), cpu_of(Some(servers.app)));
     let status = cmd.status().map_err(|e| format!("load: {e}"))?;
@@ -243,7 +254,7 @@ fn load(
     if !status.success() {
         return Err(format!("load failed ({status})"));
     }
-    let text = std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     let ok = v["ok"].as_u64().unwrap_or(0);
     let errors: u64 =
@@ -255,6 +266,7 @@ fn load(
         qps: v["qps"].as_f64().unwrap_or(0.0),
         p50: v["latency_us"]["p50"].as_f64().unwrap_or(f64::NAN),
         p99: v["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN),
+        ok,
         errors,
         engine_cpu: per_call(e0, e1),
         app_cpu: per_call(a0, a1),

@@ -28,6 +28,38 @@ pub struct ClientHead<'a> {
     pub path: &'a str,
     /// The call's options: metadata, timeout, `wait_for_ready`.
     pub options: &'a mut CallOptions,
+    /// What interceptors keep for this call until it ends (a span, a
+    /// permit): put here, read back in [`ClientEnd::state`].
+    pub state: &'a mut CallState,
+}
+
+/// Values an interceptor keeps for one call, one per type: set in
+/// `before`, read in `after`, dropped when the call's last hook ran. A call
+/// whose interceptors keep nothing allocates nothing here.
+#[derive(Default)]
+pub struct CallState {
+    values: Vec<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl CallState {
+    /// Keeps `value` for this call, in place of any earlier one of its type.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        match self.values.iter_mut().find(|v| v.is::<T>()) {
+            Some(slot) => *slot = Box::new(value),
+            None => self.values.push(Box::new(value)),
+        }
+    }
+
+    /// The value of type `T` kept for this call.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.values.iter().find_map(|v| v.downcast_ref::<T>())
+    }
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CallState({} values)", self.values.len())
+    }
 }
 
 /// A call as a client interceptor sees it when it ended.
@@ -39,6 +71,8 @@ pub struct ClientEnd<'a> {
     pub elapsed: Duration,
     /// How the call ended.
     pub status: &'a Status,
+    /// What the interceptors kept for this call ([`ClientHead::state`]).
+    pub state: &'a CallState,
 }
 
 /// A synchronous client interceptor. Both hooks default to doing nothing.
@@ -134,10 +168,15 @@ impl ClientChain {
             path: path.to_string(),
             entered: 0,
             start: Instant::now(),
+            state: CallState::default(),
         };
         for step in &self.steps {
             let verdict = match step {
-                Step::Sync(i) => i.before(&mut ClientHead { path, options: &mut options }),
+                Step::Sync(i) => i.before(&mut ClientHead {
+                    path,
+                    options: &mut options,
+                    state: &mut ending.state,
+                }),
                 Step::Async(i) => match i.before(path, std::mem::take(&mut options)).await {
                     Ok(o) => {
                         options = o;
@@ -163,13 +202,19 @@ pub(crate) struct Ending {
     path: String,
     entered: usize,
     start: Instant,
+    state: CallState,
 }
 
 impl Ending {
     /// Runs the `after` hooks of the interceptors that let the call
     /// through, last first.
     pub(crate) fn end(&self, status: &Status) {
-        let end = ClientEnd { path: &self.path, elapsed: self.start.elapsed(), status };
+        let end = ClientEnd {
+            path: &self.path,
+            elapsed: self.start.elapsed(),
+            status,
+            state: &self.state,
+        };
         for step in self.chain.steps[..self.entered].iter().rev() {
             match step {
                 Step::Sync(i) => i.after(&end),

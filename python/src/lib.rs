@@ -51,5 +51,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<view::MessageRef>()?;
     m.add_class::<view::RepeatedRef>()?;
     m.add("CallEnded", m.py().get_type::<CallEnded>())?;
+    // The attachment's log lines (waiting for an engine, attached again)
+    // on stderr, levels from RUST_LOG; a host process that installed its
+    // own subscriber keeps it.
+    let _ = protoplane_telemetry::init_logs(Default::default());
     Ok(())
 }

@@ -233,17 +233,17 @@ impl App {
             };
             match ended {
                 None => {
-                    eprintln!("app: the engine is being replaced; attaching to the new one");
+                    tracing::info!("the engine is being replaced; attaching to the new one");
                     leaving.push(current);
                     announced = false;
                 }
                 Some(Ok(Ended::EngineGone)) => {
-                    eprintln!("app: the engine went away; attaching again");
+                    tracing::warn!("the engine went away; attaching again");
                     announced = false;
                 }
                 Some(Err(Error::Unreachable(why))) => {
                     if !announced {
-                        eprintln!("app: waiting for an engine at {}: {why}", self.path.display());
+                        tracing::warn!("waiting for an engine at {}: {why}", self.path.display());
                         announced = true;
                     }
                     let pause = tokio::time::sleep(self.retry);
@@ -323,8 +323,8 @@ impl App {
         .map_err(Error::Unreachable)?;
         self.units.inner.attach(&session);
         self.outbound.attach(&session);
-        eprintln!(
-            "app: attached to {} ({})",
+        tracing::info!(
+            "attached to {} ({})",
             self.path.display(),
             self.services.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
         );

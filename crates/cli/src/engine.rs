@@ -11,6 +11,8 @@ use protoplane_engine::Config;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct EngineArgs {
+    #[command(flatten)]
+    pub(crate) logs: crate::telemetry_args::LogArgs,
     /// gRPC/HTTP2 port (0: pick one; the address is printed).
     #[arg(long, value_name = "N")]
     grpc_port: Option<u16>,
@@ -211,8 +213,8 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     let (inherited, handover) = match &args.take_over {
         Some(path) => {
             let (i, t) = protoplane_engine::admin::take_over(path).map_err(|e| e.to_string())?;
-            eprintln!(
-                "engine: taking over from {}: {} socket(s), applications for {}",
+            tracing::info!(
+                "taking over from {}: {} socket(s), applications for {}",
                 path.display(),
                 i.fds.len(),
                 if i.services.is_empty() { "nothing".to_string() } else { i.services.join(", ") }
@@ -267,8 +269,8 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
             // it that and a margin before calling the hand-over lost.
             let wait = grace + std::time::Duration::from_secs(30);
             tokio::task::spawn_blocking(move || match t.ready(wait) {
-                Ok(said) => eprintln!("engine: the old engine: {said}"),
-                Err(e) => eprintln!("engine: {e}"),
+                Ok(said) => tracing::info!("the old engine: {said}"),
+                Err(e) => tracing::warn!("{e}"),
             });
         }
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -279,19 +281,19 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
             tokio::select! {
                 s = &mut stop => break s?,
                 _ = hup.recv() => match running.reload() {
-                    Ok(said) => eprintln!("engine: SIGHUP: reloaded: {said}"),
-                    Err(e) => eprintln!("engine: SIGHUP: reload refused, nothing changed: {e}"),
+                    Ok(said) => tracing::info!("SIGHUP: reloaded: {said}"),
+                    Err(e) => tracing::warn!("SIGHUP: reload refused, nothing changed: {e}"),
                 },
                 _ = running.replaced() => {
-                    eprintln!("engine: handed over to the new engine; exiting");
+                    tracing::info!("handed over to the new engine; exiting");
                     return Ok(());
                 }
             }
         };
-        eprintln!("engine: {signal}: draining (up to {grace:?})");
+        tracing::info!("{signal}: draining (up to {grace:?})");
         let s = running.shutdown(grace).await;
-        eprintln!(
-            "engine: stopped: {}, {} client connection(s) cut, {} application(s) told",
+        tracing::info!(
+            "stopped: {}, {} client connection(s) cut, {} application(s) told",
             if s.drained { "every call answered" } else { "grace period over" },
             s.connections_left,
             s.applications

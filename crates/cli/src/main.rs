@@ -12,6 +12,7 @@ mod interop;
 mod schema_args;
 mod sim;
 mod sn;
+mod telemetry_args;
 
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
@@ -63,7 +64,7 @@ enum Command {
     #[command(disable_help_flag = true)]
     Inc(external::Args),
     /// Load-test a gRPC server (closed or open loop).
-    Load(protoplane_load::LoadArgs),
+    Load(LoadCommand),
     /// Replay messages through the offload engine's decode and encode with
     /// transaction counting, modelled over PCIe, CXL and on-chip paths.
     Sim(sim::SimArgs),
@@ -127,6 +128,15 @@ struct MessageArgs {
 }
 
 /// A failure and the exit status it maps to.
+/// `protoplane load`: the load generator's arguments, and spans.
+#[derive(clap::Args, Debug)]
+struct LoadCommand {
+    #[command(flatten)]
+    load: protoplane_load::LoadArgs,
+    #[command(flatten)]
+    telemetry: telemetry_args::TelemetryArgs,
+}
+
 enum Failure {
     Usage(String),
     Input(String),
@@ -134,7 +144,24 @@ enum Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    // Logs (and spans, for the commands that make or serve calls) through
+    // `tracing`; the guard flushes spans not yet exported when it drops.
+    let telemetry = match &cli.command {
+        Command::Serve(a) => a.telemetry.init("protoplane-serve"),
+        Command::Load(a) => a.telemetry.init("protoplane-load"),
+        Command::Engine(a) => a.logs.init(),
+        _ => telemetry_args::LogArgs::default().init(),
+    };
+    let telemetry = match telemetry {
+        Ok(t) => t,
+        Err(m) => {
+            eprintln!("protoplane: {m}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = run(cli, &telemetry);
+    drop(telemetry);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
             eprintln!("protoplane: {m}");
@@ -147,10 +174,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Failure> {
     match cli.command {
         Command::Bench(args) => external::run(external::BENCH, &args.args).map_err(Failure::Usage),
-        Command::Serve(args) => sn::serve(&args).map_err(Failure::Usage),
+        Command::Serve(args) => sn::serve(&args, telemetry.tracing()).map_err(Failure::Usage),
         Command::Switch(args) => inc::run_switch(&args).map_err(Failure::Usage),
         Command::Controller(args) => inc::run_controller(&args).map_err(Failure::Usage),
         Command::Inc(args) => external::run(external::INC, &args.args).map_err(Failure::Usage),
@@ -160,9 +187,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let report = sim::run(&args).map_err(Failure::Usage)?;
             write_stdout(report.as_bytes())
         }
-        Command::Load(args) => {
-            let report =
-                protoplane_load::command(&args).map_err(|e| Failure::Usage(e.to_string()))?;
+        Command::Load(LoadCommand { load, .. }) => {
+            let mut chain = protoplane_rpc::intercept::ClientChain::new();
+            if telemetry.tracing() {
+                chain = chain.with(protoplane_telemetry::ClientTracing);
+            }
+            let report = protoplane_load::command_with(&load, chain)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
             write_stdout(report.as_bytes())
         }
         Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),

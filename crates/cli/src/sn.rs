@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use protoplane_load::host;
-use protoplane_load::social::{router_with_chain, schema, SocialNetwork};
+use protoplane_load::social::{router_wrapped, schema, SocialNetwork};
 use protoplane_rpc::ServerOptions;
 
 #[derive(clap::Args, Debug)]
@@ -74,6 +74,8 @@ pub(crate) struct ServeArgs {
     /// handler: a slow backend, for hedging experiments.
     #[arg(long, value_name = "US", conflicts_with = "attach")]
     delay_us: Option<u64>,
+    #[command(flatten)]
+    pub(crate) telemetry: crate::telemetry_args::TelemetryArgs,
 }
 
 /// Waits before each call ([`ServeArgs::delay_us`]).
@@ -204,9 +206,14 @@ impl KeepaliveArgs {
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
-pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
+pub(crate) fn serve(args: &ServeArgs, traced: bool) -> Result<(), String> {
+    // With spans exported, every call gets one (the client's trace goes on).
+    let wrap = |svc: Arc<dyn protoplane_grpc::Service>| match traced {
+        true => protoplane_telemetry::traced(svc),
+        false => svc,
+    };
     if let Some(path) = &args.attach {
-        let svc = Arc::new(SocialNetwork::new(schema()?)?);
+        let svc = wrap(Arc::new(SocialNetwork::new(schema()?)?));
         let spin = std::time::Duration::from_micros(args.spin_us.unwrap_or(20));
         return protoplane_app::attach(path).spin(spin).serve(svc).map_err(|e| e.to_string());
     }
@@ -226,9 +233,10 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(r) = &recorder {
         chain = chain.with(r.interceptor());
     }
-    let mut router = router_with_chain(
+    let mut router = router_wrapped(
         ServerOptions { transport: args.grpc_transport, keepalive, ..ServerOptions::default() },
         &chain,
+        wrap,
     )?;
     if let Some(r) = &recorder {
         let every = args.orca_min_interval;
@@ -290,10 +298,10 @@ pub(crate) fn serve(args: &ServeArgs) -> Result<(), String> {
         };
         // Graceful stop: calls in flight finish, new ones go elsewhere.
         router.drain().start();
-        eprintln!("serve: {signal}: draining (up to {grace:?})");
+        tracing::info!("{signal}: draining (up to {grace:?})");
         let drained = tokio::time::timeout(grace, router.drain().finished()).await.is_ok();
-        eprintln!(
-            "serve: stopped: {}",
+        tracing::info!(
+            "stopped: {}",
             if drained {
                 "every call answered".to_string()
             } else {

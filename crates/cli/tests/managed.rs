@@ -383,7 +383,7 @@ fn sigterm_drains_a_monolithic_server_under_load() {
         );
         assert!(failed_after_start.is_empty(), "calls started and failed: {failed_after_start:?}");
     });
-    let stopped = server.wait_for("serve: stopped");
+    let stopped = server.wait_for("stopped: ");
     assert!(stopped.contains("every call answered"), "{stopped}");
     let mut server = server;
     let until = Instant::now() + Duration::from_secs(20);

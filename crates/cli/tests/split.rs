@@ -342,7 +342,7 @@ fn sigterm_drains_the_engine_and_tells_the_application() {
         assert_eq!(st.code, Code::Ok, "{st:?}");
     });
     // ...then the engine stops by itself, having told the application.
-    let stopped = engine.wait_for("engine: stopped");
+    let stopped = engine.wait_for("stopped: ");
     assert!(stopped.contains("every call answered") && stopped.contains("1 application(s) told"));
     let until = Instant::now() + Duration::from_secs(20);
     let status = loop {

@@ -261,12 +261,12 @@ impl Core {
         match admin::ready(&mut sock).await {
             Ok(()) => pending.1 = true,
             Err(why) => {
-                eprintln!("engine: take-over abandoned ({why}); serving on");
+                tracing::warn!("take-over abandoned ({why}); serving on");
                 return;
             }
         }
         drop(pending);
-        eprintln!("engine: another engine took over: handing over (up to {:?})", self.grace);
+        tracing::info!("another engine took over: handing over (up to {:?})", self.grace);
         drain.start();
         // The new engine has its own copies now.
         self.close_listeners();
@@ -278,7 +278,7 @@ impl Core {
             "done: {}, {left} client connection(s) cut, {apps} application(s) moved\n",
             if drained { "every call answered" } else { "grace period over" },
         );
-        eprintln!("engine: {}", said.trim_end());
+        tracing::info!("{}", said.trim_end());
         let _ = sock.write_all(said.as_bytes()).await;
         self.replaced.send_replace(true);
     }
@@ -392,7 +392,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
                             m.path
                         )));
                     }
-                    eprintln!("engine: {} is answered in the engine (functional offload)", m.path);
+                    tracing::info!(method = %m.path, "{} is answered in the engine (functional offload)", m.path);
                 }
                 if let Some(s) = svc.method_stats(id as u32) {
                     counters.insert(m.path.clone(), s.clone());
@@ -619,7 +619,7 @@ async fn admit_all(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
                 Ok(Ok((att, rx))) => serve_attached(sock, att, rx, c).await,
                 Ok(Err(why)) => {
                     c.admission_stats.refused.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("engine: refused an application: {why}");
+                    tracing::warn!("refused an application: {why}");
                     admission::refuse(&sock, why).await;
                 }
                 Err(_) => {
@@ -642,8 +642,10 @@ async fn serve_attached(
     rx: Receiver,
     ctx: Arc<Ctx>,
 ) {
-    eprintln!(
-        "engine: application {} (pid {}) attached for {}",
+    tracing::info!(
+        app = att.id,
+        pid = att.pid,
+        "application {} (pid {}) attached for {}",
         att.id,
         att.pid,
         att.services.join(", ")
@@ -686,8 +688,10 @@ async fn serve_attached(
     watch.abort();
     ctx.registry.remove(&att);
     ctx.seats.give_back();
-    eprintln!(
-        "engine: application {} (pid {}) detached: {}",
+    tracing::info!(
+        app = att.id,
+        pid = att.pid,
+        "application {} (pid {}) detached: {}",
         att.id,
         att.pid,
         att.closed_reason().unwrap_or_default()
@@ -798,8 +802,9 @@ async fn handshake(
     // it detaches.
     let attached = attach_region(sock, ctx, &hello, &peer).await?;
     if versions.iter().any(Option::is_some) {
-        eprintln!(
-            "engine: application {} brings its own version of {}",
+        tracing::info!(
+            app = attached.0.id,
+            "application {} brings its own version of {}",
             attached.0.id,
             hello
                 .services
@@ -813,8 +818,9 @@ async fn handshake(
     }
     attached.0.set_versions(versions);
     if !channels.is_empty() {
-        eprintln!(
-            "engine: application {} calls out to {}",
+        tracing::info!(
+            app = attached.0.id,
+            "application {} calls out to {}",
             attached.0.id,
             channels
                 .iter()

@@ -91,12 +91,20 @@ impl CallHead<'_> {
 pub struct CallEnd<'a> {
     /// The method called (after any re-routing).
     pub method: &'a Method,
-    /// From the first interceptor's `before` to the handler's end.
-    pub elapsed: Duration,
+    /// When the first interceptor's `before` ran ([`CallEnd::elapsed`]).
+    start: Instant,
     /// The outcome: the trailers (OK) or the error status; change either.
     /// A cancelled call (its handler dropped) ends with CANCELLED, and what
     /// an interceptor changes then goes nowhere.
     pub outcome: &'a mut Result<Metadata, Status>,
+}
+
+impl CallEnd<'_> {
+    /// From the first interceptor's `before` to the handler's end (the
+    /// clock is read here, so an `after` that does not ask costs none).
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
 }
 
 /// A synchronous server interceptor. Both hooks default to doing nothing.
@@ -199,7 +207,8 @@ impl Chain {
         if self.steps.is_empty() {
             return svc;
         }
-        Arc::new(Intercepted { inner: svc, steps: self.steps.clone().into() })
+        let sync = self.steps.iter().all(|s| matches!(s, Step::Sync(_)));
+        Arc::new(Intercepted { inner: svc, steps: self.steps.clone().into(), sync })
     }
 }
 
@@ -207,6 +216,100 @@ impl Chain {
 struct Intercepted {
     inner: Arc<dyn Service>,
     steps: Arc<[Step]>,
+    /// Every interceptor is synchronous: the `before` hooks run in `call`
+    /// itself and the handler's future is wrapped in [`Finishing`], with
+    /// no async block holding the request and responder.
+    sync: bool,
+}
+
+/// The handler's future of a call whose `before` hooks all ran (a
+/// synchronous chain): the `after` hooks run when it is ready, or with
+/// CANCELLED when it is dropped first.
+struct Finishing {
+    handler: BoxFuture<'static, Result<Metadata, Status>>,
+    owner: Arc<Intercepted>,
+    method: u32,
+    start: Instant,
+    done: bool,
+}
+
+impl Finishing {
+    fn finish(&mut self, outcome: &mut Result<Metadata, Status>) {
+        self.done = true;
+        let schema: &Schema = self.owner.inner.schema();
+        let Some(method) = schema.methods().get(self.method as usize) else { return };
+        let start = self.start;
+        for step in self.owner.steps.iter().rev() {
+            step.after(&mut CallEnd { method, start, outcome });
+        }
+    }
+}
+
+impl std::future::Future for Finishing {
+    type Output = Result<Metadata, Status>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut outcome = std::task::ready!(self.handler.as_mut().poll(cx));
+        self.finish(&mut outcome);
+        std::task::Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut outcome = Err(Status::new(Code::Cancelled, "the call was cancelled"));
+            self.finish(&mut outcome);
+        }
+    }
+}
+
+impl Intercepted {
+    /// A call through a chain of synchronous interceptors: the `before`
+    /// hooks here, then the handler's own future inside [`Finishing`].
+    fn call_sync(
+        self: Arc<Self>,
+        method: u32,
+        mut request: Request<Streaming>,
+        mut responder: Responder,
+    ) -> BoxFuture<'static, Result<Metadata, Status>> {
+        let schema: &Schema = self.inner.schema();
+        if schema.method(method).is_none() {
+            return Box::pin(std::future::ready(Err(Status::new(
+                Code::Unimplemented,
+                "no such method",
+            ))));
+        }
+        let start = Instant::now();
+        let mut id = method;
+        for (k, step) in self.steps.iter().enumerate() {
+            let Step::Sync(i) = step else { unreachable!("a synchronous chain") };
+            let mut head = CallHead {
+                schema,
+                method: id,
+                metadata: &mut request.metadata,
+                peer: &mut request.peer,
+                deadline: request.deadline,
+                response_headers: responder.metadata_mut(),
+            };
+            let verdict = i.before(&mut head);
+            id = head.method;
+            if let Err(st) = verdict {
+                let mut outcome = Err(st);
+                if let Some(m) = schema.methods().get(id as usize) {
+                    for step in self.steps[..k].iter().rev() {
+                        step.after(&mut CallEnd { method: m, start, outcome: &mut outcome });
+                    }
+                }
+                return Box::pin(std::future::ready(outcome));
+            }
+        }
+        let handler = self.inner.clone().call(id, request, responder);
+        Box::pin(Finishing { handler, owner: self, method: id, start, done: false })
+    }
 }
 
 /// Runs the `after` hooks of the interceptors whose `before` ran, once:
@@ -224,9 +327,9 @@ impl Ending<'_> {
     fn finish(&mut self, outcome: &mut Result<Metadata, Status>) {
         self.done = true;
         let Some(method) = self.schema.methods().get(self.method as usize) else { return };
-        let elapsed = self.start.elapsed();
+        let start = self.start;
         for step in self.steps[..self.entered].iter().rev() {
-            step.after(&mut CallEnd { method, elapsed, outcome });
+            step.after(&mut CallEnd { method, start, outcome });
         }
     }
 }
@@ -263,6 +366,9 @@ impl Service for Intercepted {
         mut request: Request<Streaming>,
         mut responder: Responder,
     ) -> BoxFuture<'static, Result<Metadata, Status>> {
+        if self.sync {
+            return self.call_sync(method, request, responder);
+        }
         Box::pin(async move {
             let schema: &Schema = self.inner.schema();
             if schema.method(method).is_none() {

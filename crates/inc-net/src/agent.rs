@@ -382,7 +382,7 @@ impl ServerRuntime {
                     self.links.clear();
                     let _ = self.refresh_members();
                     let goes_on = self.agent.data_plane_lost(now);
-                    eprintln!(
+                    tracing::warn!(
                         "inc server agent: the data plane is gone; {}",
                         if goes_on {
                             "the application continues on the server path"
@@ -430,7 +430,7 @@ impl ServerRuntime {
                 }
             }
             Ok((_, Reply::Error(why))) => {
-                eprintln!("inc server agent: the controller refused to reattach: {why}");
+                tracing::warn!("inc server agent: the controller refused to reattach: {why}");
             }
             Ok(_) | Err(_) => {}
         }

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use protoplane_grpc::{Code, Metadata, Schema, Status};
 use protoplane_rpc::config::ServiceConfig;
+use protoplane_rpc::intercept::ClientChain;
 use protoplane_rpc::lean::LeanChannel;
 use protoplane_rpc::{
     CallOptions, Channel, ChannelOptions, ClientKeepalive, GrpcTransport, LbPolicy,
@@ -182,6 +183,8 @@ pub struct LoadConfig {
     pub metadata: Metadata,
     /// Print a progress line on stderr every second.
     pub progress: bool,
+    /// Client interceptors on every gRPC channel (tracing, for one).
+    pub interceptors: ClientChain,
 }
 
 impl LoadConfig {
@@ -205,6 +208,7 @@ impl LoadConfig {
             timeout: None,
             metadata: Metadata::new(),
             progress: false,
+            interceptors: ClientChain::new(),
         }
     }
 }
@@ -654,6 +658,7 @@ async fn connect(
     grpc_client: GrpcTransport,
     keepalive: Option<&ClientKeepalive>,
     (lb, service_config): (LbPolicy, Option<&Arc<ServiceConfig>>),
+    interceptors: &ClientChain,
 ) -> Result<Conn, Status> {
     match transport {
         Transport::Grpc => {
@@ -665,7 +670,9 @@ async fn connect(
                 keepalive: keepalive.cloned(),
                 ..Default::default()
             };
-            Channel::connect_with(target, opts).await.map(Conn::Grpc)
+            Channel::connect_with(target, opts)
+                .await
+                .map(|ch| Conn::Grpc(ch.intercept(interceptors.clone())))
         }
         Transport::Lean => {
             match tokio::time::timeout(CONNECT_TIMEOUT, LeanChannel::connect(target)).await {
@@ -727,6 +734,7 @@ struct Link {
     keepalive: Option<ClientKeepalive>,
     lb: LbPolicy,
     service_config: Option<Arc<ServiceConfig>>,
+    interceptors: ClientChain,
     state: tokio::sync::Mutex<LinkState>,
 }
 
@@ -761,7 +769,10 @@ impl Link {
         }
         let keepalive = self.keepalive.as_ref();
         let balancing = (self.lb, self.service_config.as_ref());
-        match connect(&self.target, self.transport, self.grpc_client, keepalive, balancing).await {
+        let chain = &self.interceptors;
+        match connect(&self.target, self.transport, self.grpc_client, keepalive, balancing, chain)
+            .await
+        {
             Ok(c) => {
                 st.generation += 1;
                 st.channel = c.clone();
@@ -966,11 +977,13 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
     for i in 0..cfg.connections {
         let keepalive = cfg.keepalive.as_ref();
         let balancing = (cfg.lb, cfg.service_config.as_ref());
-        let channel = connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, balancing)
-            .await
-            .map_err(|e| {
-                Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
-            })?;
+        let chain = &cfg.interceptors;
+        let channel =
+            connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, balancing, chain)
+                .await
+                .map_err(|e| {
+                    Error::Connect(format!("connection {} to {}: {}", i + 1, cfg.target, e.message))
+                })?;
         if let Conn::Lean(ch) = &channel {
             // The lean handshake lists the server's methods: a path it does
             // not serve is a usage error, not a run of UNIMPLEMENTED.
@@ -988,6 +1001,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             lb: cfg.lb,
             service_config: cfg.service_config.clone(),
             keepalive: cfg.keepalive.clone(),
+            interceptors: cfg.interceptors.clone(),
             state: tokio::sync::Mutex::new(LinkState {
                 generation: 0,
                 channel,
@@ -1463,6 +1477,7 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
         timeout: (args.timeout > 0).then(|| Duration::from_millis(args.timeout)),
         metadata,
         progress: !args.quiet,
+        interceptors: ClientChain::new(),
     })
 }
 
@@ -1488,7 +1503,13 @@ fn write_csv(path: &Path, report: &LoadReport) -> Result<(), String> {
 /// `protoplane load`: runs the command line's load and renders its report
 /// (also written as JSON and CSV where the flags say).
 pub fn command(args: &LoadArgs) -> Result<String, Error> {
-    let cfg = config_of(args).map_err(Error::Config)?;
+    command_with(args, ClientChain::new())
+}
+
+/// [`command`] with client interceptors on every gRPC channel it makes.
+pub fn command_with(args: &LoadArgs, interceptors: ClientChain) -> Result<String, Error> {
+    let mut cfg = config_of(args).map_err(Error::Config)?;
+    cfg.interceptors = interceptors;
     let rt = crate::host::runtime(args.threads)?;
     if args.spin {
         crate::host::busy_poll(&rt, None);

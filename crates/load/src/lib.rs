@@ -40,7 +40,7 @@ pub mod host;
 pub mod servers;
 pub mod social;
 
-pub use generator::{command, run, LoadArgs, LoadConfig, LoadReport, Transport};
+pub use generator::{command, command_with, run, LoadArgs, LoadConfig, LoadReport, Transport};
 
 /// Why a load run (or one of its helpers) failed. `Display` is the one-line
 /// message the command prints.

@@ -67,7 +67,7 @@ where
             Err(e) => {
                 PROCESS_ERRORS.fetch_add(1, Ordering::Relaxed);
                 if pause == BACKOFF_FIRST {
-                    eprintln!("{what}: accept failed ({e}); retrying with backoff");
+                    tracing::warn!("{what}: accept failed ({e}); retrying with backoff");
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(BACKOFF_MAX);

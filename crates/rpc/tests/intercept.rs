@@ -150,8 +150,9 @@ impl Interceptor for Recorder {
             Err(st) => st.code,
         };
         self.0.lock().expect("lock").push(format!("after {} {code:?}", call.method.name));
+        let elapsed = call.elapsed();
         if let Ok(trailers) = &mut *call.outcome {
-            let _ = trailers.insert("x-elapsed-us", &call.elapsed.as_micros().to_string());
+            let _ = trailers.insert("x-elapsed-us", &elapsed.as_micros().to_string());
         }
     }
 }
@@ -179,12 +180,18 @@ impl ClientInterceptor for Creds {
     }
 }
 
-async fn setup() -> (Channel, Arc<Svc>, Recorder, Creds) {
+/// The server's chain: the recorder, the authenticator and, with
+/// `async_step`, an asynchronous interceptor (a chain of synchronous ones
+/// only takes the path without an async block per call).
+async fn setup(async_step: bool) -> (Channel, Arc<Svc>, Recorder, Creds) {
     let src = [ProtoSource { name: "icpt.proto", text: PROTO }];
     let schema = Arc::new(Schema::from_proto_sources(&src, &["icpt.proto"]).expect("schema"));
     let svc = Arc::new(Svc { schema, calls: AtomicUsize::new(0) });
     let rec = Recorder::default();
-    let chain = Chain::new().with(rec.clone()).with(Auth).with_async(Remote);
+    let mut chain = Chain::new().with(rec.clone()).with(Auth);
+    if async_step {
+        chain = chain.with_async(Remote);
+    }
     let router =
         Arc::new(Router::new(ServerOptions::default()).add_service(chain.wrap(svc.clone())));
     let addr = serve_grpc(router).await;
@@ -219,7 +226,16 @@ async fn call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interceptors_see_change_and_reject_calls_on_both_sides() {
-    let (ch, svc, rec, creds) = setup().await;
+    exercise(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_synchronous_interceptors_does_the_same() {
+    exercise(false).await;
+}
+
+async fn exercise(async_step: bool) {
+    let (ch, svc, rec, creds) = setup(async_step).await;
 
     // Through every interceptor: the handler sees what they added, the
     // client the header and trailer they added.
@@ -228,7 +244,7 @@ async fn interceptors_see_change_and_reject_calls_on_both_sides() {
     assert_eq!(n, 1);
     assert_eq!(headers.get("x-served-by"), Some("interceptor"));
     assert_eq!(trailers.get("x-user-seen"), Some("alice"));
-    assert_eq!(trailers.get("x-async-seen"), Some("yes"));
+    assert_eq!(trailers.get("x-async-seen"), Some(if async_step { "yes" } else { "no" }));
     assert!(trailers.get("x-elapsed-us").is_some_and(|t| t.parse::<u64>().is_ok()), "{trailers:?}");
 
     // Rejected by the server's authenticator, details and all; the

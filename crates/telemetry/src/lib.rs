@@ -122,6 +122,11 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
+    /// Logs only: no spans are exported.
+    pub fn none() -> Telemetry {
+        Telemetry { provider: None, endpoint: None }
+    }
+
     /// Whether spans are exported: services should then be wrapped with
     /// [`traced`] and channels intercepted with [`ClientTracing`].
     pub fn tracing(&self) -> bool {
@@ -140,7 +145,7 @@ impl Telemetry {
 
     fn stop(&mut self) {
         if let Some(p) = self.provider.take() {
-            if let Err(e) = p.shutdown() {
+            if let Err(e) = p.shutdown_with_timeout(std::time::Duration::from_secs(3)) {
                 tracing::warn!("trace export at shutdown: {e}");
             }
         }
@@ -162,10 +167,23 @@ fn endpoint(opts: &Options) -> Option<String> {
         .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
 }
 
-/// Installs this process's log subscriber and, with an OTLP endpoint, its
-/// span export. Call once, early in `main`; a second call (or a subscriber
-/// someone else installed) is an error.
-pub fn init(opts: Options) -> Result<Telemetry, String> {
+/// Installs this process's log subscriber only (no spans, whatever the
+/// environment says): for processes that make no calls of their own.
+pub fn init_logs(format: LogFormat) -> Result<(), String> {
+    tracing_subscriber::registry()
+        .with(log_layer(format)?)
+        .try_init()
+        .map_err(|e| format!("logging: {e}"))
+}
+
+type LogLayer = tracing_subscriber::filter::Filtered<
+    Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>,
+    EnvFilter,
+    tracing_subscriber::Registry,
+>;
+
+/// Log lines to stderr in `format`, filtered by `RUST_LOG`.
+fn log_layer(format: LogFormat) -> Result<LogLayer, String> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.trim().is_empty() => {
             EnvFilter::try_new(&v).map_err(|e| format!("RUST_LOG={v:?}: {e}"))?
@@ -173,7 +191,7 @@ pub fn init(opts: Options) -> Result<Telemetry, String> {
         // Call spans are for export, not for log lines, unless asked for.
         _ => EnvFilter::new(format!("info,{}=warn", server::TARGET)),
     };
-    let logs = match opts.log_format {
+    let logs = match format {
         LogFormat::Text => {
             tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).boxed()
         }
@@ -184,7 +202,14 @@ pub fn init(opts: Options) -> Result<Telemetry, String> {
             .boxed(),
     }
     .with_filter(filter);
-    let registry = tracing_subscriber::registry().with(logs);
+    Ok(logs)
+}
+
+/// Installs this process's log subscriber and, with an OTLP endpoint, its
+/// span export. Call once, early in `main`; a second call (or a subscriber
+/// someone else installed) is an error.
+pub fn init(opts: Options) -> Result<Telemetry, String> {
+    let registry = tracing_subscriber::registry().with(log_layer(opts.log_format)?);
     let Some(endpoint) = endpoint(&opts) else {
         registry.try_init().map_err(|e| format!("logging: {e}"))?;
         return Ok(Telemetry { provider: None, endpoint: None });

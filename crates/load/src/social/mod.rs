@@ -109,8 +109,18 @@ pub fn router_with_chain(
     opts: ServerOptions,
     chain: &protoplane_grpc::intercept::Chain,
 ) -> Result<Router, Error> {
+    router_wrapped(opts, chain, |svc| svc)
+}
+
+/// [`router_with_chain`] with the chained service handed to `wrap` (a
+/// tracing wrapper, say) before it is served.
+pub fn router_wrapped(
+    opts: ServerOptions,
+    chain: &protoplane_grpc::intercept::Chain,
+    wrap: impl FnOnce(Arc<dyn protoplane_grpc::Service>) -> Arc<dyn protoplane_grpc::Service>,
+) -> Result<Router, Error> {
     let svc = Arc::new(SocialNetwork::new(schema()?)?);
-    let router = Router::new(opts).add_service(chain.wrap(svc));
+    let router = Router::new(opts).add_service(wrap(chain.wrap(svc)));
     Ok(router.with_standard_services().map_err(|e| Error::Config(e.to_string()))?.0)
 }
 

@@ -27,7 +27,12 @@ fn main() -> ExitCode {
         eprintln!("protoplane: {m}");
         ExitCode::from(2)
     };
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // The server agent's and the runtime's warnings, on stderr (RUST_LOG).
+    if let Err(m) = protoplane_telemetry::init_logs(Default::default()) {
+        return failed(m);
+    }
+    match cli.command {
         IncCommand::Run(args) => {
             let report = match runner::inc_run(&args) {
                 Ok(r) => r,

@@ -277,7 +277,7 @@ impl Call {
         match self.core.peer.as_ref().and_then(|p| p.addr) {
             Some(std::net::SocketAddr::V4(a)) => format!("ipv4:{a}"),
             Some(std::net::SocketAddr::V6(a)) => format!("ipv6:{a}"),
-            // The engine keeps the address to itself (split mode).
+            // A call the engine had no address for.
             None => "unknown".to_string(),
         }
     }

@@ -8,7 +8,10 @@
 //!   waits (a HEADERS descriptor of their own);
 //! * headers sent and then no message: headers and trailers, as sent;
 //!   staged and never sent: headers and trailers too (not trailers-only);
-//! * the certificate the engine verified reaches the application's handler.
+//! * the certificate the engine verified reaches the application's handler;
+//! * so does the client's address: each connection's own, on every call,
+//!   concurrent first calls included (the engine notes it once per
+//!   connection and names it by slot after that).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +43,7 @@ const HEADERS_THEN_WAIT: i32 = 2;
 const HEADERS_THEN_FAIL: i32 = 3;
 const STAGED_THEN_FAIL: i32 = 4;
 const PEER_CERT: i32 = 5;
+const PEER_ADDR: i32 = 6;
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -98,6 +102,10 @@ impl Service for Svc {
                 PEER_CERT => {
                     body = peer.as_ref().and_then(|p| p.certificate()).unwrap_or(&[]).to_vec();
                 }
+                PEER_ADDR => {
+                    let addr = peer.as_ref().and_then(|p| p.addr);
+                    body = addr.map(|a| a.to_string()).unwrap_or_default().into_bytes();
+                }
                 _ => {}
             }
             let mut b = Builder::new(self.schema.tables(), out.output_type())?;
@@ -133,8 +141,8 @@ fn pki() -> (String, String, String, String, String, Vec<u8>) {
     (ca.pem(), sc, sk, cc, ck, der)
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pp-split-fidelity-{}", std::process::id()));
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pp-split-fidelity-{test}-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&d);
     d
 }
@@ -157,7 +165,7 @@ fn details_headers_and_the_peer_cross_the_split() {
     let src = [ProtoSource { name: "fid.proto", text: PROTO }];
     let schema = Arc::new(Schema::from_proto_sources(&src, &["fid.proto"]).expect("schema"));
     let (ca, sc, sk, cc, ck, client_der) = pki();
-    let d = dir();
+    let d = dir("details");
     let write = |name: &str, text: &str| {
         let p = d.join(name);
         std::fs::write(&p, text).expect("write");
@@ -235,6 +243,76 @@ fn details_headers_and_the_peer_cross_the_split() {
             let body = timeout(BOUND, c.recv()).await.expect("in time").expect("ok");
             let body = body.expect("a response");
             assert!(body.ends_with(&client_der), "{path}: the handler saw the client's cert");
+
+            // And, with it, the client's address.
+            let mut c = call(&ch, path, PEER_ADDR).await;
+            let body = timeout(BOUND, c.recv()).await.expect("in time").expect("ok");
+            let text = String::from_utf8(body.expect("a response").to_vec()).expect("utf-8");
+            assert!(text.contains("127.0.0.1:"), "{path}: the handler saw {text:?}");
+        }
+    });
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn each_connections_address_reaches_the_handler_on_every_call() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let src = [ProtoSource { name: "fid.proto", text: PROTO }];
+    let schema = Arc::new(Schema::from_proto_sources(&src, &["fid.proto"]).expect("schema"));
+    let d = dir("addresses");
+    rt.block_on(async {
+        let config = protoplane_engine::Config {
+            grpc: Some("127.0.0.1:0".parse().expect("addr")),
+            attach: d.join("engine.sock"),
+            schemas: vec![schema.clone()],
+            half_mb: 4,
+            ..protoplane_engine::Config::default()
+        };
+        let engine = protoplane_engine::start(config).await.expect("engine");
+        let release = Arc::new(Notify::new());
+        let app = protoplane_app::attach(d.join("engine.sock"))
+            .service(Arc::new(Svc { schema: schema.clone(), release }));
+        tokio::spawn(app.run());
+        let until = Instant::now() + BOUND;
+        while engine.registry.pick("fid.Svc").is_none() {
+            assert!(Instant::now() < until, "the application did not attach");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let server = engine.grpc.expect("grpc");
+        // Three connections whose own addresses this side knows.
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            let tcp = tokio::net::TcpStream::connect(server).await.expect("connect");
+            let local = tcp.local_addr().expect("local address");
+            let ch = Channel::over(tcp, &server.to_string(), ChannelOptions::default())
+                .await
+                .expect("handshake");
+            conns.push((local, ch));
+        }
+        async fn addr_of(ch: Channel) -> String {
+            let mut c = call(&ch, "/fid.Svc/Unary", PEER_ADDR).await;
+            let body = timeout(BOUND, c.recv()).await.expect("in time").expect("ok");
+            // The response is `Resp { body }`: a tag, a length, the text.
+            let body = body.expect("a response");
+            String::from_utf8(body[2..].to_vec()).expect("utf-8")
+        }
+        // Rounds of concurrent calls on every connection (the first round's
+        // calls race to note each address), then one at a time.
+        for round in 0..4 {
+            let mut calls = Vec::new();
+            for (local, ch) in &conns {
+                for _ in 0..if round < 3 { 16 } else { 1 } {
+                    calls.push((*local, tokio::spawn(addr_of(ch.clone()))));
+                }
+            }
+            for (local, call) in calls {
+                let seen = call.await.expect("call");
+                assert_eq!(seen, local.to_string(), "round {round}: the handler saw its client");
+            }
         }
     });
     let _ = std::fs::remove_dir_all(&d);

@@ -244,13 +244,18 @@ impl SplitService {
             None => method,
         };
         let (call, mut rx) = att.open_call()?;
-        let mut guard = Guard { att: att.clone(), call, method, service, done: false };
+        // The client's connection, by its slot; its address rides along
+        // until the application has it (`crate::attachment::peers`).
+        let client = att.peer_take(peer.as_ref());
+        let mut guard =
+            Guard { att: att.clone(), call, method, service, peer_slot: client.slot, done: false };
 
         let mut side = Vec::new();
-        OpenRepr::emit_parts(
+        OpenRepr::emit_open(
             deadline.map(|d| d.saturating_duration_since(Instant::now())),
             &metadata,
             peer.as_ref().map_or(&[][..], |p| &p.certificates[..]),
+            client.note.map(|addr| (client.slot, addr)),
             &mut side,
         );
         let open = Descriptor {
@@ -258,6 +263,9 @@ impl SplitService {
             method,
             service,
             flags: desc::OPEN,
+            // OPEN has no status: its code field names the client's
+            // connection slot.
+            code: client.slot,
             timeout_ns: timeout_ns(deadline, Instant::now()),
             ..Descriptor::default()
         };
@@ -267,6 +275,9 @@ impl SplitService {
             self.post(&att, version.as_deref(), engine_method, d, Some(&m), &side).await?;
         } else {
             self.post(&att, version.as_deref(), engine_method, open, None, &side).await?;
+        }
+        if client.note.is_some() {
+            att.peer_noted(client.slot);
         }
         if let Some(s) = self.stats.get(engine_method as usize) {
             s.to_app.fetch_add(1, Ordering::Relaxed);
@@ -447,6 +458,8 @@ struct Guard {
     call: u64,
     method: u32,
     service: u8,
+    /// The client connection's slot the call holds.
+    peer_slot: u8,
     done: bool,
 }
 
@@ -454,6 +467,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let cancel = (!self.done).then_some((self.method, self.service));
         self.att.close_call(self.call, cancel);
+        self.att.peer_done(self.peer_slot);
     }
 }
 

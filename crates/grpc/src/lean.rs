@@ -153,6 +153,9 @@ pub struct Sections {
     /// OPEN: the verified client certificate chain, as the split engine
     /// hands it to an application (DER, leaf first).
     pub peer_certificates: Vec<Bytes>,
+    /// OPEN: the split engine's note of the client's address (see
+    /// [`PEER_ADDR_KEY`]).
+    pub peer_address: Option<Bytes>,
     /// HEADERS: initial metadata.
     pub headers: Option<Metadata>,
     /// MESSAGE: the message bytes (a slice of the payload, no copy).
@@ -189,9 +192,15 @@ impl Reader {
 /// The key of a certificate of the peer in an OPEN section.
 pub const PEER_CERT_KEY: &str = "grpc-peer-certificate-bin";
 
+/// The key of the split engine's note of the client's address in an OPEN
+/// section: `SLOT ADDRESS` (`7 127.0.0.1:50312`, `[::1]:4000` for IPv6),
+/// the address of the connection the engine numbered SLOT for this
+/// application (`protoplane_seam::OpenRepr::peer`).
+pub const PEER_ADDR_KEY: &str = "grpc-peer-address";
+
 /// Reads metadata entries until `b` is used up.
 fn parse_metadata(b: Bytes) -> Result<Metadata, LeanError> {
-    parse_entries(b, "", &mut Vec::new())
+    parse_entries(b, "", &mut Vec::new(), None)
 }
 
 /// Reads metadata entries until `b` is used up; entries under the
@@ -201,6 +210,7 @@ fn parse_entries(
     mut b: Bytes,
     reserved: &str,
     values: &mut Vec<Bytes>,
+    mut address: Option<&mut Option<Bytes>>,
 ) -> Result<Metadata, LeanError> {
     let mut md = Metadata::new();
     while !b.is_empty() {
@@ -220,6 +230,10 @@ fn parse_entries(
         let key = std::str::from_utf8(&key).map_err(|_| LeanError::Malformed("metadata key"))?;
         if !reserved.is_empty() && key == reserved {
             values.push(value);
+            continue;
+        }
+        if let (Some(slot), PEER_ADDR_KEY) = (address.as_deref_mut(), key) {
+            *slot = Some(value);
             continue;
         }
         let added = if metadata::is_binary(key) {
@@ -257,7 +271,13 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         }
         let us = open.get_u64_le();
         let timeout = (us > 0).then(|| std::time::Duration::from_micros(us));
-        s.open = Some((timeout, parse_entries(open, PEER_CERT_KEY, &mut s.peer_certificates)?));
+        let md = parse_entries(
+            open,
+            PEER_CERT_KEY,
+            &mut s.peer_certificates,
+            Some(&mut s.peer_address),
+        )?;
+        s.open = Some((timeout, md));
     }
     if h.has(HEADERS) {
         s.headers = Some(parse_metadata(r.section()?)?);
@@ -276,7 +296,7 @@ pub fn parse(h: &FrameHeader, payload: Bytes) -> Result<Sections, LeanError> {
         let text = r.section()?;
         let text = String::from_utf8_lossy(&text).into_owned();
         let mut details = Vec::new();
-        let md = parse_entries(std::mem::take(&mut r.p), DETAILS_KEY, &mut details)?;
+        let md = parse_entries(std::mem::take(&mut r.p), DETAILS_KEY, &mut details, None)?;
         if details.len() > 1 {
             return Err(LeanError::Malformed("status details twice"));
         }
@@ -322,6 +342,8 @@ pub struct Outgoing<'a> {
     pub open: Option<(Option<std::time::Duration>, &'a Metadata)>,
     /// OPEN: the peer's verified certificates (engine to application).
     pub peer_certificates: &'a [Bytes],
+    /// OPEN: the engine's note of the client's address ([`PEER_ADDR_KEY`]).
+    pub peer_address: Option<&'a [u8]>,
     /// HEADERS.
     pub headers: Option<&'a Metadata>,
     /// MESSAGE.
@@ -339,7 +361,8 @@ fn shape(f: &Outgoing<'_>) -> (u16, usize, usize) {
     let mut flags = 0u16;
     let mut len = 0usize;
     let peer_len: usize =
-        f.peer_certificates.iter().map(|c| 6 + PEER_CERT_KEY.len() + c.len()).sum();
+        f.peer_certificates.iter().map(|c| 6 + PEER_CERT_KEY.len() + c.len()).sum::<usize>()
+            + f.peer_address.map_or(0, |a| 6 + PEER_ADDR_KEY.len() + a.len());
     if let Some((_, md)) = f.open {
         flags |= OPEN;
         len += 4 + 8 + metadata_len(md) + peer_len;
@@ -387,6 +410,9 @@ pub fn write(out: &mut Vec<u8>, call: u32, method: u32, f: &Outgoing<'_>) -> Opt
         put_metadata(out, md);
         for c in f.peer_certificates {
             put_entry(out, PEER_CERT_KEY, c);
+        }
+        if let Some(a) = f.peer_address {
+            put_entry(out, PEER_ADDR_KEY, a);
         }
     }
     if let Some(md) = f.headers {

@@ -7,14 +7,15 @@
 //!
 //! Two representations, one per direction:
 //! - [`OpenRepr`], engine → application on OPEN: the request's timeout,
-//!   custom metadata and the client certificate chain the engine verified
-//!   (the client's address stays with the engine);
+//!   custom metadata, the client certificate chain the engine verified,
+//!   and, once per client connection, its address ([`OpenRepr::peer`]);
 //! - [`ReplyRepr`], application → engine on HEADERS and STATUS: initial
 //!   metadata and the status with its trailers and details.
 //!
 //! Whoever reads a side span reads bytes the other process wrote, so
 //! `parse` takes any bytes and fails with a [`SeamError`], never a panic.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +29,8 @@ use protoplane_grpc::status::{Code, Status};
 pub enum SeamError {
     /// The bytes are not one well-formed frame of sections.
     Malformed(LeanError),
+    /// A peer note that is not `SLOT ADDRESS`.
+    BadPeer,
     /// A status where the descriptor has no STATUS flag.
     UnexpectedStatus,
     /// Sections of the other direction (an OPEN from the application, a
@@ -40,6 +43,7 @@ impl std::fmt::Display for SeamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SeamError::Malformed(e) => write!(f, "side sections: {e}"),
+            SeamError::BadPeer => f.write_str("side sections: a malformed peer address"),
             SeamError::UnexpectedStatus => {
                 f.write_str("side sections: a status without the STATUS flag")
             }
@@ -91,6 +95,14 @@ pub struct OpenRepr {
     /// The client's verified certificate chain (DER, leaf first), when the
     /// engine terminated mutual TLS.
     pub peer_certificates: Vec<Bytes>,
+    /// The client's address, noted for a connection slot: the engine numbers
+    /// the client connections whose calls reach an application (1 to 255,
+    /// in each OPEN descriptor's `code` field, which OPEN does not
+    /// otherwise use) and says which address a number stands for with the
+    /// first call that uses it. Later calls of the connection carry only
+    /// the number, so the address costs no side sections per call. Slot 0
+    /// with an address: that call only (every slot was taken).
+    pub peer: Option<(u8, SocketAddr)>,
 }
 
 impl OpenRepr {
@@ -101,23 +113,46 @@ impl OpenRepr {
             return Err(SeamError::WrongSections);
         }
         let (timeout, metadata) = s.open.unwrap_or_default();
-        Ok(OpenRepr { timeout, metadata, peer_certificates: s.peer_certificates })
+        let peer = match s.peer_address {
+            None => None,
+            Some(b) => Some(parse_peer(&b).ok_or(SeamError::BadPeer)?),
+        };
+        Ok(OpenRepr { timeout, metadata, peer_certificates: s.peer_certificates, peer })
     }
 
     /// Whether there is nothing to send: no metadata and no certificates
     /// (the descriptor carries the timeout itself).
     pub fn is_empty(&self) -> bool {
-        self.metadata.is_empty() && self.peer_certificates.is_empty()
+        self.metadata.is_empty() && self.peer_certificates.is_empty() && self.peer.is_none()
     }
 
     /// Bytes [`OpenRepr::emit`] writes (0 when [`OpenRepr::is_empty`]).
     pub fn buffer_len(&self) -> usize {
-        OpenRepr::parts_len(self.timeout, &self.metadata, &self.peer_certificates)
+        let mut out = Vec::new();
+        self.emit(&mut out);
+        out.len()
     }
 
     /// Appends the sections to `out` (nothing when empty).
     pub fn emit(&self, out: &mut Vec<u8>) {
-        OpenRepr::emit_parts(self.timeout, &self.metadata, &self.peer_certificates, out)
+        OpenRepr::emit_open(self.timeout, &self.metadata, &self.peer_certificates, self.peer, out)
+    }
+
+    /// [`OpenRepr::emit_parts`] with a peer note.
+    pub fn emit_open(
+        timeout: Option<Duration>,
+        metadata: &Metadata,
+        certs: &[Bytes],
+        peer: Option<(u8, SocketAddr)>,
+        out: &mut Vec<u8>,
+    ) {
+        let Some((slot, addr)) = peer else {
+            return OpenRepr::emit_parts(timeout, metadata, certs, out);
+        };
+        let note = format!("{slot} {addr}");
+        let mut f = open_outgoing(timeout, metadata, certs);
+        f.peer_address = Some(note.as_bytes());
+        let _ = frame::write(out, 0, 0, &f);
     }
 
     /// [`OpenRepr::buffer_len`] of borrowed parts.
@@ -142,6 +177,13 @@ impl OpenRepr {
             let _ = frame::write(out, 0, 0, &open_outgoing(timeout, metadata, certs));
         }
     }
+}
+
+/// `SLOT ADDRESS`.
+fn parse_peer(b: &[u8]) -> Option<(u8, SocketAddr)> {
+    let text = std::str::from_utf8(b).ok()?;
+    let (slot, addr) = text.split_once(' ')?;
+    Some((slot.parse().ok()?, addr.parse().ok()?))
 }
 
 fn open_outgoing<'a>(
@@ -256,9 +298,18 @@ mod tests {
             timeout: Some(Duration::from_millis(250)),
             metadata: md(&[("x-user", "ada"), ("x-trace", "7")]),
             peer_certificates: vec![Bytes::from_static(b"\x30\x82leaf"), Bytes::from_static(b"ca")],
+            peer: None,
         };
         let bytes = emitted(open.buffer_len(), |o| open.emit(o));
         assert_eq!(OpenRepr::parse(&bytes), Ok(open));
+
+        // A peer note alone makes sections, and round-trips (IPv4, IPv6).
+        for addr in ["127.0.0.1:50312", "[::1]:4000"] {
+            let noted = OpenRepr { peer: Some((7, addr.parse().unwrap())), ..OpenRepr::default() };
+            let bytes = emitted(noted.buffer_len(), |o| noted.emit(o));
+            assert!(!bytes.is_empty());
+            assert_eq!(OpenRepr::parse(&bytes), Ok(noted));
+        }
 
         let bare = OpenRepr { timeout: Some(Duration::from_secs(1)), ..OpenRepr::default() };
         assert!(bare.is_empty());
@@ -281,6 +332,18 @@ mod tests {
         let headers_only = ReplyRepr::new(Some(&md(&[("k", "v")])), None);
         let bytes = emitted(headers_only.buffer_len(), |o| headers_only.emit(o));
         assert_eq!(ReplyRepr::parse(&bytes, false), Ok(headers_only));
+    }
+
+    #[test]
+    fn a_malformed_peer_note_is_refused() {
+        let md = Metadata::new();
+        for note in [&b"7"[..], b"x 127.0.0.1:1", b"300 127.0.0.1:1", b"7 nowhere", b"\xff \xff"] {
+            let mut f = open_outgoing(None, &md, &[]);
+            f.peer_address = Some(note);
+            let mut bytes = Vec::new();
+            frame::write(&mut bytes, 0, 0, &f).unwrap_or_else(|| panic!("frame"));
+            assert_eq!(OpenRepr::parse(&bytes), Err(SeamError::BadPeer), "{note:?}");
+        }
     }
 
     #[test]

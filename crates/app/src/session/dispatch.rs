@@ -27,6 +27,34 @@ const REQUEST_QUEUE: usize = 1024;
 const RESPONSE_QUEUE: usize = 8;
 
 impl Session {
+    /// The client of a call whose OPEN names connection `slot` and carries
+    /// `note` (a slot's address) and `certificates`.
+    fn peer_of(
+        &self,
+        slot: u8,
+        note: Option<(u8, std::net::SocketAddr)>,
+        certificates: Vec<Bytes>,
+    ) -> Option<Arc<Peer>> {
+        let known = match note {
+            Some((noted, addr)) => {
+                let p = Arc::new(Peer { addr: Some(addr), certificates: Vec::new() });
+                if noted != 0 {
+                    self.peers.lock().unwrap_or_else(|e| e.into_inner())[noted as usize] =
+                        Some(p.clone());
+                }
+                Some(p)
+            }
+            None if slot != 0 => {
+                self.peers.lock().unwrap_or_else(|e| e.into_inner())[slot as usize].clone()
+            }
+            None => None,
+        };
+        if certificates.is_empty() {
+            return known;
+        }
+        Some(Arc::new(Peer { addr: known.and_then(|p| p.addr), certificates }))
+    }
+
     /// Starts a call.
     pub(super) fn open(self: &Arc<Self>, d: Descriptor, message: Option<(Message, Bytes)>) {
         let Some(svc) = self.services.get(d.service as usize).cloned() else {
@@ -46,15 +74,10 @@ impl Session {
             Some((m, side)) => (Some(m).filter(|_| d.has(desc::MESSAGE)), side),
             None => (None, Bytes::new()),
         };
-        // The client's address stays with the engine: the application is
-        // told only what identifies the client (its verified certificates).
+        // The client: its connection's address, noted once per slot, and
+        // the certificates it presented (with each call).
         let (metadata, peer) = match OpenRepr::parse(&side) {
-            Ok(open) => {
-                let certificates = open.peer_certificates;
-                let peer =
-                    (!certificates.is_empty()).then(|| Arc::new(Peer { addr: None, certificates }));
-                (open.metadata, peer)
-            }
+            Ok(open) => (open.metadata, self.peer_of(d.code, open.peer, open.peer_certificates)),
             Err(e) => {
                 self.fail(d.call, e.into());
                 return;

@@ -77,6 +77,9 @@ pub(crate) struct Session {
     /// Whether calls may start in the drain loop (the runtime is
     /// single-threaded, so a task would run on the same thread anyway).
     inline: bool,
+    /// The client connections the engine named, by slot (the engine's
+    /// `attachment::peers`): an OPEN's code field is its client's slot.
+    peers: Mutex<Vec<Option<Arc<protoplane_grpc::Peer>>>>,
 }
 
 impl Session {
@@ -117,6 +120,7 @@ impl Session {
             units,
             inline: tokio::runtime::Handle::try_current()
                 .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread),
+            peers: Mutex::new(vec![None; 256]),
         }))
     }
 

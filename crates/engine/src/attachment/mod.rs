@@ -43,6 +43,7 @@ use crate::device::{Answer, Device, Taken};
 use events::{events, EventRx, EventTx, Inbound};
 
 pub(crate) mod events;
+pub(crate) mod peers;
 
 /// Counters kept per attachment (and summed for the engine's report).
 #[derive(Debug, Default)]
@@ -123,6 +124,8 @@ pub struct Attachment {
     budgets: Budgets,
     /// Its outbound channels (by index), as it declared them at attach.
     outbound: OnceLock<Vec<crate::outbound::OutChannel>>,
+    /// The client connections its calls come from ([`peers`]).
+    peers: Mutex<peers::PeerSlots>,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -202,6 +205,7 @@ impl Attachment {
             versions: OnceLock::new(),
             budgets,
             outbound: OnceLock::new(),
+            peers: Mutex::new(peers::PeerSlots::default()),
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
@@ -269,6 +273,27 @@ impl Attachment {
     /// The largest message a request chunk holds.
     pub fn max_chunk(&self) -> u32 {
         self.layout.max_chunk()
+    }
+
+    /// The slot of the client connection a call comes from, held until
+    /// [`Attachment::peer_done`] ([`peers`]).
+    pub(crate) fn peer_take(&self, peer: Option<&Arc<protoplane_grpc::Peer>>) -> peers::PeerUse {
+        if peer.is_none_or(|p| p.addr.is_none()) {
+            return peers::PeerUse::NONE;
+        }
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).take(peer)
+    }
+
+    /// The note of `slot` was posted.
+    pub(crate) fn peer_noted(&self, slot: u8) {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).noted(slot);
+    }
+
+    /// A call that took `slot` ended.
+    pub(crate) fn peer_done(&self, slot: u8) {
+        if slot != 0 {
+            self.peers.lock().unwrap_or_else(|p| p.into_inner()).done(slot);
+        }
     }
 
     /// Opens a call: a fresh id and the queue its responses arrive on.

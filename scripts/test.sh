@@ -16,7 +16,9 @@
 #      package in python/, whose pytest suite runs too); ConnectRPC's
 #      conformance suite (connectconformance, from the Go module proxy)
 #      against the server, monolithic and split, and against the client;
-#      h2spec (HTTP/2 conformance) against the server, monolithic and split
+#      h2spec (HTTP/2 conformance) against the server, monolithic and split;
+#      keepalive against grpc-go; a real Prometheus scraping the metrics and
+#      a real OpenTelemetry Collector receiving traces across grpc-go hops
 #   5. the socialnetwork example's binaries, monolithic and attached to
 #      `protoplane engine`
 #   6. smoke runs of `protoplane demo --split`, `protoplane bench rpc`,
@@ -136,6 +138,9 @@ if tests/keepalive/run.sh --protoplane target/release/protoplane; then ok; else 
 
 step "metrics: a real Prometheus scrapes serve and engine --metrics-addr (counts asserted, promtool lint)"
 if tests/metrics/run.sh --protoplane target/release/protoplane; then ok; else bad "metrics (Prometheus)"; fi
+
+step "tracing: one trace across protoplane and grpc-go hops (monolithic and split), read back from a real OpenTelemetry Collector; JSON log lines"
+if tests/tracing/run.sh --protoplane target/release/protoplane; then ok; else bad "tracing (OpenTelemetry Collector)"; fi
 
 step "many backends: load --target ipv4:/dns:/// --lb round_robin|pick_first over four serve processes (shares from their /metrics), a drain under load"
 if tests/lb/run.sh --protoplane target/release/protoplane; then ok; else bad "load balancing (load --lb)"; fi

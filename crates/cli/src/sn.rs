@@ -215,7 +215,23 @@ pub(crate) fn serve(args: &ServeArgs, traced: bool) -> Result<(), String> {
     if let Some(path) = &args.attach {
         let svc = wrap(Arc::new(SocialNetwork::new(schema()?)?));
         let spin = std::time::Duration::from_micros(args.spin_us.unwrap_or(20));
-        return protoplane_app::attach(path).spin(spin).serve(svc).map_err(|e| e.to_string());
+        let app = protoplane_app::attach(path).spin(spin).service(svc);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        // Until the engine refuses it, or SIGTERM/SIGINT: then the process
+        // returns (and flushes its spans); the engine fails what was still
+        // open with the application.
+        return rt.block_on(async {
+            tokio::select! {
+                r = app.run() => r.map_err(|e| e.to_string()),
+                s = crate::engine::stop_signal() => {
+                    tracing::info!("{}: detaching from the engine", s?);
+                    Ok(())
+                }
+            }
+        });
     }
     if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
         return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));

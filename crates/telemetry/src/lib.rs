@@ -19,6 +19,22 @@
 //!
 //! Nothing here runs per call unless a service is wrapped or a channel
 //! intercepted: a process that exports no traces creates no spans.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use protoplane_rpc::{intercept::ClientChain, Channel};
+//! # fn setup(svc: Arc<dyn protoplane_grpc::Service>, ch: Channel) -> Result<(), String> {
+//! let _telemetry = protoplane_telemetry::init(protoplane_telemetry::Options {
+//!     service_name: "kv".into(),
+//!     otlp_endpoint: Some("http://127.0.0.1:4317".into()),
+//!     ..Default::default()
+//! })?;
+//! let svc = protoplane_telemetry::traced(svc);  // a span per call served, the handler inside it
+//! let ch = ch.intercept(ClientChain::new().with(protoplane_telemetry::ClientTracing));
+//! # let _ = (svc, ch);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod client;
 pub mod otlp;
@@ -229,8 +245,14 @@ pub fn init(opts: Options) -> Result<Telemetry, String> {
         .with_resource(resource.build())
         .build();
     let tracer = provider.tracer("protoplane");
+    // Spans carry the call's attributes only: no source location, thread
+    // or target, and no busy/idle clock reads at every poll.
     let spans = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     registry.with(spans).try_init().map_err(|e| format!("logging: {e}"))?;
     opentelemetry::global::set_tracer_provider(provider.clone());

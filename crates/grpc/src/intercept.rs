@@ -91,8 +91,9 @@ impl CallHead<'_> {
 pub struct CallEnd<'a> {
     /// The method called (after any re-routing).
     pub method: &'a Method,
-    /// When the first interceptor's `before` ran ([`CallEnd::elapsed`]).
-    start: Instant,
+    /// When the first interceptor's `before` ran, if one of the chain's
+    /// interceptors is [`Interceptor::timed`] ([`CallEnd::elapsed`]).
+    start: Option<Instant>,
     /// The outcome: the trailers (OK) or the error status; change either.
     /// A cancelled call (its handler dropped) ends with CANCELLED, and what
     /// an interceptor changes then goes nowhere.
@@ -100,15 +101,22 @@ pub struct CallEnd<'a> {
 }
 
 impl CallEnd<'_> {
-    /// From the first interceptor's `before` to the handler's end (the
-    /// clock is read here, so an `after` that does not ask costs none).
-    pub fn elapsed(&self) -> Duration {
-        self.start.elapsed()
+    /// From the first interceptor's `before` to the handler's end, when an
+    /// interceptor of the chain asked for timing ([`Interceptor::timed`]);
+    /// `None` otherwise. A chain that times nothing reads no clock.
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.start.map(|s| s.elapsed())
     }
 }
 
 /// A synchronous server interceptor. Both hooks default to doing nothing.
 pub trait Interceptor: Send + Sync + 'static {
+    /// Whether this interceptor reads [`CallEnd::elapsed`]: the chain then
+    /// reads the clock when a call starts (no interceptor timing, no clock).
+    fn timed(&self) -> bool {
+        false
+    }
+
     /// Before the handler: an error ends the call with that status (the
     /// handler never runs).
     fn before(&self, call: &mut CallHead<'_>) -> Result<(), Status> {
@@ -141,6 +149,11 @@ pub struct AsyncHead {
 
 /// An asynchronous server interceptor.
 pub trait AsyncInterceptor: Send + Sync + 'static {
+    /// As [`Interceptor::timed`].
+    fn timed(&self) -> bool {
+        false
+    }
+
     /// Before the handler: the head back (changed or not), or the status
     /// that ends the call.
     fn before(&self, head: AsyncHead) -> BoxFuture<'static, Result<AsyncHead, Status>>;
@@ -158,6 +171,13 @@ enum Step {
 }
 
 impl Step {
+    fn timed(&self) -> bool {
+        match self {
+            Step::Sync(i) => i.timed(),
+            Step::Async(i) => i.timed(),
+        }
+    }
+
     fn after(&self, call: &mut CallEnd<'_>) {
         match self {
             Step::Sync(i) => i.after(call),
@@ -208,7 +228,8 @@ impl Chain {
             return svc;
         }
         let sync = self.steps.iter().all(|s| matches!(s, Step::Sync(_)));
-        Arc::new(Intercepted { inner: svc, steps: self.steps.clone().into(), sync })
+        let timed = self.steps.iter().any(Step::timed);
+        Arc::new(Intercepted { inner: svc, steps: self.steps.clone().into(), sync, timed })
     }
 }
 
@@ -220,6 +241,8 @@ struct Intercepted {
     /// itself and the handler's future is wrapped in [`Finishing`], with
     /// no async block holding the request and responder.
     sync: bool,
+    /// An interceptor reads [`CallEnd::elapsed`]: calls read the clock.
+    timed: bool,
 }
 
 /// The handler's future of a call whose `before` hooks all ran (a
@@ -229,7 +252,7 @@ struct Finishing {
     handler: BoxFuture<'static, Result<Metadata, Status>>,
     owner: Arc<Intercepted>,
     method: u32,
-    start: Instant,
+    start: Option<Instant>,
     done: bool,
 }
 
@@ -283,7 +306,7 @@ impl Intercepted {
                 "no such method",
             ))));
         }
-        let start = Instant::now();
+        let start = self.timed.then(Instant::now);
         let mut id = method;
         for (k, step) in self.steps.iter().enumerate() {
             let Step::Sync(i) = step else { unreachable!("a synchronous chain") };
@@ -319,7 +342,7 @@ struct Ending<'a> {
     schema: &'a Schema,
     method: u32,
     entered: usize,
-    start: Instant,
+    start: Option<Instant>,
     done: bool,
 }
 
@@ -379,7 +402,7 @@ impl Service for Intercepted {
                 schema,
                 method,
                 entered: 0,
-                start: Instant::now(),
+                start: self.timed.then(Instant::now),
                 done: false,
             };
             for (k, step) in self.steps.iter().enumerate() {

@@ -136,6 +136,10 @@ impl Recorder {
 }
 
 impl Interceptor for Recorder {
+    fn timed(&self) -> bool {
+        true
+    }
+
     fn before(&self, call: &mut CallHead<'_>) -> Result<(), Status> {
         self.0.lock().expect("lock").push(format!("before {}", call.method().name));
         if call.method().name == "Old" {
@@ -150,7 +154,7 @@ impl Interceptor for Recorder {
             Err(st) => st.code,
         };
         self.0.lock().expect("lock").push(format!("after {} {code:?}", call.method.name));
-        let elapsed = call.elapsed();
+        let elapsed = call.elapsed().expect("a timed interceptor's calls are timed");
         if let Ok(trailers) = &mut *call.outcome {
             let _ = trailers.insert("x-elapsed-us", &elapsed.as_micros().to_string());
         }

@@ -22,6 +22,10 @@
 # rpc.system, rpc.service, rpc.method, rpc.grpc.status_code 0 and the
 # client's address (network.peer.address, in split mode too).
 #
+# Also through a grpc-go hop: protoplane's interop huge_unary (16 MiB each
+# way), three times. grpc-go's client pings as it reads (BDP), and the
+# server must not take those pings for abuse.
+#
 # The engine runs with --log-format json: its "attached" line must be one
 # JSON object with level INFO, the target protoplane_engine and the
 # application's id as a field.
@@ -118,6 +122,23 @@ mapfile -t HOP_PIDS <"$OUT/hop.pids"
 kill -TERM "$SERVE_PID" "$APP_PID"
 wait "$SERVE_PID" "$APP_PID" || true
 for p in "${HOP_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+
+# grpc-go's client (the hop's) pings as it reads a large response (its BDP
+# pings, each after a WINDOW_UPDATE): the server must count the data it
+# sends on that credit, not take the pings for abuse (ENHANCE_YOUR_CALM).
+"$PP" interop-server --port 0 >"$OUT/interop-server.log" 2>&1 &
+PIDS+=($!)
+INTEROP="$(await "$OUT/interop-server.log" '^listening on')"
+HOP_BIG="$(hop big "$INTEROP")"
+for i in 1 2 3; do
+    if ! "$PP" interop-client --server_host 127.0.0.1 --server_port "${HOP_BIG##*:}" \
+        --test_case huge_unary >"$OUT/huge-$i.log" 2>&1; then
+        echo "FAIL  huge_unary (16 MiB each way) through the grpc-go hop, run $i:" >&2
+        cat "$OUT/huge-$i.log" >&2
+        exit 1
+    fi
+done
+echo "ok    huge_unary (16 MiB each way) through the grpc-go hop, 3 runs: no too_many_pings"
 
 python3 - "$OUT" <<'PYEOF'
 import json, sys, time

@@ -307,6 +307,10 @@ impl Conn {
                 if last { flag::END_STREAM } else { 0 },
                 id,
             );
+            // Data that waited for credit counts as sent now, when it goes
+            // out: a client pinging as it reads (grpc-go's BDP pings, each
+            // after a WINDOW_UPDATE) is answered with data, not strikes.
+            self.sent_stream_frames = true;
             if n >= SEGMENT_MIN {
                 self.out.push_segment(chunk);
             } else {

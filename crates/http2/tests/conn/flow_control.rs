@@ -197,3 +197,31 @@ fn a_zero_increment_is_an_error_at_its_level() {
     p.inject(Side::Client, &raw(kind::WINDOW_UPDATE, 0, 0, &be32(0)));
     assert_conn_error(&p.server, Reason::PROTOCOL_ERROR);
 }
+
+#[test]
+fn data_that_waited_for_credit_counts_as_sent_when_it_goes_out() {
+    // A client that pings as it reads (grpc-go's BDP pings, each after a
+    // WINDOW_UPDATE) must find the server sending: the keepalive policy
+    // forgives pings that follow stream frames.
+    let mut client = Config::new(Role::Client);
+    client.stream_window = DEFAULT_WINDOW;
+    let mut p = Pair::with(client, Config::new(Role::Server));
+    p.client.auto_release = false;
+    p.drive();
+    let id = p.request("/s/m", &[], true);
+    p.drive();
+    p.respond(id, false);
+    p.server.conn.send_data(id, Bytes::from(pattern(200_000)), false);
+    p.drive();
+    assert!(p.server.conn.take_sent_stream_frames());
+    assert!(p.server.conn.pending(id) > 0, "the rest waits for credit");
+    assert!(!p.server.conn.take_sent_stream_frames(), "nothing went out since");
+    let mut released = 0;
+    for _ in 0..3 {
+        let have = p.client.body(id).0.len();
+        p.client.conn.release(id, have - released);
+        released = have;
+        p.drive();
+        assert!(p.server.conn.take_sent_stream_frames(), "the credited data went out");
+    }
+}

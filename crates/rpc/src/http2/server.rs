@@ -383,6 +383,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         };
         if last.is_some_and(|t| now.saturating_duration_since(t) < least) {
             self.ping_strikes += 1;
+            tracing::debug!(
+                strikes = self.ping_strikes,
+                since_last = ?last.map(|t| now.saturating_duration_since(t)),
+                calls = self.live_calls(),
+                "a client's ping within the keepalive policy's minimum time"
+            );
         }
         if self.ping_strikes > crate::keepalive::MAX_PING_STRIKES {
             self.conn.go_away(Reason::ENHANCE_YOUR_CALM, "too_many_pings");

@@ -22,6 +22,12 @@
 # rpc.system, rpc.service, rpc.method, rpc.grpc.status_code 0 and the
 # client's address (network.peer.address, in split mode too).
 #
+# Metrics over OTLP: serve and the engine push theirs to the same collector
+# every 500 ms (OTEL_METRIC_EXPORT_INTERVAL) and at exit; the last push of
+# each counts exactly the calls its load made (grpc.server.call.started and
+# grpc.server.call.duration's count, A66's names), and the engine's own
+# families come along.
+#
 # Also through a grpc-go hop: protoplane's interop huge_unary (16 MiB each
 # way), three times. grpc-go's client pings as it reads (BDP), and the
 # server must not take those pings for abuse.
@@ -75,7 +81,9 @@ for i in $(seq 1 16); do
 done | "$PP" encode --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" \
     --type socialnetwork.LoginRequest --delimited >"$OUT/login.ldelim"
 
-export OTLP_GRPC_PORT TRACES_FILE="$OUT/traces.json"
+export OTLP_GRPC_PORT TRACES_FILE="$OUT/traces.json" METRICS_FILE="$OUT/metrics.json"
+# Metrics pushed every 500 ms (and at exit), not every minute.
+export OTEL_METRIC_EXPORT_INTERVAL=500
 OTLP_GRPC_PORT="$(free_port)"
 "$OUT/otelcol" --config "$ROOT/tests/tracing/collector/config.yaml" >"$OUT/collector.log" 2>&1 &
 PIDS+=($!)
@@ -90,7 +98,8 @@ SERVE="$(await "$OUT/serve.log" '^listening on')"
 
 # Split backend: the engine (JSON logs) and the application.
 SOCK="$OUT/engine.sock"
-RUST_LOG=info "$PP" engine --log-format json --grpc-port 0 --attach "$SOCK" >"$OUT/engine.log" 2>&1 &
+RUST_LOG=info "$PP" engine --log-format json --grpc-port 0 --attach "$SOCK" \
+    --otlp-endpoint "$OTLP" --service-name pp-engine >"$OUT/engine.log" 2>&1 &
 ENGINE_PID=$!; PIDS+=($ENGINE_PID)
 ENGINE="$(await "$OUT/engine.log" '^grpc listening on')"
 await "$OUT/engine.log" '^attach at' >/dev/null
@@ -118,9 +127,12 @@ load mono "$HOP_MONO"
 load split "$HOP_SPLIT"
 mapfile -t HOP_PIDS <"$OUT/hop.pids"
 
-# The backends flush their spans when they stop; the hops flush on SIGTERM.
+# The backends flush their spans (and serve and the engine their metrics)
+# when they stop; the hops flush on SIGTERM.
 kill -TERM "$SERVE_PID" "$APP_PID"
 wait "$SERVE_PID" "$APP_PID" || true
+kill -TERM "$ENGINE_PID"
+wait "$ENGINE_PID" || true
 for p in "${HOP_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 
 # grpc-go's client (the hop's) pings as it reads a large response (its BDP
@@ -217,6 +229,46 @@ for m in want:
             print("      missing or wrong:", b)
         failed = True
 print(f"      ({len(found)} spans in the collector's file)")
+
+# Metrics over OTLP: the last push of serve (monolithic) and of the engine
+# (split) counts exactly the calls each load made, under A66's names.
+def last_points(service, metric):
+    points = []
+    try:
+        lines = open(f"{out}/metrics.json").read().splitlines()
+    except FileNotFoundError:
+        return points
+    for line in lines:
+        if not line.strip():
+            continue
+        for rm in json.loads(line).get("resourceMetrics", []):
+            attrs = {a["key"]: a["value"] for a in rm.get("resource", {}).get("attributes", [])}
+            if attrs.get("service.name", {}).get("stringValue") != service:
+                continue
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    if m["name"] == metric:
+                        data = m.get("sum") or m.get("histogram") or m.get("gauge") or {}
+                        points.append(data.get("dataPoints", []))
+    return points[-1] if points else []
+
+def login(points, key):
+    for p in points:
+        a = {x["key"]: x["value"].get("stringValue") for x in p.get("attributes", [])}
+        if a.get("grpc.method") == "socialnetwork.SocialNetwork/Login" and a.get("grpc.status", "OK") == "OK":
+            return float(p.get(key, 0))
+    return None
+
+for mode, service in (("mono", "pp-backend"), ("split", "pp-engine")):
+    started = login(last_points(service, "grpc.server.call.started"), "asDouble")
+    ended = login(last_points(service, "grpc.server.call.duration"), "count")
+    ok = started == want[mode] and ended == want[mode]
+    print("ok   " if ok else "FAIL ", f"{service} metrics over OTLP: grpc.server.call.started {started}, grpc.server.call.duration count {ended} for Login; {want[mode]} calls made")
+    failed |= not ok
+apps = last_points("pp-engine", "protoplane_engine_applications")
+ok = bool(apps)
+print("ok   " if ok else "FAIL ", f"pp-engine's own families over OTLP: protoplane_engine_applications {[p.get('asDouble') for p in apps]}")
+failed |= not ok
 
 # The engine's JSON log line for the attachment.
 attached = [l for l in open(f"{out}/engine.log") if "attached for" in l]

@@ -12,7 +12,7 @@ use protoplane_engine::Config;
 #[derive(clap::Args, Debug)]
 pub(crate) struct EngineArgs {
     #[command(flatten)]
-    pub(crate) logs: crate::telemetry_args::LogArgs,
+    pub(crate) telemetry: crate::telemetry_args::TelemetryArgs,
     /// gRPC/HTTP2 port (0: pick one; the address is printed).
     #[arg(long, value_name = "N")]
     grpc_port: Option<u16>,
@@ -200,13 +200,17 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
 }
 
 /// `protoplane engine`.
-pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
-    let c = config(args)?;
+pub(crate) fn run(
+    args: &EngineArgs,
+    telemetry: &protoplane_telemetry::Telemetry,
+) -> Result<(), String> {
+    let mut c = config(args)?;
+    // Metrics pushed over OTLP need the registry, scraped or not.
+    c.metrics_registry = telemetry.endpoint().is_some();
     if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
         return Err(format!("--shutdown-grace {}: seconds, 0 or more", args.shutdown_grace));
     }
     let grace = std::time::Duration::from_secs_f64(args.shutdown_grace.min(86_400.0));
-    let mut c = c;
     c.grace = grace;
     // A take-over asks before anything binds: the sockets come from the
     // running engine.
@@ -244,6 +248,10 @@ pub(crate) fn run(args: &EngineArgs) -> Result<(), String> {
     rt.block_on(async move {
         let running =
             protoplane_engine::start_with(c, inherited).await.map_err(|e| e.to_string())?;
+        let _push = match &running.metrics_registry {
+            Some(m) => telemetry.push_metrics(m)?,
+            None => None,
+        };
         // What listens where, one line each, "attach at" last (scripts read
         // up to it and may close the pipe then: a write error here is
         // ignored, never a panic).

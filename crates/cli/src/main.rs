@@ -149,7 +149,7 @@ fn main() -> ExitCode {
     let telemetry = match &cli.command {
         Command::Serve(a) => a.telemetry.init("protoplane-serve"),
         Command::Load(a) => a.telemetry.init("protoplane-load"),
-        Command::Engine(a) => a.logs.init(),
+        Command::Engine(a) => a.telemetry.init("protoplane-engine"),
         _ => telemetry_args::LogArgs::default().init(),
     };
     let telemetry = match telemetry {
@@ -177,11 +177,11 @@ fn main() -> ExitCode {
 fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Failure> {
     match cli.command {
         Command::Bench(args) => external::run(external::BENCH, &args.args).map_err(Failure::Usage),
-        Command::Serve(args) => sn::serve(&args, telemetry.tracing()).map_err(Failure::Usage),
+        Command::Serve(args) => sn::serve(&args, telemetry).map_err(Failure::Usage),
         Command::Switch(args) => inc::run_switch(&args).map_err(Failure::Usage),
         Command::Controller(args) => inc::run_controller(&args).map_err(Failure::Usage),
         Command::Inc(args) => external::run(external::INC, &args.args).map_err(Failure::Usage),
-        Command::Engine(args) => engine::run(&args).map_err(Failure::Usage),
+        Command::Engine(args) => engine::run(&args, telemetry).map_err(Failure::Usage),
         Command::Admin(args) => engine::admin(&args).map_err(Failure::Usage),
         Command::Sim(args) => {
             let report = sim::run(&args).map_err(Failure::Usage)?;

@@ -206,7 +206,11 @@ impl KeepaliveArgs {
 }
 
 /// `protoplane serve`: the social-network service over gRPC/HTTP2.
-pub(crate) fn serve(args: &ServeArgs, traced: bool) -> Result<(), String> {
+pub(crate) fn serve(
+    args: &ServeArgs,
+    telemetry: &protoplane_telemetry::Telemetry,
+) -> Result<(), String> {
+    let traced = telemetry.tracing();
     // With spans exported, every call gets one (the client's trace goes on).
     let wrap = |svc: Arc<dyn protoplane_grpc::Service>| match traced {
         true => protoplane_telemetry::traced(svc),
@@ -265,7 +269,13 @@ pub(crate) fn serve(args: &ServeArgs, traced: bool) -> Result<(), String> {
                 .map_err(|e| e.message)?,
         );
     }
-    let metrics = args.metrics_addr.as_ref().map(|_| protoplane_rpc::metrics::Metrics::new());
+    let metrics = (args.metrics_addr.is_some() || telemetry.endpoint().is_some())
+        .then(protoplane_rpc::metrics::Metrics::new);
+    // Pushed over OTLP too, with an endpoint (and once more at exit).
+    let _push = match &metrics {
+        Some(m) => telemetry.push_metrics(m)?,
+        None => None,
+    };
     if let Some(m) = &metrics {
         router = router.with_metrics(m.clone());
     }

@@ -25,10 +25,12 @@ impl LogArgs {
 pub(crate) struct TelemetryArgs {
     #[command(flatten)]
     logs: LogArgs,
-    /// Export a span per call (W3C trace context taken from and passed on
-    /// in metadata) to this OpenTelemetry collector, over OTLP/gRPC:
-    /// http://HOST:PORT (4317 is OTLP's port). OTEL_EXPORTER_OTLP_ENDPOINT
-    /// does the same.
+    /// Export to this OpenTelemetry collector, over OTLP/gRPC
+    /// (http://HOST:PORT; 4317 is OTLP's port): a span per call served or
+    /// made (W3C trace context taken from and passed on in metadata), and
+    /// the metrics (gRFC A66's and the engine's own) every
+    /// OTEL_METRIC_EXPORT_INTERVAL ms (60 s) and at exit.
+    /// OTEL_EXPORTER_OTLP_ENDPOINT does the same.
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
     /// The service.name the spans are exported under (OTEL_SERVICE_NAME

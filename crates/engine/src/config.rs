@@ -125,6 +125,9 @@ pub struct Config {
     /// The Prometheus scrape endpoint (`GET /metrics`): gRFC A66's call
     /// metrics and the engine's own.
     pub metrics: Option<SocketAddr>,
+    /// Keep the metrics registry without a Prometheus endpoint (for a
+    /// pusher: `Running::metrics_registry`).
+    pub metrics_registry: bool,
     /// Schemas whose services the engine offers to applications.
     pub schemas: Vec<Arc<Schema>>,
     /// `.proto` files to load (beside `schemas`), and their include roots.
@@ -183,6 +186,7 @@ impl Default for Config {
             lean_unix: None,
             attach: PathBuf::from("/tmp/protoplane.sock"),
             metrics: None,
+            metrics_registry: false,
             schemas: Vec::new(),
             protos: Vec::new(),
             includes: Vec::new(),

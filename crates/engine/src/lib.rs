@@ -95,6 +95,9 @@ pub struct Running {
     pub admin: Option<PathBuf>,
     /// The metrics endpoint's address (`--metrics-addr`), if it has one.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Its metrics registry, with a scrape endpoint or
+    /// [`Config::metrics_registry`] (what an OTLP pusher reads).
+    pub metrics_registry: Option<Arc<protoplane_rpc::metrics::Metrics>>,
     core: Arc<Core>,
 }
 
@@ -416,7 +419,8 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         health.set(name, protoplane_grpc_services::health::ServingStatus::NotServing);
     }
     registry.set_health(health);
-    let metrics = config.metrics.map(|_| protoplane_rpc::metrics::Metrics::new());
+    let metrics = (config.metrics.is_some() || config.metrics_registry)
+        .then(protoplane_rpc::metrics::Metrics::new);
     let router = match &metrics {
         Some(m) => router.with_metrics(m.clone()),
         None => router,
@@ -548,11 +552,10 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         policies,
         admin: admin_path,
         metrics: None,
+        metrics_registry: metrics.clone(),
         core,
     };
-    if let (Some(m), Some(l)) = (metrics, metrics_listener) {
-        let listen = |source| Error::Listen { at: "metrics listener".into(), source };
-        running.metrics = Some(l.local_addr().map_err(listen)?);
+    if let Some(m) = metrics {
         metrics::register(
             &m,
             running.registry.clone(),
@@ -561,7 +564,11 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
             running.policies.clone(),
             running.admission.clone(),
         );
-        tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
+        if let Some(l) = metrics_listener {
+            let listen = |source| Error::Listen { at: "metrics listener".into(), source };
+            running.metrics = Some(l.local_addr().map_err(listen)?);
+            tokio::spawn(protoplane_rpc::metrics::http::serve(l, m));
+        }
     }
 
     // The largest chunk holds a largest message's wire bytes plus its

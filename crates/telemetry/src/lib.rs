@@ -37,6 +37,7 @@
 //! ```
 
 pub mod client;
+pub mod metrics;
 pub mod otlp;
 pub mod propagate;
 pub mod server;
@@ -79,12 +80,25 @@ pub mod pb {
                     include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.trace.v1.rs"));
                 }
             }
+            pub mod metrics {
+                pub mod v1 {
+                    include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.metrics.v1.rs"));
+                }
+            }
             pub mod collector {
                 pub mod trace {
                     pub mod v1 {
                         include!(concat!(
                             env!("OUT_DIR"),
                             "/opentelemetry.proto.collector.trace.v1.rs"
+                        ));
+                    }
+                }
+                pub mod metrics {
+                    pub mod v1 {
+                        include!(concat!(
+                            env!("OUT_DIR"),
+                            "/opentelemetry.proto.collector.metrics.v1.rs"
                         ));
                     }
                 }
@@ -135,12 +149,31 @@ pub struct Options {
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
     endpoint: Option<String>,
+    service_name: String,
 }
 
 impl Telemetry {
     /// Logs only: no spans are exported.
     pub fn none() -> Telemetry {
-        Telemetry { provider: None, endpoint: None }
+        Telemetry { provider: None, endpoint: None, service_name: String::new() }
+    }
+
+    /// The `service.name` this process reports under.
+    pub fn service_name(&self) -> &str {
+        &self.service_name
+    }
+
+    /// Pushes `metrics` to the OTLP endpoint (if there is one) every
+    /// `OTEL_METRIC_EXPORT_INTERVAL` (60 s), and once more when the
+    /// returned exporter is dropped.
+    pub fn push_metrics(
+        &self,
+        metrics: &std::sync::Arc<protoplane_rpc::metrics::Metrics>,
+    ) -> Result<Option<metrics::MetricsExporter>, String> {
+        let Some(endpoint) = &self.endpoint else { return Ok(None) };
+        let every = metrics::MetricsExporter::interval_from_env();
+        metrics::MetricsExporter::start(endpoint, metrics.clone(), &self.service_name, every)
+            .map(Some)
     }
 
     /// Whether spans are exported: services should then be wrapped with
@@ -228,7 +261,7 @@ pub fn init(opts: Options) -> Result<Telemetry, String> {
     let registry = tracing_subscriber::registry().with(log_layer(opts.log_format)?);
     let Some(endpoint) = endpoint(&opts) else {
         registry.try_init().map_err(|e| format!("logging: {e}"))?;
-        return Ok(Telemetry { provider: None, endpoint: None });
+        return Ok(Telemetry::none());
     };
     let exporter = otlp::OtlpSpanExporter::new(&endpoint)?;
     let batches = BatchConfigBuilder::default()
@@ -256,5 +289,9 @@ pub fn init(opts: Options) -> Result<Telemetry, String> {
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     registry.with(spans).try_init().map_err(|e| format!("logging: {e}"))?;
     opentelemetry::global::set_tracer_provider(provider.clone());
-    Ok(Telemetry { provider: Some(provider), endpoint: Some(endpoint) })
+    let service_name = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(opts.service_name);
+    Ok(Telemetry { provider: Some(provider), endpoint: Some(endpoint), service_name })
 }

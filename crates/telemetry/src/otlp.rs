@@ -43,12 +43,69 @@ pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// target [`Channel`] takes). TLS endpoints (`https://`) are refused.
 #[derive(Debug)]
 pub struct OtlpSpanExporter {
-    endpoint: String,
+    link: Link,
+    resource: Mutex<Arc<Resource>>,
+}
+
+/// A channel to an OTLP endpoint on a one-thread runtime of its own.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    pub(crate) endpoint: String,
     channel: Channel,
     runtime: tokio::runtime::Handle,
-    resource: Mutex<Arc<Resource>>,
-    // Dropping the sender ends the runtime's thread.
-    _stop: std::sync::mpsc::SyncSender<()>,
+    // Dropping the last sender ends the runtime's thread.
+    _stop: Arc<std::sync::mpsc::SyncSender<()>>,
+}
+
+impl Link {
+    pub(crate) fn new(endpoint: &str) -> Result<Link, String> {
+        let target = channel_target(endpoint)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("OTLP exporter: cannot start its runtime: {e}"))?;
+        let runtime = rt.handle().clone();
+        let channel = {
+            let _in = rt.enter();
+            Channel::lazy(&target, ChannelOptions::default())
+        };
+        let (stop, stopped) = std::sync::mpsc::sync_channel::<()>(0);
+        std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                // Runs the channel's connection until the link is dropped
+                // (the sender's end closes the channel: recv fails).
+                rt.block_on(async move {
+                    let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+                });
+            })
+            .map_err(|e| format!("OTLP exporter: cannot start its thread: {e}"))?;
+        Ok(Link { endpoint: endpoint.to_string(), channel, runtime, _stop: Arc::new(stop) })
+    }
+
+    /// One unary export call of `wire` to `path`, on the link's runtime.
+    pub(crate) fn send(
+        &self,
+        path: &'static str,
+        wire: Vec<u8>,
+    ) -> tokio::task::JoinHandle<Result<(), String>> {
+        let channel = self.channel.clone();
+        self.runtime.spawn(async move {
+            let opts = CallOptions::default().with_timeout(EXPORT_TIMEOUT).wait_for_ready();
+            let mut call = channel.start(path, opts).await.map_err(|s| s.to_string())?;
+            call.send_last(&wire).await.map_err(|s| s.to_string())?;
+            while call.recv().await.map_err(|s| s.to_string())?.is_some() {}
+            let status = call.finish_status().await;
+            if status.code != Code::Ok {
+                return Err(status.to_string());
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
 }
 
 /// The target a [`Channel`] dials for an OTLP endpoint as OpenTelemetry's
@@ -77,33 +134,13 @@ impl OtlpSpanExporter {
     /// An exporter to `endpoint`. The channel connects at the first batch,
     /// so a collector that starts later is found then.
     pub fn new(endpoint: &str) -> Result<OtlpSpanExporter, String> {
-        let target = channel_target(endpoint)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("OTLP exporter: cannot start its runtime: {e}"))?;
-        let runtime = rt.handle().clone();
-        let channel = {
-            let _in = rt.enter();
-            Channel::lazy(&target, ChannelOptions::default())
-        };
-        let (stop, stopped) = std::sync::mpsc::sync_channel::<()>(0);
-        std::thread::Builder::new()
-            .name("otlp-export".into())
-            .spawn(move || {
-                // Runs the channel's connection until the exporter is
-                // dropped (the sender's end closes the channel: recv fails).
-                rt.block_on(async move {
-                    let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
-                });
-            })
-            .map_err(|e| format!("OTLP exporter: cannot start its thread: {e}"))?;
+        OtlpSpanExporter::over(Link::new(endpoint)?)
+    }
+
+    pub(crate) fn over(link: Link) -> Result<OtlpSpanExporter, String> {
         Ok(OtlpSpanExporter {
-            endpoint: endpoint.to_string(),
-            channel,
-            runtime,
+            link,
             resource: Mutex::new(Arc::new(Resource::builder_empty().build())),
-            _stop: stop,
         })
     }
 
@@ -117,24 +154,18 @@ impl opentelemetry_sdk::trace::SpanExporter for OtlpSpanExporter {
         &self,
         batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-        let wire = encode_request(&self.resource(), &batch);
-        let channel = self.channel.clone();
-        let endpoint = self.endpoint.clone();
         let n = batch.len();
-        let sent = self.runtime.spawn(async move {
-            let wire = wire.map_err(|e| format!("cannot encode {n} spans: {e}"))?;
-            let opts = CallOptions::default().with_timeout(EXPORT_TIMEOUT).wait_for_ready();
-            let mut call = channel.start(EXPORT_PATH, opts).await.map_err(|s| s.to_string())?;
-            call.send_last(&wire).await.map_err(|s| s.to_string())?;
-            while call.recv().await.map_err(|s| s.to_string())?.is_some() {}
-            let status = call.finish_status().await;
-            if status.code != Code::Ok {
-                return Err(status.to_string());
-            }
-            Ok(())
-        });
+        let endpoint = self.link.endpoint.clone();
+        let sent = match encode_request(&self.resource(), &batch) {
+            Ok(wire) => Ok(self.link.send(EXPORT_PATH, wire)),
+            Err(e) => Err(format!("cannot encode {n} spans: {e}")),
+        };
         async move {
-            match sent.await {
+            let sent = match sent {
+                Ok(handle) => handle.await,
+                Err(why) => Ok(Err(why)),
+            };
+            match sent {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(why)) => {
                     let why = format!("OTLP export of {n} spans to {endpoint} failed: {why}");

@@ -21,16 +21,45 @@ pub struct Exposition {
     out: String,
     /// Families declared so far (a family is declared once per scrape).
     declared: Vec<String>,
+    /// The family samples go to (the last declared).
+    current: usize,
+    /// With [`Exposition::capturing`]: every family and sample, for
+    /// exporters that are not Prometheus (OTLP).
+    captured: Option<Vec<Family>>,
+}
+
+/// A family and its samples, as [`Exposition::capturing`] keeps them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Family {
+    /// Its base name (`grpc_server_call_duration_seconds`).
+    pub name: String,
+    /// Its type.
+    pub kind: Kind,
+    /// Its help text.
+    pub help: String,
+    /// Its samples: name (a histogram's `_bucket`, `_sum`, `_count`),
+    /// labels, value.
+    pub samples: Vec<(String, Vec<(String, String)>, f64)>,
 }
 
 impl Exposition {
     /// Declares a family (`name` is its base name: a histogram's samples
     /// add `_bucket`, `_sum`, `_count`). Declaring one twice is a no-op.
     pub fn family(&mut self, name: &str, kind: Kind, help: &str) {
-        if self.declared.iter().any(|d| d == name) {
+        if let Some(i) = self.declared.iter().position(|d| d == name) {
+            self.current = i;
             return;
         }
+        self.current = self.declared.len();
         self.declared.push(name.to_string());
+        if let Some(c) = &mut self.captured {
+            c.push(Family {
+                name: name.to_string(),
+                kind,
+                help: help.to_string(),
+                samples: Vec::new(),
+            });
+        }
         let kind = match kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
@@ -43,6 +72,10 @@ impl Exposition {
     /// One sample. Label values are escaped; names are the caller's
     /// constants (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
     pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        if let Some(f) = self.captured.as_mut().and_then(|c| c.get_mut(self.current)) {
+            let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            f.samples.push((name.to_string(), labels, value));
+        }
         self.out.push_str(name);
         if !labels.is_empty() {
             self.out.push('{');
@@ -65,6 +98,16 @@ impl Exposition {
     /// The text.
     pub fn finish(self) -> String {
         self.out
+    }
+
+    /// An exposition that also keeps what is written ([`Exposition::captured`]).
+    pub fn capturing() -> Exposition {
+        Exposition { captured: Some(Vec::new()), ..Exposition::default() }
+    }
+
+    /// The families and samples written, with [`Exposition::capturing`].
+    pub fn captured(self) -> Vec<Family> {
+        self.captured.unwrap_or_default()
     }
 }
 

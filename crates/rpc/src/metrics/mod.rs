@@ -299,15 +299,27 @@ impl Metrics {
     /// Everything, in Prometheus's text format (version 0.0.4).
     pub fn render(&self) -> String {
         let mut out = Exposition::default();
+        self.write(&mut out);
+        out.finish()
+    }
+
+    /// Everything, as families of samples (for OTLP export).
+    pub fn families(&self) -> Vec<exposition::Family> {
+        let mut out = Exposition::capturing();
+        self.write(&mut out);
+        out.captured()
+    }
+
+    fn write(&self, out: &mut Exposition) {
         let mut server = self.server.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
         server.sort_by(|a, b| a.method.cmp(&b.method));
         client.sort_by(|a, b| (&a.target, &a.method).cmp(&(&b.target, &b.method)));
         if !server.is_empty() {
-            write_side(&mut out, &server, "grpc_server_call", "call", "server")
+            write_side(out, &server, "grpc_server_call", "call", "server")
         }
         if !client.is_empty() {
-            write_side(&mut out, &client, "grpc_client_attempt", "attempt", "client");
+            write_side(out, &client, "grpc_client_attempt", "attempt", "client");
             out.family(
                 "grpc_client_call_duration_seconds",
                 Kind::Histogram,
@@ -323,7 +335,7 @@ impl Metrics {
                         ("grpc_status", status),
                     ];
                     h.write(
-                        &mut out,
+                        out,
                         "grpc_client_call_duration_seconds",
                         &labels,
                         &LATENCY_BOUNDS,
@@ -333,9 +345,8 @@ impl Metrics {
             }
         }
         for s in self.sources.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            s(&mut out);
+            s(out);
         }
-        out.finish()
     }
 }
 

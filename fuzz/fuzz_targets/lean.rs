@@ -70,6 +70,7 @@ fuzz_target!(|data: &[u8]| {
             message: s.message.as_deref(),
             status: s.status.as_ref(),
             peer_certificates: &s.peer_certificates,
+            peer_address: s.peer_address.as_deref(),
             end: h.has(END),
             cancel: h.has(CANCEL),
         };
@@ -91,5 +92,6 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(s2.message, s.message);
         assert_eq!(s2.status, s.status);
         assert_eq!(s2.peer_certificates, s.peer_certificates);
+        assert_eq!(s2.peer_address, s.peer_address);
     }
 });

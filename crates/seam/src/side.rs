@@ -305,7 +305,8 @@ mod tests {
 
         // A peer note alone makes sections, and round-trips (IPv4, IPv6).
         for addr in ["127.0.0.1:50312", "[::1]:4000"] {
-            let noted = OpenRepr { peer: Some((7, addr.parse().unwrap())), ..OpenRepr::default() };
+            let noted =
+                OpenRepr { peer: Some((7, addr.parse().expect("address"))), ..OpenRepr::default() };
             let bytes = emitted(noted.buffer_len(), |o| noted.emit(o));
             assert!(!bytes.is_empty());
             assert_eq!(OpenRepr::parse(&bytes), Ok(noted));

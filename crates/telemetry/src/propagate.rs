@@ -57,7 +57,7 @@ mod tests {
     fn a_traceparent_in_metadata_round_trips() {
         let mut md = Metadata::new();
         md.insert("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-            .unwrap();
+            .expect("metadata");
         let cx = extract(&md);
         let sc = cx.span().span_context().clone();
         assert!(sc.is_remote() && sc.is_sampled());
@@ -74,7 +74,7 @@ mod tests {
     fn malformed_trace_context_starts_a_new_trace() {
         for bad in ["", "garbage", "00-00000000000000000000000000000000-b7ad6b7169203331-01"] {
             let mut md = Metadata::new();
-            md.insert("traceparent", bad).unwrap();
+            md.insert("traceparent", bad).expect("metadata");
             assert!(!extract(&md).span().span_context().is_valid(), "{bad:?}");
         }
     }

@@ -303,7 +303,7 @@ async fn the_otlp_request_carries_every_span_and_its_fields() {
                 SpanKind::Client => 3,
                 _ => 1,
             };
-            assert_eq!(s.kind() as i32, kind);
+            assert_eq!(s.kind(), kind);
             assert!(
                 s.end_time_unix_nano() >= s.start_time_unix_nano() && s.start_time_unix_nano() > 0
             );
@@ -317,7 +317,7 @@ async fn the_otlp_request_carries_every_span_and_its_fields() {
                 assert_eq!(code.value().map(|v| v.int_value()), Some(want_code));
             }
             let error = matches!(want.status, SpanStatus::Error { .. });
-            assert_eq!(s.status().map(|st| st.code() as i32 == 2).unwrap_or(false), error);
+            assert_eq!(s.status().is_some_and(|st| st.code() == 2), error);
         }
     }
     assert_eq!(seen, spans.len());

@@ -37,10 +37,13 @@ pub struct Family {
     pub kind: Kind,
     /// Its help text.
     pub help: String,
-    /// Its samples: name (a histogram's `_bucket`, `_sum`, `_count`),
-    /// labels, value.
-    pub samples: Vec<(String, Vec<(String, String)>, f64)>,
+    /// Its samples.
+    pub samples: Vec<Sample>,
 }
+
+/// A sample: its name (a histogram's `_bucket`, `_sum`, `_count`), its
+/// labels, its value.
+pub type Sample = (String, Vec<(String, String)>, f64);
 
 impl Exposition {
     /// Declares a family (`name` is its base name: a histogram's samples

@@ -13,6 +13,9 @@ use protoplane_rpc::{Router, ServerOptions};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The runtime's log lines (attached, waiting for an engine) on stderr;
+    // RUST_LOG picks the levels.
+    protoplane_telemetry::init_logs(Default::default())?;
     let svc = KeyValueServer::new(Store::default());
     let port: u16 = match args.as_slice() {
         [flag, path] if flag == "--attach" => {

@@ -93,8 +93,12 @@ impl PeerSlots {
                 &mut self.slots[i],
                 Slot { peer: Arc::downgrade(peer), in_flight: 1, noted: false },
             );
-            if old.peer.strong_count() > 0 || old.peer.weak_count() > 0 {
-                self.by_peer.remove(&(old.peer.as_ptr() as usize));
+            // The old connection's key goes with its slot, whether or not
+            // the connection is still alive: once `old` is dropped its
+            // allocation (and so its address) may be reused.
+            let old_key = old.peer.as_ptr() as usize;
+            if self.by_peer.get(&old_key) == Some(&(i as u8)) {
+                self.by_peer.remove(&old_key);
             }
             self.by_peer.insert(key, i as u8);
             return PeerUse { slot: i as u8, note: Some(addr) };
@@ -170,16 +174,30 @@ mod tests {
     }
 
     #[test]
-    fn a_dropped_connection_frees_its_key() {
+    fn a_slot_taken_over_forgets_its_old_connection() {
         let mut s = PeerSlots::default();
-        let a = peer(1);
-        let u = s.take(Some(&a));
-        s.done(u.slot);
-        drop(a);
-        // The slot still holds the allocation; the next connection takes
-        // another slot or this one, never "already noted".
-        let b = peer(2);
-        let v = s.take(Some(&b));
-        assert_eq!(v.note, b.addr);
+        // 255 connections come and go: each slot is taken once, then freed,
+        // and the connections are dropped.
+        for port in 0..255 {
+            let p = peer(port);
+            let u = s.take(Some(&p));
+            s.noted(u.slot);
+            s.done(u.slot);
+        }
+        assert_eq!(s.by_peer.len(), 255);
+        // New connections take the slots over: the dropped connections'
+        // keys go (their addresses may be reused by new allocations, which
+        // must never find an old slot "already noted").
+        let fresh: Vec<_> = (1000..1255).map(peer).collect();
+        for p in &fresh {
+            let u = s.take(Some(p));
+            assert_eq!(u.note, p.addr, "a new connection is noted");
+        }
+        assert_eq!(s.by_peer.len(), 255, "one key per slot, no stale ones");
+        for p in &fresh {
+            let key = Arc::as_ptr(p) as usize;
+            let slot = s.by_peer[&key];
+            assert_eq!(s.slots[slot as usize].peer.as_ptr(), Arc::as_ptr(p));
+        }
     }
 }

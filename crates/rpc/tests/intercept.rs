@@ -275,9 +275,10 @@ async fn exercise(async_step: bool) {
 
     // A call the client drops: the server's interceptors see CANCELLED,
     // the client's see it too.
+    // (Counted before the call starts: its handler may run at once.)
+    let started = svc.calls.load(Ordering::SeqCst);
     let mut hang = ch.start("/icpt.test.Svc/Hang", CallOptions::default()).await.expect("start");
     hang.send_last(&[]).await.expect("send");
-    let started = svc.calls.load(Ordering::SeqCst);
     eventually(BOUND, "the handler runs", || svc.calls.load(Ordering::SeqCst) == started + 1).await;
     drop(hang);
     eventually(BOUND, "the server sees the cancellation", || {

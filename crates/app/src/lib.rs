@@ -221,13 +221,18 @@ impl App {
             let mut asked = false;
             let ended = loop {
                 tokio::select! {
-                    r = &mut current => break Some(r),
+                    // The engine's "moving" comes before the end of the
+                    // attachment it arrived on: when both are ready (the
+                    // old engine drained at once), this is a replacement,
+                    // not an engine that went away.
+                    biased;
                     m = &mut moved, if !asked => {
                         asked = true;
                         if m.is_ok() {
                             break None;
                         }
                     }
+                    r = &mut current => break Some(r),
                     _ = leaving.next(), if !leaving.is_empty() => {}
                 }
             };

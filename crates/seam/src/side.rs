@@ -128,9 +128,8 @@ impl OpenRepr {
 
     /// Bytes [`OpenRepr::emit`] writes (0 when [`OpenRepr::is_empty`]).
     pub fn buffer_len(&self) -> usize {
-        let mut out = Vec::new();
-        self.emit(&mut out);
-        out.len()
+        let note = self.peer.map(note_text);
+        open_len(self.timeout, &self.metadata, &self.peer_certificates, note.as_deref())
     }
 
     /// Appends the sections to `out` (nothing when empty).
@@ -146,21 +145,13 @@ impl OpenRepr {
         peer: Option<(u8, SocketAddr)>,
         out: &mut Vec<u8>,
     ) {
-        let Some((slot, addr)) = peer else {
-            return OpenRepr::emit_parts(timeout, metadata, certs, out);
-        };
-        let note = format!("{slot} {addr}");
-        let mut f = open_outgoing(timeout, metadata, certs);
-        f.peer_address = Some(note.as_bytes());
-        let _ = frame::write(out, 0, 0, &f);
+        let note = peer.map(note_text);
+        write_open(timeout, metadata, certs, note.as_deref(), out)
     }
 
     /// [`OpenRepr::buffer_len`] of borrowed parts.
     pub fn parts_len(timeout: Option<Duration>, metadata: &Metadata, certs: &[Bytes]) -> usize {
-        if metadata.is_empty() && certs.is_empty() {
-            return 0;
-        }
-        frame::encoded_len(&open_outgoing(timeout, metadata, certs))
+        open_len(timeout, metadata, certs, None)
     }
 
     /// [`OpenRepr::emit`] of borrowed parts: what the engine writes for
@@ -171,12 +162,46 @@ impl OpenRepr {
         certs: &[Bytes],
         out: &mut Vec<u8>,
     ) {
-        if !(metadata.is_empty() && certs.is_empty()) {
-            // A side span is bounded by a chunk, far below the 4 GiB a
-            // frame can declare.
-            let _ = frame::write(out, 0, 0, &open_outgoing(timeout, metadata, certs));
-        }
+        write_open(timeout, metadata, certs, None, out)
     }
+}
+
+/// The peer note's text, `SLOT ADDRESS`.
+fn note_text((slot, addr): (u8, SocketAddr)) -> String {
+    format!("{slot} {addr}")
+}
+
+/// Bytes an OPEN's sections take (0 when there are none).
+fn open_len(
+    timeout: Option<Duration>,
+    metadata: &Metadata,
+    certs: &[Bytes],
+    note: Option<&str>,
+) -> usize {
+    if metadata.is_empty() && certs.is_empty() && note.is_none() {
+        return 0;
+    }
+    let mut f = open_outgoing(timeout, metadata, certs);
+    f.peer_address = note.map(str::as_bytes);
+    frame::encoded_len(&f)
+}
+
+/// Appends an OPEN's sections (nothing when there are none).
+fn write_open(
+    timeout: Option<Duration>,
+    metadata: &Metadata,
+    certs: &[Bytes],
+    note: Option<&str>,
+    out: &mut Vec<u8>,
+) {
+    if metadata.is_empty() && certs.is_empty() && note.is_none() {
+        return;
+    }
+    let mut f = open_outgoing(timeout, metadata, certs);
+    f.peer_address = note.map(str::as_bytes);
+    // A side span is bounded by a chunk, far below the 4 GiB a frame can
+    // declare.
+    let _ = frame::write(out, 0, 0, &f);
 }
 
 /// `SLOT ADDRESS`.

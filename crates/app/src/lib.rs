@@ -242,6 +242,12 @@ impl App {
                     leaving.push(current);
                     announced = false;
                 }
+                // The attachment told of the move and ended in one poll
+                // (its calls ended as the note arrived): still a move.
+                Some(Ok(Ended::EngineGone)) if !asked && moved.try_recv().is_ok() => {
+                    tracing::info!("the engine is being replaced; attaching to the new one");
+                    announced = false;
+                }
                 Some(Ok(Ended::EngineGone)) => {
                     tracing::warn!("the engine went away; attaching again");
                     announced = false;
@@ -336,8 +342,8 @@ impl App {
         sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
         let sock = tokio::net::UnixStream::from_std(sock)
             .map_err(|e| Error::Unreachable(e.to_string()))?;
-        let gone = async move {
-            let mut b = [0u8; 1];
+        let mut b = [0u8; 1];
+        let gone = async {
             loop {
                 let _ = sock.readable().await;
                 match sock.try_read(&mut b) {
@@ -354,6 +360,14 @@ impl App {
         tokio::select! {
             _ = gone => {}
             _ = session.clone().drain(self.spin) => {}
+        }
+        // The engine writes its `M` before it detaches this attachment, so
+        // when the calls ended first the byte is already here: this was a
+        // move, not the engine going away.
+        if let (Some(tx), Ok(1)) = (moved.take(), sock.try_read(&mut b)) {
+            if b[0] == b'M' {
+                let _ = tx.send(());
+            }
         }
         session.end();
         self.units.inner.fail_all();

@@ -274,6 +274,9 @@ impl Core {
         // The new engine has its own copies now.
         self.close_listeners();
         self.moving.send_replace(true);
+        // Before anything is detached (see `Attachment::tell_moving`); an
+        // application attaching now is told by its own watch.
+        self.registry.tell_moving();
         let drained = tokio::time::timeout(self.grace, drain.finished()).await.is_ok();
         let left = drain.connections();
         let apps = self.registry.detach_all("the engine was replaced");
@@ -657,6 +660,12 @@ async fn serve_attached(
         att.pid,
         att.services.join(", ")
     );
+    // The engine's copy of the socket to tell it of a take-over on.
+    use std::os::fd::AsFd;
+    match live.as_fd().try_clone_to_owned() {
+        Ok(fd) => att.set_mover(std::os::unix::net::UnixStream::from(fd)),
+        Err(e) => tracing::warn!(app = att.id, "cannot keep a copy of the attach socket: {e}"),
+    }
     ctx.registry.add(att.clone());
     let watcher = att.clone();
     let mut moving = ctx.moving.subscribe();
@@ -664,10 +673,18 @@ async fn serve_attached(
         // From the application the socket carries nothing after the
         // handshake: its end (the process exited or was killed) or any
         // byte detaches. From the engine it carries one byte, `M`, when
-        // another engine takes over: attach there too (see [`admin`]).
+        // another engine takes over: attach there too (see [`admin`]). The
+        // take-over tells every application in the registry itself; this
+        // covers one that joined it as the take-over began.
         let mut b = [0u8; 1];
         let mut told = false;
         let why = loop {
+            if !told && *moving.borrow_and_update() {
+                told = true;
+                if !watcher.tell_moving() {
+                    break "the application's connection closed (exited or killed)";
+                }
+            }
             tokio::select! {
                 r = live.read(&mut b) => break match r {
                     Ok(0) | Err(_) => "the application's connection closed (exited or killed)",
@@ -676,15 +693,6 @@ async fn serve_attached(
                 changed = moving.changed(), if !told => {
                     if changed.is_err() {
                         told = true; // the engine is going; nothing to tell
-                        continue;
-                    }
-                    if !*moving.borrow_and_update() {
-                        continue;
-                    }
-                    told = true;
-                    use tokio::io::AsyncWriteExt;
-                    if live.write_all(b"M").await.is_err() {
-                        break "the application's connection closed (exited or killed)";
                     }
                 }
             }

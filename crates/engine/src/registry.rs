@@ -120,6 +120,14 @@ impl Registry {
         v
     }
 
+    /// Tells every attached application that another engine is taking
+    /// over ([`Attachment::tell_moving`]).
+    pub fn tell_moving(&self) {
+        for a in self.all() {
+            a.tell_moving();
+        }
+    }
+
     /// Detaches every attached application with `why` (each one's drain
     /// loop then ends and removes it); returns how many.
     pub fn detach_all(&self, why: &str) -> usize {

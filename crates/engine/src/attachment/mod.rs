@@ -126,6 +126,10 @@ pub struct Attachment {
     outbound: OnceLock<Vec<crate::outbound::OutChannel>>,
     /// The client connections its calls come from ([`peers`]).
     peers: Mutex<peers::PeerSlots>,
+    /// A copy of its attach socket, on which the engine tells it once that
+    /// another engine is taking over ([`Attachment::tell_moving`]).
+    mover: OnceLock<std::os::unix::net::UnixStream>,
+    told_moving: AtomicBool,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -206,6 +210,8 @@ impl Attachment {
             budgets,
             outbound: OnceLock::new(),
             peers: Mutex::new(peers::PeerSlots::default()),
+            mover: OnceLock::new(),
+            told_moving: AtomicBool::new(false),
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
@@ -980,6 +986,30 @@ impl Holder for Attachment {
 impl Attachment {
     /// Cuts the application off: every open call fails with UNAVAILABLE,
     /// and its outbound calls stop.
+    /// Keeps `sock` (a copy of the attach socket) to tell the application
+    /// of a take-over on.
+    pub(crate) fn set_mover(&self, sock: std::os::unix::net::UnixStream) {
+        let _ = self.mover.set(sock);
+    }
+
+    /// Tells the application, once, that another engine is taking over
+    /// (the byte `M` on its attach socket; see [`crate::admin`]). Written
+    /// at once, before the engine detaches it: an application whose calls
+    /// end the moment it is detached still finds the `M` before the end of
+    /// the socket, so it takes the detach for a move, not for the engine
+    /// going away. Nothing else is ever written on that socket, so one byte
+    /// always fits; returns false if the write failed (it is gone).
+    pub(crate) fn tell_moving(&self) -> bool {
+        use std::io::Write;
+        if self.told_moving.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        match self.mover.get() {
+            Some(mut sock) => sock.write_all(b"M").is_ok(),
+            None => true,
+        }
+    }
+
     pub fn detach(&self, why: &str) {
         let Some(Detached { calls, tokens, outbound }) = self.state().session.detach(why) else {
             return;

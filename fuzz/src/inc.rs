@@ -35,7 +35,9 @@
 //! * 1 — a datagram for the server agent; 2 — for the client agent (both
 //!   sealed with A's key).
 //! * 3 — an API call of the client agent (add, get, clear, aggregate,
-//!   vote; [`client_call`]); 4 — a proposal of the server agent.
+//!   leave, vote; [`client_call`]); 4 — a proposal of the server agent,
+//!   or with the one-byte body `0xff` the server agent losing the data
+//!   plane.
 //! * 5 — time passes (body: microseconds, u16 × 16) and both agents'
 //!   `handle_timeout` run whether due or not.
 //! * 6 — replays one of the last datagrams delivered (body byte 0 picks
@@ -379,7 +381,7 @@ fn client_call(client: &mut ClientAgent, body: &[u8]) {
             _ => r.i64(),
         }
     };
-    match r.u8() % 5 {
+    match r.u8() % 6 {
         0 => {
             let n = r.u8() % 12;
             let items: Vec<(Vec<u8>, i64)> = (0..n).map(|_| (key(&mut r), value(&mut r))).collect();
@@ -403,6 +405,9 @@ fn client_call(client: &mut ClientAgent, body: &[u8]) {
                 })
                 .collect();
             client.aggregate(&values);
+        }
+        5 => {
+            client.leave();
         }
         _ => {
             let instance = r.u32() % 8;
@@ -536,6 +541,11 @@ impl World {
             Op::Server => self.deliver(SERVER, sealed(body.to_vec()), 0),
             Op::Client => self.deliver(CLIENT, sealed(body.to_vec()), 0),
             Op::Call => client_call(&mut self.client, body),
+            // A one-byte body 0xff: the server agent loses the data plane
+            // (its members fall back and give their accounts).
+            Op::Propose if body == [0xff] => {
+                self.server.data_plane_lost(self.now);
+            }
             Op::Propose => {
                 let mut r = Body(body);
                 let instance = r.u32() % 8;

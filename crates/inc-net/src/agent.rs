@@ -199,6 +199,8 @@ pub struct ServerRuntime {
     /// `None` while the controller is away; reconnect at the time given.
     controller: Option<TcpStream>,
     reconnect_at: Option<Instant>,
+    /// The application's failure after losing the data plane was logged.
+    failure_logged: bool,
     links: Vec<(TcpStream, VecDeque<u64>)>,
     events: VecDeque<ServerEvent>,
     answer_probes: bool,
@@ -257,6 +259,7 @@ impl ServerRuntime {
             io,
             controller: Some(controller),
             reconnect_at: None,
+            failure_logged: false,
             links,
             events: VecDeque::new(),
             answer_probes: true,
@@ -381,15 +384,13 @@ impl ServerRuntime {
                     // The switch died: everything on this agent from now on.
                     self.links.clear();
                     let _ = self.refresh_members();
-                    let goes_on = self.agent.data_plane_lost(now);
-                    tracing::warn!(
-                        "inc server agent: the data plane is gone; {}",
-                        if goes_on {
-                            "the application continues on the server path"
-                        } else {
-                            "it held values of the application, which are lost: every call fails"
-                        }
-                    );
+                    if self.agent.data_plane_lost(now) {
+                        tracing::warn!(
+                            "inc server agent: the data plane is gone; the application \
+                             continues on the server path (what the switch held is rebuilt \
+                             from the members' accounts)"
+                        );
+                    }
                 }
                 Input::Closed(what) => {
                     return Err(io::Error::other(format!("{what} connection closed")))
@@ -399,6 +400,13 @@ impl ServerRuntime {
         let now = now_us();
         if self.agent.poll_timeout().is_some_and(|t| t <= now) {
             self.agent.handle_timeout(now);
+        }
+        if let (false, Some(why)) = (self.failure_logged, self.agent.fallback_failure()) {
+            self.failure_logged = true;
+            tracing::warn!(
+                "inc server agent: the data plane is gone and held values of the application \
+                 that cannot be rebuilt ({why}): every call fails"
+            );
         }
         self.flush();
         if self.reconnect_at.is_some_and(|t| Instant::now() >= t) {
@@ -583,6 +591,15 @@ impl ClientRuntime {
         self.wait(call).map(|_| ())
     }
 
+    /// Leaves: gives the server agent this member's account of what the
+    /// data plane applied for it, so the application's values survive the
+    /// data plane dying after this member is gone
+    /// ([`protoplane_inc::client::ClientAgent::leave`]). The last call.
+    pub fn leave(&mut self) -> Result<(), Error> {
+        let call = self.agent.leave();
+        self.wait(call).map(|_| ())
+    }
+
     /// Synchronous aggregation.
     pub fn aggregate(&mut self, values: &[i32]) -> Result<Vec<i64>, Error> {
         let call = self.agent.aggregate(values);
@@ -653,6 +670,7 @@ enum Cmd {
     Vote(u32, i32, Addr),
     VoteFor(u32),
     Clear,
+    Leave,
 }
 
 type Reply1 = tokio::sync::oneshot::Sender<Result<Outcome, Error>>;
@@ -680,6 +698,7 @@ impl Cmd {
             Cmd::Aggregate(_) => "aggregate",
             Cmd::Vote(..) | Cmd::VoteFor(_) => "vote",
             Cmd::Clear => "clear",
+            Cmd::Leave => "leave",
         }
     }
 }
@@ -738,6 +757,7 @@ impl ClientRuntime {
                         None => Err(Error::NoProposal { instance }),
                     },
                     Cmd::Clear => Ok(self.agent.clear()),
+                    Cmd::Leave => Ok(self.agent.leave()),
                 };
                 match started {
                     Ok(call) => {
@@ -837,6 +857,14 @@ impl ClientHandle {
     /// `Map.clear`.
     pub async fn clear(&self) -> Result<(), Error> {
         self.call(Cmd::Clear).await.map(|_| ())
+    }
+
+    /// Leaves: gives the server agent this member's account of what the
+    /// data plane applied for it, so the application's values survive the
+    /// data plane dying after this member is gone
+    /// ([`protoplane_inc::client::ClientAgent::leave`]). The last call.
+    pub async fn leave(&self) -> Result<(), Error> {
+        self.call(Cmd::Leave).await.map(|_| ())
     }
 
     /// Synchronous aggregation: the element-wise sum over all members.

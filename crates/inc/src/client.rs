@@ -86,6 +86,8 @@ pub enum Outcome {
     Aggregated(Vec<i64>),
     /// The vote is counted.
     Voted,
+    /// [`ClientAgent::leave`]: the server agent has this member's account.
+    Left,
     /// The call cannot complete exactly: the data plane died holding
     /// values of the application (see [`ClientAgent::failed`]).
     Failed(String),
@@ -160,11 +162,27 @@ struct Inflight {
 /// What a packet in flight carried, to apply its acknowledgement.
 #[derive(Debug)]
 enum Sent {
-    /// Keys of the pairs, in order.
-    Add(Vec<Vec<u8>>),
+    /// Keys of the pairs, in order, and (logical key, value) of each: the
+    /// acknowledgement's mask says which the data plane applied.
+    Add(Vec<Vec<u8>>, Vec<(u32, i32)>),
     /// Wide items.
     Wide(Vec<Wide>),
     Vote,
+}
+
+/// This member's account of what the data plane applied for it, while it
+/// is being given (see [`crate::server`]'s `accounts`).
+#[derive(Debug)]
+struct Account {
+    batches: Vec<Vec<Wide>>,
+    acked: Vec<bool>,
+    sent_at: u64,
+}
+
+impl Account {
+    fn complete(&self) -> bool {
+        self.acked.iter().all(|a| *a)
+    }
 }
 
 #[derive(Debug)]
@@ -187,6 +205,7 @@ enum CallKind {
     Get { keys: Vec<Vec<u8>>, values: HashMap<Vec<u8>, i64> },
     Agg { sums: Vec<i64> },
     Vote,
+    Leave,
 }
 
 #[derive(Debug)]
@@ -241,6 +260,19 @@ pub struct ClientAgent {
     alive_until: u64,
     /// Why synchronous aggregation fails, once a member was lost.
     member_lost: Option<String>,
+    /// Per logical key, the sum of this member's pairs the data plane
+    /// applied (each acknowledgement's mask says which).
+    applied: HashMap<u32, i64>,
+    /// The plan had a data plane when this member joined.
+    had_data_plane: bool,
+    /// Each flow's next sequence number when the data plane was lost: the
+    /// account is final once everything before is acknowledged.
+    fallback_marks: Vec<u32>,
+    /// The server agent asked for the account (the data plane is gone).
+    account_asked: bool,
+    /// The call of [`ClientAgent::leave`], if leaving.
+    leaving: Option<CallId>,
+    account: Option<Account>,
     /// Commits heard of and not yet acknowledged to the server agent, and
     /// when to send the acknowledgements at the latest.
     commit_acks: Vec<u32>,
@@ -254,6 +286,7 @@ impl ClientAgent {
     /// The agent of member `member` at node `node`.
     pub fn new(plan: AppPlan, member: u16, node: u16, tuning: ClientTuning) -> ClientAgent {
         let first_hop = plan.switch.unwrap_or(plan.server);
+        let plan_has_switch = plan.switch.is_some();
         let flows = plan
             .member_flows(member)
             .into_iter()
@@ -293,6 +326,12 @@ impl ClientAgent {
             next_alive: 0,
             alive_until: 0,
             member_lost: None,
+            applied: HashMap::new(),
+            had_data_plane: plan_has_switch,
+            fallback_marks: Vec::new(),
+            account_asked: false,
+            leaving: None,
+            account: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
@@ -363,6 +402,7 @@ impl ClientAgent {
             return;
         }
         self.fallen_back = true;
+        self.fallback_marks = self.flows.iter().map(|f| f.next_seq).collect();
         self.first_hop = self.plan.server;
         self.plan.switch = None;
         self.plan.switches = 0;
@@ -407,6 +447,8 @@ impl ClientAgent {
         }
         self.queue.clear();
         self.chunks.clear();
+        self.account = None;
+        self.leaving = None;
         for f in &mut self.flows {
             f.inflight.clear();
         }
@@ -421,6 +463,7 @@ impl ClientAgent {
         let outcome = match c.kind {
             CallKind::Add => Outcome::Added,
             CallKind::Vote => Outcome::Voted,
+            CallKind::Leave => Outcome::Left,
             CallKind::Agg { sums } => Outcome::Aggregated(sums),
             CallKind::Get { keys, values } => Outcome::Values(
                 keys.into_iter()
@@ -599,6 +642,9 @@ impl ClientAgent {
         if let Some(a) = self.commit_ack_at {
             at(a);
         }
+        if let Some(a) = self.account.as_ref().filter(|a| !a.complete()) {
+            at(a.sent_at + self.rto() * 4);
+        }
         if !self.chunks.is_empty() || self.next_alive < self.alive_until {
             at(self.next_alive);
         }
@@ -717,6 +763,11 @@ impl ClientAgent {
             self.send_commit_acks();
         }
         self.heartbeat(now);
+        let rto = self.rto();
+        if self.account.as_ref().is_some_and(|a| !a.complete() && now >= a.sent_at + rto * 4) {
+            self.resend_account(now);
+        }
+        self.maybe_give_account(now);
         if self.waiting_for_release() && now >= self.release_asked + rto * 2 {
             self.release_asked = now;
             if let Some(c) = self.blocking_release() {
@@ -880,7 +931,8 @@ impl ClientAgent {
             Unit::Add(pairs) => {
                 self.stats.pairs += pairs.len() as u64;
                 let (keys, pairs): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
-                (Packet::pairs(h, pairs), Sent::Add(keys))
+                let values = pairs.iter().map(|p| (p.key, p.value)).collect();
+                (Packet::pairs(h, pairs), Sent::Add(keys, values))
             }
             Unit::Wide(items) => {
                 self.stats.wide += items.len() as u64;
@@ -1017,13 +1069,28 @@ impl ClientAgent {
 
     fn on_ack(&mut self, now: u64, p: &Packet) {
         let h = &p.header;
+        if self.fallen_back && h.ext & Header::BY_SWITCH != 0 {
+            // A late acknowledgement from the dead data plane: the packet
+            // went again to the server agent, which may have added all of
+            // it, so only its acknowledgement says what counts as applied
+            // (the account would otherwise count a pair twice).
+            return;
+        }
         let Some((call, sent)) = self.acked(now, h.flow, h.seq, h.flags.has(Flags::ECN)) else {
             return;
         };
         // Mappings: (logical address, cell or NONE) for keys of this packet.
         let bits = self.plan.key_bits;
+        if let Sent::Add(_, values) = &sent {
+            for (i, (l, v)) in values.iter().enumerate().take(64) {
+                if h.mask & (1u64 << i) != 0 {
+                    let a = self.applied.entry(*l).or_insert(0);
+                    *a = a.saturating_add(i64::from(*v));
+                }
+            }
+        }
         let keys: Vec<&Vec<u8>> = match &sent {
-            Sent::Add(keys) => keys.iter().collect(),
+            Sent::Add(keys, _) => keys.iter().collect(),
             Sent::Wide(items) => {
                 items.iter().filter(|i| i.op == WideOp::Add).map(|i| &i.key).collect()
             }
@@ -1039,6 +1106,7 @@ impl ClientAgent {
             }
         }
         self.unit_done(call);
+        self.maybe_give_account(now);
     }
 
     fn on_result(&mut self, now: u64, p: &Packet) {
@@ -1169,15 +1237,37 @@ impl ClientAgent {
                         self.send_values(c, &values);
                     }
                 }
-                WideOp::Fallback if h.src == self.plan.server => {
-                    if i.value != 0 {
-                        self.fail(
-                            "the data plane failed holding values of this application; \
-                             they are lost, so no result would be exact"
-                                .into(),
-                        );
-                    } else {
+                WideOp::Fallback if h.src == self.plan.server => match i.value {
+                    1 => self.fail(
+                        "the data plane failed holding values of this application that cannot \
+                         be recovered, so no result would be exact"
+                            .into(),
+                    ),
+                    code => {
                         self.fall_back(now);
+                        if code == 2 {
+                            self.account_asked = true;
+                            self.resend_account(now);
+                            self.maybe_give_account(now);
+                        }
+                    }
+                },
+                WideOp::Account if h.src == self.plan.server => {
+                    let done = match &mut self.account {
+                        Some(a) => {
+                            if let Some(b) =
+                                usize::try_from(i.value).ok().and_then(|ix| a.acked.get_mut(ix))
+                            {
+                                *b = true;
+                            }
+                            a.complete()
+                        }
+                        None => false,
+                    };
+                    if done {
+                        if let Some(call) = self.leaving.take() {
+                            self.unit_done(call);
+                        }
                     }
                 }
                 WideOp::Propose => {
@@ -1188,6 +1278,91 @@ impl ClientAgent {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Leaves: once every call before is acknowledged, gives the server
+    /// agent this member's account of what the data plane applied for it
+    /// and completes when the server agent has it ([`Outcome::Left`]).
+    /// Call it last, when the member is done: if the data plane dies
+    /// later, the server agent rebuilds the map from the accounts, and a
+    /// member that went without one makes the rebuild fail. Completes at
+    /// once if the application never had a data plane.
+    pub fn leave(&mut self) -> CallId {
+        let call = self.new_call(CallKind::Leave);
+        if self.failed.is_some() {
+            return call;
+        }
+        if !self.had_data_plane || self.account.as_ref().is_some_and(Account::complete) {
+            self.finish_if_done(call);
+            return call;
+        }
+        if let Some(c) = self.calls.get_mut(&call) {
+            c.remaining = 1;
+        }
+        self.leaving = Some(call);
+        // Sent now if nothing is in flight (the next timeout repeats it).
+        self.maybe_give_account(0);
+        call
+    }
+
+    /// Gives the account if it is asked for (leaving, or the data plane is
+    /// gone) and final: nothing sent before may still be applied.
+    fn maybe_give_account(&mut self, now: u64) {
+        if self.account.is_some() || !self.had_data_plane || self.failed.is_some() {
+            return;
+        }
+        let ready = if self.leaving.is_some() {
+            self.queue.is_empty()
+                && self.flows.iter().all(|f| f.inflight.is_empty())
+                && self.calls.len() == 1
+        } else if self.account_asked {
+            self.flows.iter().zip(&self.fallback_marks).all(|(f, mark)| {
+                f.inflight.keys().next().is_none_or(|s| s.wrapping_sub(*mark) as i32 >= 0)
+            })
+        } else {
+            false
+        };
+        if !ready {
+            return;
+        }
+        let mut items: Vec<Wide> = self
+            .applied
+            .iter()
+            .map(|(l, v)| Wide { op: WideOp::Account, key: l.to_be_bytes().to_vec(), value: *v })
+            .collect();
+        items.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let mut batches: Vec<Vec<Wide>> = items.chunks(WIDE_ITEMS).map(<[Wide]>::to_vec).collect();
+        if batches.is_empty() {
+            // Nothing applied: one batch saying so (an empty key is no key).
+            batches.push(vec![Wide { op: WideOp::Account, key: Vec::new(), value: 0 }]);
+        }
+        let acked = vec![false; batches.len()];
+        self.account = Some(Account { batches, acked, sent_at: now });
+        self.resend_account(now);
+    }
+
+    /// Sends the batches of the account the server agent has not
+    /// acknowledged.
+    fn resend_account(&mut self, now: u64) {
+        let Some(a) = &mut self.account else { return };
+        a.sent_at = now;
+        let count = a.batches.len().min(usize::from(u16::MAX)) as u32;
+        let send: Vec<(u32, Vec<Wide>)> = a
+            .batches
+            .iter()
+            .zip(&a.acked)
+            .enumerate()
+            .take(usize::from(u16::MAX))
+            .filter(|(_, (_, acked))| !**acked)
+            .map(|(i, (b, _))| (i as u32, b.clone()))
+            .collect();
+        for (i, batch) in send {
+            let mut h = self.header(Kind::Wide, self.plan.server);
+            h.flow = self.flows[0].id;
+            h.aux = (count << 16) | i;
+            self.stats.wide += batch.len() as u64;
+            self.transmit(Packet::wide(h, batch));
         }
     }
 

@@ -40,7 +40,8 @@
 //! each join, so a restarted member starts a sequence space nobody
 //! confuses with its earlier one), a *hop count* (bits 4–7: every switch
 //! increments it and drops a packet that has crossed more switches than a
-//! chain can have) and flags (bits 0–3, [`Header::SEQUENCED`]).
+//! chain can have) and flags (bits 0–3, [`Header::SEQUENCED`],
+//! [`Header::BY_SWITCH`]).
 //!
 //! A *pair* item is `key` (the 32-bit logical address of a key), `addr`
 //! (where the server agent put it in data-plane memory, [`Addr`]) and a
@@ -266,8 +267,10 @@ pub enum WideOp {
     /// did not say so (a notice can be lost).
     CommitAck = 10,
     /// The data plane is gone. From the server agent to a member: send
-    /// everything to me directly from now on (`value` 0), or: the data
-    /// plane held values that are lost, every call fails (`value` 1).
+    /// everything to me directly from now on (`value` 0), and give me your
+    /// account ([`WideOp::Account`]) once everything you sent before is
+    /// acknowledged (`value` 2), or: the data plane held values that cannot
+    /// be rebuilt, every call fails (`value` 1).
     /// From a member that hears nothing through the switch, sent to the
     /// server agent directly: are you still there, and where do I send?
     Fallback = 11,
@@ -278,6 +281,13 @@ pub enum WideOp {
     /// agent's leases); from the server agent, `key` (2 bytes) names a
     /// member whose lease ran out.
     Alive = 13,
+    /// A member's *account*: what the data plane applied of its `Map.addTo`
+    /// pairs, summed per logical key (`key`, 4 bytes). Sent when it leaves
+    /// and when the data plane is lost; the packet's `aux` is the batch's
+    /// index (low 16 bits) and the number of batches (high 16 bits). From
+    /// the server agent, the batch `value` arrived (see
+    /// [`crate::server::ServerAgent::data_plane_lost`]).
+    Account = 14,
 }
 
 impl WideOp {
@@ -296,6 +306,7 @@ impl WideOp {
             11 => WideOp::Fallback,
             12 => WideOp::AggResend,
             13 => WideOp::Alive,
+            14 => WideOp::Account,
             _ => return None,
         })
     }
@@ -429,6 +440,12 @@ impl Header {
     /// plane's flip-bit slot for its number, so the slot always holds the
     /// flip of the flow's latest packet with that number.
     pub const SEQUENCED: u16 = 1;
+
+    /// `ext` bit: a switch made this acknowledgement on the server agent's
+    /// behalf (every pair applied). After the data plane is lost a member
+    /// takes no such acknowledgement: the server agent may have added the
+    /// packet itself since (see [`crate::server`]'s `accounts`).
+    pub const BY_SWITCH: u16 = 2;
 
     /// The sender's incarnation (`ext` bits 8–15).
     pub fn incarnation(&self) -> u8 {

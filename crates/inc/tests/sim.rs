@@ -633,3 +633,140 @@ fn a_member_that_stops_fails_the_others_aggregation_at_once() {
     }
     assert_eq!(sim.server(100).lost_members(), 1 << 3);
 }
+
+/// How a counter application's run ends around the switch dying.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KvEnd {
+    /// Every member stays.
+    AllStay,
+    /// The last member finishes early and leaves (gives its account)
+    /// before the switch dies.
+    OneLeaves,
+    /// The last member crashes (no account) before the switch dies.
+    OneCrashes,
+}
+
+/// Counters with data-plane cells; the switch dies in the middle of a
+/// round (pairs in flight, cells holding values). Returns the reader's
+/// outcome and when it came (µs after the kill), and the expected values.
+fn key_value_switch_dies(seed: u64, end: KvEnd) -> (Outcome, u64, Vec<(Vec<u8>, i64)>) {
+    let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+    let mut sim = Sim::new(cfg).expect("test setup");
+    let nodes: Vec<u16> = (1..=3).collect();
+    let mut r = reg("kv", 8, ClearPolicy::Copy, 1, Destinations::Server);
+    r.cache = CachePolicy::PeriodicCounting;
+    r.flows_per_member = 2;
+    let tuning = ServerTuning { period_us: 2_000, ..ServerTuning::default() };
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), tuning).expect("test setup");
+    let mut rng = Rng::new(seed);
+    // What each member adds: the expected values are summed here, apart
+    // from the agents.
+    let mut expect: std::collections::BTreeMap<Vec<u8>, i64> = Default::default();
+    let round = |rng: &mut Rng, expect: &mut std::collections::BTreeMap<Vec<u8>, i64>| {
+        (0..300)
+            .map(|_| {
+                let k = (rng.below(300) * rng.below(300) / 300) as i64;
+                let v = rng.below(100) as i64 + 1;
+                *expect.entry(int_key(k)).or_insert(0) += v;
+                (int_key(k), v)
+            })
+            .collect::<Vec<_>>()
+    };
+    let idle = |sim: &mut Sim, who: &[u16]| {
+        let done = sim.run_until(30_000_000, |sim| who.iter().all(|n| sim.client(*n).is_idle()));
+        assert!(done, "calls did not finish");
+        for n in who {
+            sim.take_client_events(*n);
+        }
+    };
+    // Three whole rounds (keys get cells), a cache period after each.
+    for _ in 0..3 {
+        for n in &nodes {
+            let items = round(&mut rng, &mut expect);
+            sim.client(*n).add(&items).expect("test setup");
+        }
+        idle(&mut sim, &nodes);
+        let t = sim.now() + 3_000;
+        sim.run_until(3_000, |sim| sim.now() >= t);
+    }
+    let last = *nodes.last().expect("members");
+    let mut staying = nodes.clone();
+    match end {
+        KvEnd::AllStay => {}
+        KvEnd::OneLeaves => {
+            sim.client(last).leave();
+            idle(&mut sim, &[last]);
+            staying.pop();
+        }
+        KvEnd::OneCrashes => {
+            sim.kill_client(last);
+            staying.pop();
+        }
+    }
+    // A round in flight when the switch dies.
+    for n in &staying {
+        let items = round(&mut rng, &mut expect);
+        sim.client(*n).add(&items).expect("test setup");
+    }
+    // Some pairs applied, some in flight, some not sent yet.
+    let into = 40 + 10 * seed;
+    let t = sim.now() + into;
+    sim.run_until(into, |sim| sim.now() >= t);
+    assert!(sim.server(100).resident_keys() > 0, "cells hold values when the switch dies");
+    assert!(sim.switch(0).stats().applied > 0);
+    let killed_at = sim.now();
+    sim.kill_switches();
+    idle(&mut sim, &staying);
+    // One more round, on the server path.
+    for n in &staying {
+        let items = round(&mut rng, &mut expect);
+        sim.client(*n).add(&items).expect("test setup");
+    }
+    idle(&mut sim, &staying);
+    let keys: Vec<Vec<u8>> = expect.keys().cloned().collect();
+    let reader = nodes[0];
+    sim.client(reader).get(&keys).expect("test setup");
+    let mut outcome = None;
+    let done = sim.run_until(30_000_000, |sim| {
+        for e in sim.take_client_events(reader) {
+            if let Event::Done { outcome: o, .. } = e {
+                outcome = Some((o, sim.now() - killed_at));
+            }
+        }
+        outcome.is_some()
+    });
+    assert!(done, "the get finished");
+    let (o, at) = outcome.expect("checked");
+    (o, at, expect.into_iter().collect())
+}
+
+/// The switch dies while keys have cells: every counter is rebuilt from
+/// the server agent's own part and the members' accounts, exactly — with
+/// every member there, and with one that left before.
+#[test]
+fn a_switch_that_dies_holding_counters_leaves_every_value_exact() {
+    for seed in 1..=20 {
+        for end in [KvEnd::AllStay, KvEnd::OneLeaves] {
+            let (outcome, _, expect) = key_value_switch_dies(seed, end);
+            let Outcome::Values(got) = outcome else {
+                panic!("seed {seed} {end:?}: {outcome:?}");
+            };
+            assert_eq!(got.len(), expect.len());
+            let wrong: Vec<_> = expect.iter().zip(&got).filter(|(e, g)| e != g).take(5).collect();
+            assert!(wrong.is_empty(), "seed {seed} {end:?}: wrong values {wrong:?}");
+        }
+    }
+}
+
+/// A member that crashed took its account with it: when the switch dies
+/// after, the values cannot be rebuilt, and the reader's call fails with
+/// the reason once the wait for accounts is over, instead of answering
+/// short.
+#[test]
+fn a_switch_that_dies_after_a_member_crashed_fails_at_once_instead_of_answering_short() {
+    let (outcome, at, _) = key_value_switch_dies(1, KvEnd::OneCrashes);
+    let Outcome::Failed(why) = outcome else { panic!("{outcome:?}") };
+    assert!(why.contains("cannot be recovered"), "{why}");
+    let wait = protoplane_inc::server::ACCOUNT_WAIT_US;
+    assert!(at < wait + 1_000_000, "failed {at} µs after the switch died");
+}

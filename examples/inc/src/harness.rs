@@ -314,24 +314,38 @@ pub fn client(
         let (mut verdict, face) = match app {
             App::SyncAgg => {
                 let c = TrainerIncClient::new(channel, filter, agent).map_err(status)?;
-                (sync_client(&c, params, member, progress).await?, c.inc().stats())
+                let verdict = sync_client(&c, params, member, progress).await?;
+                leave(c.inc()).await?;
+                (verdict, c.inc().stats())
             }
             App::AsyncAgg => {
                 let c = WordCountIncClient::new(channel, filter, agent).map_err(status)?;
-                (async_client(&c, params, member).await?, c.inc().stats())
+                let verdict = async_client(&c, params, member).await?;
+                leave(c.inc()).await?;
+                (verdict, c.inc().stats())
             }
             App::KeyValue => {
                 let c = MonitorIncClient::new(channel, filter, agent).map_err(status)?;
-                (kv_client(&c, params, member).await?, c.inc().stats())
+                let verdict = kv_client(&c, params, member).await?;
+                leave(c.inc()).await?;
+                (verdict, c.inc().stats())
             }
             App::Agreement => {
                 let c = AcceptorIncClient::new(channel, filter, agent).map_err(status)?;
-                (agreement_client(&c, params, member).await?, c.inc().stats())
+                let verdict = agreement_client(&c, params, member).await?;
+                leave(c.inc()).await?;
+                (verdict, c.inc().stats())
             }
         };
         verdict.face = face;
         Ok(verdict)
     })
+}
+
+/// The member is done: its account goes to the server agent, so what
+/// the data plane applied for it survives the switch dying later.
+async fn leave(ch: &protoplane_inc_net::rpc::IncChannel) -> Result<(), String> {
+    ch.agent().leave().await.map_err(|e| format!("leaving: {e}"))
 }
 
 /// Writes `rows` as JSON lines to `DIR/<file>.jsonl` when results are asked

@@ -21,7 +21,9 @@
 //! This file has the state, the packet paths of `Map.addTo`, `Map.get`
 //! and `Map.clear`, and the control-plane plumbing; `cache` decides
 //! which keys get cells, `agg` does synchronous aggregation on the host
-//! and keeps the `copy` backups, `votes` counts `CntFwd` votes.
+//! and keeps the `copy` backups, `votes` counts `CntFwd` votes,
+//! `accounts` rebuilds the map from the members' accounts when the data
+//! plane dies holding values.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -31,7 +33,10 @@ use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
 use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
 use crate::switch::{Control, ControlReply, ModifyOp};
 
+mod accounts;
 mod agg;
+
+pub use accounts::ACCOUNT_WAIT_US;
 mod cache;
 mod votes;
 
@@ -129,28 +134,37 @@ struct KeyState {
     installing: bool,
 }
 
-/// Which sequence numbers of a flow were processed.
+/// Which sequence numbers of a flow were processed, each with the mask
+/// of pairs the data plane had applied when it first arrived: the
+/// acknowledgement of a retransmission (which may come straight from the
+/// member, carrying no mask) repeats it, so the member's account counts
+/// exactly what the data plane applied ([`accounts`]).
 #[derive(Debug, Default)]
 struct Seen {
     floor: u32,
-    done: BTreeSet<u32>,
+    done: BTreeMap<u32, u64>,
 }
 
 impl Seen {
-    /// `true` if `seq` is new (and records it). `floor`: every sequence
-    /// number below it was acknowledged to the sender.
-    fn first_time(&mut self, seq: u32, floor: u32, cap: usize) -> bool {
+    /// `Ok` if `seq` is new (and records it with `mask`), else the mask
+    /// recorded the first time. `floor`: every sequence number below it was
+    /// acknowledged to the sender.
+    fn first_time(&mut self, seq: u32, floor: u32, cap: usize, mask: u64) -> Result<(), u64> {
         if floor > self.floor {
             self.floor = floor;
             self.done = self.done.split_off(&floor);
         }
-        if seq < self.floor || !self.done.insert(seq) {
-            return false;
+        if seq < self.floor {
+            return Err(0);
         }
+        if let Some(m) = self.done.get(&seq) {
+            return Err(*m);
+        }
+        self.done.insert(seq, mask);
         while self.done.len() > cap {
             self.done.pop_first();
         }
-        true
+        Ok(())
     }
 }
 
@@ -184,7 +198,8 @@ struct Instance {
 /// The agent's side of a fall-back to the server path.
 #[derive(Debug)]
 struct Fallback {
-    /// The data plane held values of the application: every call fails.
+    /// The data plane held values of the application that cannot be
+    /// rebuilt ([`accounts`]): every call fails.
     failed: bool,
     /// Members heard from directly since (they know).
     heard: u64,
@@ -271,6 +286,14 @@ pub struct ServerAgent {
     flows: HashMap<u16, Seen>,
     /// Each member's newest incarnation seen.
     incarnations: Vec<u8>,
+    /// Members that sent this agent anything.
+    seen_members: Vec<bool>,
+    /// Per key, what evictions moved from cells into `host`.
+    folded: HashMap<Vec<u8>, i64>,
+    /// The members' accounts of what the data plane applied ([`accounts`]).
+    accounts: accounts::Accounts,
+    /// Why the application failed when the data plane was lost.
+    fallback_failure: Option<String>,
     chunks: BTreeMap<u32, HostChunk>,
     parts: BTreeMap<(u32, u32), Part>,
     backups: BTreeMap<u32, (Vec<i32>, u64)>,
@@ -354,6 +377,10 @@ impl ServerAgent {
             next_period: 0,
             flows: HashMap::new(),
             incarnations: vec![0; members],
+            seen_members: vec![false; members],
+            folded: HashMap::new(),
+            accounts: Default::default(),
+            fallback_failure: None,
             chunks: BTreeMap::new(),
             parts: BTreeMap::new(),
             backups: BTreeMap::new(),
@@ -439,6 +466,9 @@ impl ServerAgent {
             f.heard & everyone != everyone
         }) {
             t = Some(t.map_or(fb.next_at, |t: u64| t.min(fb.next_at)));
+        }
+        if let Some(at) = self.accounts.waiting_until {
+            t = Some(t.map_or(at, |t: u64| t.min(at)));
         }
         if let Some(fb) = self.fallback.as_ref().filter(|_| self.incomplete_chunks()) {
             t = Some(t.map_or(fb.pull_at, |t: u64| t.min(fb.pull_at)));
@@ -573,11 +603,11 @@ impl ServerAgent {
                     self.member_nodes[usize::from(m)] = Some(h.src);
                 }
                 if p.wide_items().iter().any(|i| i.op == WideOp::Fallback) {
-                    let failed = fb.failed;
-                    self.tell_fallback(h.src, failed);
+                    let code = self.fallback_code((m, h.incarnation()));
+                    self.tell_fallback(h.src, code);
                     return;
                 }
-                if fb.failed {
+                if self.fallback.as_ref().is_some_and(|f| f.failed) {
                     // Nothing is answered: the members' calls fail.
                     return;
                 }
@@ -602,15 +632,19 @@ impl ServerAgent {
     /// (repeatedly, until each has). What the data plane counted and had
     /// not passed on is recovered from the members: they send their
     /// contributions to the newest aggregation chunks again, and vote again
-    /// on the instances proposed again here. What it *held* cannot be: if
-    /// some key had a data-plane cell, its value is lost, and every call
-    /// of the application fails from now on with that reason instead of
-    /// returning a wrong result. Returns whether the application goes on.
+    /// on the instances proposed again here. What the cells *held* is
+    /// rebuilt from the members' accounts ([`accounts`]): the map is not
+    /// read until every member has given its own, and if that cannot be
+    /// (a member died, or restarted without giving the account of its
+    /// earlier life, or a `Map.clear` ran while keys had cells) every call
+    /// of the application fails from then on with the reason
+    /// ([`ServerAgent::fallback_failure`]) instead of returning a value
+    /// that could be short. Returns whether the application goes on.
     pub fn data_plane_lost(&mut self, now: u64) -> bool {
         if self.fallback.is_some() {
             return self.fallback.as_ref().is_some_and(|f| !f.failed);
         }
-        let failed = !self.resident.is_empty() || !self.evicting.is_empty();
+        let held = !self.resident.is_empty() || !self.evicting.is_empty();
         self.plan.switch = None;
         self.plan.switches = 0;
         self.plan.memory = None;
@@ -621,7 +655,7 @@ impl ServerAgent {
             k.cell = None;
             k.installing = false;
         }
-        self.fallback = Some(Fallback { failed, heard: 0, next_at: now, pull_at: now });
+        self.fallback = Some(Fallback { failed: false, heard: 0, next_at: now, pull_at: now });
         // Control requests in flight will never be answered.
         self.control_out.clear();
         let pending: Vec<(u64, Vec<Pending>)> = self.pending.drain().collect();
@@ -641,8 +675,31 @@ impl ServerAgent {
                 inst.tries = 0;
             }
         }
+        if held {
+            if let Err(why) = self.start_rebuild(now) {
+                self.fallback_failure.get_or_insert(why);
+                if let Some(fb) = &mut self.fallback {
+                    fb.failed = true;
+                }
+            }
+        }
         self.notify_fallback(now);
-        !failed
+        self.fallback.as_ref().is_some_and(|f| !f.failed)
+    }
+
+    /// Why the application failed when the data plane was lost, if it did.
+    pub fn fallback_failure(&self) -> Option<&str> {
+        self.fallback_failure.as_deref()
+    }
+
+    /// What a member is told of the fall-back: 0 send to me directly, 1
+    /// every call fails, 2 send to me directly and give me your account.
+    fn fallback_code(&self, life: (u16, u8)) -> i64 {
+        match &self.fallback {
+            Some(f) if f.failed => 1,
+            Some(_) if self.accounts.waiting_until.is_some() && !self.accounts.given(life) => 2,
+            _ => 0,
+        }
     }
 
     /// A member's heartbeat. While some member is lost, the answer tells
@@ -735,15 +792,15 @@ impl ServerAgent {
         self.fallback.as_ref().map(|f| f.failed)
     }
 
-    fn tell_fallback(&mut self, dst: u16, failed: bool) {
+    fn tell_fallback(&mut self, dst: u16, code: i64) {
         let mut hd = self.header(Kind::Wide, dst);
         hd.aux = 0;
-        let item = Wide { op: WideOp::Fallback, key: Vec::new(), value: i64::from(failed) };
+        let item = Wide { op: WideOp::Fallback, key: Vec::new(), value: code };
         self.send(Packet::wide(hd, vec![item]));
     }
 
-    /// Tells the members not heard from directly; proposes the open
-    /// instances again.
+    /// Tells the members not heard from directly (and those whose account
+    /// is awaited); proposes the open instances again.
     fn notify_fallback(&mut self, now: u64) {
         let Some(fb) = &mut self.fallback else { return };
         if now < fb.next_at {
@@ -751,15 +808,17 @@ impl ServerAgent {
         }
         fb.next_at = now + FALLBACK_NOTICE_US;
         let (failed, heard) = (fb.failed, fb.heard);
-        let nodes: Vec<(usize, u16)> = self
+        let nodes: Vec<(i64, u16)> = self
             .member_nodes
             .iter()
             .enumerate()
             .filter_map(|(m, n)| n.map(|n| (m, n)))
-            .filter(|(m, _)| heard & (1u64 << (m % 64)) == 0)
+            .map(|(m, n)| (m, self.fallback_code((m as u16, self.incarnations[m])), n))
+            .filter(|(m, code, _)| heard & (1u64 << (m % 64)) == 0 || *code == 2)
+            .map(|(_, code, n)| (code, n))
             .collect();
-        for (_, n) in nodes {
-            self.tell_fallback(n, failed);
+        for (code, n) in nodes {
+            self.tell_fallback(n, code);
         }
         if !failed {
             let open: Vec<u32> =
@@ -780,24 +839,43 @@ impl ServerAgent {
         if ahead < 0 {
             return false;
         }
+        let seen = &mut self.seen_members[usize::from(member)];
         if ahead > 0 {
+            let earlier = (member, *cur);
             *cur = incarnation;
+            if *seen && !self.accounts.given(earlier) {
+                self.accounts.void(format!(
+                    "member {member} restarted without giving the account of its earlier life"
+                ));
+            }
             for f in self.plan.member_flows(member) {
                 self.flows.remove(&f);
             }
         }
+        *seen = true;
         true
     }
 
     fn first_time(&mut self, h: &Header) -> bool {
+        self.first_time_masked(h).is_ok()
+    }
+
+    /// As `first_time`; a repeat returns the data-plane mask of the first.
+    fn first_time_masked(&mut self, h: &Header) -> Result<(), u64> {
         let cap = self.plan.window as usize;
-        self.flows.entry(h.flow).or_default().first_time(h.seq, h.aux, cap)
+        self.flows.entry(h.flow).or_default().first_time(h.seq, h.aux, cap, h.mask)
     }
 
     fn ack(&mut self, h: &Header, mappings: Vec<Pair>) {
+        self.ack_masked(h, mappings, 0);
+    }
+
+    /// An acknowledgement saying which pairs the data plane applied.
+    fn ack_masked(&mut self, h: &Header, mappings: Vec<Pair>, mask: u64) {
         let mut a = self.header(Kind::Ack, h.src);
         a.flow = h.flow;
         a.seq = h.seq;
+        a.mask = mask;
         a.ext = h.ext & 0xff00;
         a.flags = Flags(h.flags.0 & Flags::ECN);
         self.send(Packet::pairs(a, mappings));
@@ -807,7 +885,12 @@ impl ServerAgent {
     fn on_add(&mut self, p: &Packet) {
         let h = p.header;
         let mut stale = Vec::new();
-        if self.first_time(&h) {
+        let first = self.first_time_masked(&h);
+        let mask = match first {
+            Ok(()) => h.mask,
+            Err(m) => m,
+        };
+        if first.is_ok() {
             for (i, pair) in p.pair_items().iter().enumerate() {
                 if i < 64 && h.mask & (1u64 << i) != 0 {
                     continue;
@@ -828,18 +911,29 @@ impl ServerAgent {
                 }
             }
         }
-        self.ack(&h, stale);
+        self.ack_masked(&h, stale, mask);
     }
 
     fn on_wide(&mut self, now: u64, p: &Packet) {
         let h = p.header;
         let items = p.wide_items();
         let sequenced = h.ext & Header::SEQUENCED != 0;
+        if !self.map_ready() && items.iter().any(|i| matches!(i.op, WideOp::Get | WideOp::Clear)) {
+            // Not until every account is in (the member asks again).
+            return;
+        }
         if items.iter().any(|i| i.op == WideOp::Get) {
             self.get(h, items);
             return;
         }
         if !sequenced {
+            if items.first().is_some_and(|i| i.op == WideOp::Account) {
+                if let Some(m) = self.plan.member_of(h.flow) {
+                    self.on_account(&h, (m, h.incarnation()), items);
+                    self.try_finish_rebuild(now);
+                }
+                return;
+            }
             for i in items {
                 match i.op {
                     WideOp::AggPart => self.on_part(&h, i),
@@ -969,6 +1063,9 @@ impl ServerAgent {
     /// plane, host parts are dropped, and what was there is kept as the
     /// backup [`ServerAgent::snapshot`].
     fn clear(&mut self, h: Header) {
+        if self.stats.installs > 0 {
+            self.accounts.void("a Map.clear ran while keys had data-plane cells".into());
+        }
         let mut copied: HashMap<Vec<u8>, i64> = std::mem::take(&mut self.host);
         copied.retain(|_, v| *v != 0);
         let id = self.next_op;
@@ -1046,6 +1143,7 @@ impl ServerAgent {
             self.congested();
         }
         self.resend_notices(now);
+        self.try_finish_rebuild(now);
         self.notify_fallback(now);
         self.pull_missing(now);
         self.check_leases(now);
@@ -1125,6 +1223,7 @@ impl ServerAgent {
                     if tag == l {
                         if let Some(k) = self.keys.get(&l) {
                             add_to(self.host.entry(k.key.clone()).or_insert(0), i64::from(value));
+                            add_to(self.folded.entry(k.key.clone()).or_insert(0), i64::from(value));
                         }
                     }
                 }

@@ -791,7 +791,7 @@ impl Switch {
         a.aux = h.aux;
         a.flags = Flags(h.flags.0 & Flags::ECN);
         a.mask = h.mask;
-        a.ext = h.ext & 0xff00;
+        a.ext = (h.ext & 0xff00) | Header::BY_SWITCH;
         self.stats.acks += 1;
         out.push(Emit { dst: h.src, bytes: Packet::pairs(a, Vec::new()).seal(&entry.key) });
     }

@@ -516,6 +516,7 @@ fn an_add_whose_tags_match_is_applied_and_acked_by_the_switch() {
     want.seq = 0;
     want.aux = 42;
     want.mask = 0b11;
+    want.ext = Header::BY_SWITCH;
     assert_eq!(ack, Packet::pairs(want, vec![]));
     assert_eq!(read(&mut sw, A, &[a(0, 3), a(1, 5)]), vec![(0xaaa, 6), (0xbbb, -7)]);
     let s = sw.stats();

@@ -113,8 +113,8 @@ pub struct RunArgs {
     #[arg(long)]
     restart_controller_ms: Option<u64>,
     /// Kill the (first) switch this many milliseconds into the run
-    /// (SIGKILL): the application must finish on the server path, exactly,
-    /// or fail at once with the reason when the switch held its values.
+    /// (SIGKILL): the application must finish on the server path, exactly
+    /// (what the switch held is rebuilt from the members' accounts).
     #[arg(long)]
     kill_switch_ms: Option<u64>,
     /// Kill this member's client (SIGKILL) `--kill-client-ms` into the run:

@@ -201,6 +201,8 @@ pub struct ServerRuntime {
     reconnect_at: Option<Instant>,
     /// The application's failure after losing the data plane was logged.
     failure_logged: bool,
+    /// The rebuild of what the data plane held was logged.
+    rebuild_logged: bool,
     links: Vec<(TcpStream, VecDeque<u64>)>,
     events: VecDeque<ServerEvent>,
     answer_probes: bool,
@@ -260,6 +262,7 @@ impl ServerRuntime {
             controller: Some(controller),
             reconnect_at: None,
             failure_logged: false,
+            rebuild_logged: false,
             links,
             events: VecDeque::new(),
             answer_probes: true,
@@ -400,6 +403,14 @@ impl ServerRuntime {
         let now = now_us();
         if self.agent.poll_timeout().is_some_and(|t| t <= now) {
             self.agent.handle_timeout(now);
+        }
+        if let (false, Some((us, n))) = (self.rebuild_logged, self.agent.map_rebuilt()) {
+            self.rebuild_logged = true;
+            tracing::info!(
+                "inc server agent: the values the data plane held were rebuilt from {n} \
+                 members' accounts, {:.1} ms after it was lost",
+                us as f64 / 1000.0
+            );
         }
         if let (false, Some(why)) = (self.failure_logged, self.agent.fallback_failure()) {
             self.failure_logged = true;

@@ -648,8 +648,12 @@ enum KvEnd {
 
 /// Counters with data-plane cells; the switch dies in the middle of a
 /// round (pairs in flight, cells holding values). Returns the reader's
-/// outcome and when it came (µs after the kill), and the expected values.
-fn key_value_switch_dies(seed: u64, end: KvEnd) -> (Outcome, u64, Vec<(Vec<u8>, i64)>) {
+/// outcome and when it came (µs after the kill), the expected values, and
+/// when the server agent had rebuilt the map (µs after the kill).
+fn key_value_switch_dies(
+    seed: u64,
+    end: KvEnd,
+) -> (Outcome, u64, Vec<(Vec<u8>, i64)>, Option<u64>) {
     let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
     let mut sim = Sim::new(cfg).expect("test setup");
     let nodes: Vec<u16> = (1..=3).collect();
@@ -737,7 +741,8 @@ fn key_value_switch_dies(seed: u64, end: KvEnd) -> (Outcome, u64, Vec<(Vec<u8>, 
     });
     assert!(done, "the get finished");
     let (o, at) = outcome.expect("checked");
-    (o, at, expect.into_iter().collect())
+    let rebuilt = sim.server(100).map_rebuilt().map(|(us, _)| us);
+    (o, at, expect.into_iter().collect(), rebuilt)
 }
 
 /// The switch dies while keys have cells: every counter is rebuilt from
@@ -747,10 +752,14 @@ fn key_value_switch_dies(seed: u64, end: KvEnd) -> (Outcome, u64, Vec<(Vec<u8>, 
 fn a_switch_that_dies_holding_counters_leaves_every_value_exact() {
     for seed in 1..=20 {
         for end in [KvEnd::AllStay, KvEnd::OneLeaves] {
-            let (outcome, _, expect) = key_value_switch_dies(seed, end);
+            let (outcome, _, expect, rebuilt) = key_value_switch_dies(seed, end);
             let Outcome::Values(got) = outcome else {
                 panic!("seed {seed} {end:?}: {outcome:?}");
             };
+            // Accounts come within a few round trips of the notice (10%
+            // of the datagrams are lost: some notices go again 100 ms on).
+            let rebuilt = rebuilt.expect("the map was rebuilt");
+            assert!(rebuilt < 1_000_000, "seed {seed} {end:?}: rebuilt {rebuilt} µs after");
             assert_eq!(got.len(), expect.len());
             let wrong: Vec<_> = expect.iter().zip(&got).filter(|(e, g)| e != g).take(5).collect();
             assert!(wrong.is_empty(), "seed {seed} {end:?}: wrong values {wrong:?}");
@@ -764,7 +773,8 @@ fn a_switch_that_dies_holding_counters_leaves_every_value_exact() {
 /// short.
 #[test]
 fn a_switch_that_dies_after_a_member_crashed_fails_at_once_instead_of_answering_short() {
-    let (outcome, at, _) = key_value_switch_dies(1, KvEnd::OneCrashes);
+    let (outcome, at, _, rebuilt) = key_value_switch_dies(1, KvEnd::OneCrashes);
+    assert_eq!(rebuilt, None);
     let Outcome::Failed(why) = outcome else { panic!("{outcome:?}") };
     assert!(why.contains("cannot be recovered"), "{why}");
     let wait = protoplane_inc::server::ACCOUNT_WAIT_US;

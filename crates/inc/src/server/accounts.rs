@@ -63,6 +63,11 @@ pub(super) struct Accounts {
     void: Option<String>,
     /// After the data plane was lost: until when to wait for the rest.
     pub(super) waiting_until: Option<u64>,
+    /// When the wait began.
+    waiting_since: u64,
+    /// The map was rebuilt: how long after the loss (µs), from how many
+    /// accounts.
+    pub(super) rebuilt: Option<(u64, usize)>,
 }
 
 #[derive(Debug)]
@@ -164,6 +169,7 @@ impl ServerAgent {
             *h = h.saturating_sub(v);
         }
         self.accounts.waiting_until = Some(now + ACCOUNT_WAIT_US);
+        self.accounts.waiting_since = now;
         self.try_finish_rebuild(now);
         Ok(())
     }
@@ -178,6 +184,8 @@ impl ServerAgent {
         };
         if missing.is_empty() {
             self.accounts.waiting_until = None;
+            let took = now.saturating_sub(self.accounts.waiting_since);
+            self.accounts.rebuilt = Some((took, self.accounts.given.len()));
             for (l, v) in std::mem::take(&mut self.accounts.sums) {
                 match self.keys.get(&l) {
                     Some(k) => {
@@ -212,6 +220,12 @@ impl ServerAgent {
             fb.next_at = now;
         }
         self.notify_fallback(now);
+    }
+
+    /// After the data plane died holding values: how long after it the map
+    /// was rebuilt (µs) and from how many members' accounts.
+    pub fn map_rebuilt(&self) -> Option<(u64, usize)> {
+        self.accounts.rebuilt
     }
 
     /// Whether the map may be read or cleared now (not while accounts are

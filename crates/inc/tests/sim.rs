@@ -646,14 +646,21 @@ enum KvEnd {
     OneCrashes,
 }
 
+/// How [`key_value_switch_dies`] went.
+struct KvRun {
+    /// The reader's outcome.
+    outcome: Outcome,
+    /// When it came, µs after the kill.
+    at: u64,
+    /// The expected values.
+    expect: Vec<(Vec<u8>, i64)>,
+    /// When the server agent had rebuilt the map, µs after the kill.
+    rebuilt: Option<u64>,
+}
+
 /// Counters with data-plane cells; the switch dies in the middle of a
-/// round (pairs in flight, cells holding values). Returns the reader's
-/// outcome and when it came (µs after the kill), the expected values, and
-/// when the server agent had rebuilt the map (µs after the kill).
-fn key_value_switch_dies(
-    seed: u64,
-    end: KvEnd,
-) -> (Outcome, u64, Vec<(Vec<u8>, i64)>, Option<u64>) {
+/// round (pairs in flight, cells holding values).
+fn key_value_switch_dies(seed: u64, end: KvEnd) -> KvRun {
     let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
     let mut sim = Sim::new(cfg).expect("test setup");
     let nodes: Vec<u16> = (1..=3).collect();
@@ -740,9 +747,9 @@ fn key_value_switch_dies(
         outcome.is_some()
     });
     assert!(done, "the get finished");
-    let (o, at) = outcome.expect("checked");
+    let (outcome, at) = outcome.expect("checked");
     let rebuilt = sim.server(100).map_rebuilt().map(|(us, _)| us);
-    (o, at, expect.into_iter().collect(), rebuilt)
+    KvRun { outcome, at, expect: expect.into_iter().collect(), rebuilt }
 }
 
 /// The switch dies while keys have cells: every counter is rebuilt from
@@ -752,7 +759,7 @@ fn key_value_switch_dies(
 fn a_switch_that_dies_holding_counters_leaves_every_value_exact() {
     for seed in 1..=20 {
         for end in [KvEnd::AllStay, KvEnd::OneLeaves] {
-            let (outcome, _, expect, rebuilt) = key_value_switch_dies(seed, end);
+            let KvRun { outcome, expect, rebuilt, .. } = key_value_switch_dies(seed, end);
             let Outcome::Values(got) = outcome else {
                 panic!("seed {seed} {end:?}: {outcome:?}");
             };
@@ -773,7 +780,7 @@ fn a_switch_that_dies_holding_counters_leaves_every_value_exact() {
 /// short.
 #[test]
 fn a_switch_that_dies_after_a_member_crashed_fails_at_once_instead_of_answering_short() {
-    let (outcome, at, _, rebuilt) = key_value_switch_dies(1, KvEnd::OneCrashes);
+    let KvRun { outcome, at, rebuilt, .. } = key_value_switch_dies(1, KvEnd::OneCrashes);
     assert_eq!(rebuilt, None);
     let Outcome::Failed(why) = outcome else { panic!("{outcome:?}") };
     assert!(why.contains("cannot be recovered"), "{why}");

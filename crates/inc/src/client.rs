@@ -1312,17 +1312,21 @@ impl ClientAgent {
         if self.account.is_some() || !self.had_data_plane || self.failed.is_some() {
             return;
         }
-        let ready = if self.leaving.is_some() {
-            self.queue.is_empty()
-                && self.flows.iter().all(|f| f.inflight.is_empty())
-                && self.calls.len() == 1
-        } else if self.account_asked {
+        // Final once no pair it sent can still be applied by the data
+        // plane: after the loss, none sent before it is unacknowledged;
+        // before, none is queued or unacknowledged. Only `Map.addTo` pairs
+        // count: a get in flight must not hold the account up (the server
+        // agent answers no get until it has every account).
+        let is_add = |i: &Inflight| matches!(i.sent, Sent::Add(..));
+        let settled = if self.fallen_back {
             self.flows.iter().zip(&self.fallback_marks).all(|(f, mark)| {
-                f.inflight.keys().next().is_none_or(|s| s.wrapping_sub(*mark) as i32 >= 0)
+                f.inflight.iter().all(|(s, i)| !is_add(i) || s.wrapping_sub(*mark) as i32 >= 0)
             })
         } else {
-            false
+            !self.queue.iter().any(|(_, u, _)| matches!(u, Unit::Add(_)))
+                && self.flows.iter().all(|f| f.inflight.values().all(|i| !is_add(i)))
         };
+        let ready = (self.leaving.is_some() || self.account_asked) && settled;
         if !ready {
             return;
         }

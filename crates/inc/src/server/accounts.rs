@@ -74,13 +74,21 @@ pub(super) struct Accounts {
 struct Partial {
     seen: Vec<bool>,
     left: usize,
-    items: Vec<(u32, i64)>,
+    /// Per logical key of this agent's map (others could never be added:
+    /// bounded by the map, whatever a member sends).
+    items: HashMap<u32, i64>,
 }
 
 impl Accounts {
     /// The accounts can no longer rebuild the map (`why`).
     pub(super) fn void(&mut self, why: String) {
         self.void.get_or_insert(why);
+    }
+
+    /// A member's newer life began: the partial accounts of its earlier
+    /// ones will never complete.
+    pub(super) fn forget_partial(&mut self, member: u16) {
+        self.partial.retain(|(m, _), _| *m != member);
     }
 
     /// Whether `life` gave its whole account.
@@ -110,7 +118,7 @@ impl ServerAgent {
         let p = self.accounts.partial.entry(life).or_insert_with(|| Partial {
             seen: vec![false; count],
             left: count,
-            items: Vec::new(),
+            items: HashMap::new(),
         });
         if p.seen.len() != count || p.seen[index] {
             return;
@@ -119,7 +127,13 @@ impl ServerAgent {
         p.left -= 1;
         for i in items.iter().filter(|i| i.op == WideOp::Account) {
             if let Ok(b) = <[u8; 4]>::try_from(i.key.as_slice()) {
-                p.items.push((u32::from_be_bytes(b), i.value));
+                let l = u32::from_be_bytes(b);
+                if self.keys.contains_key(&l) {
+                    let s = p.items.entry(l).or_insert(0);
+                    *s = s.saturating_add(i.value);
+                } else {
+                    self.stats.unknown_keys += 1;
+                }
             }
         }
         if p.left > 0 {

@@ -843,6 +843,7 @@ impl ServerAgent {
         if ahead > 0 {
             let earlier = (member, *cur);
             *cur = incarnation;
+            self.accounts.forget_partial(member);
             if *seen && !self.accounts.given(earlier) {
                 self.accounts.void(format!(
                     "member {member} restarted without giving the account of its earlier life"

@@ -162,3 +162,42 @@ fn a_forged_packet_changes_nothing_on_the_server_agent() {
     assert_eq!(server.stats().ignored, 2);
     assert_eq!(read_k(&mut server), 0);
 }
+
+/// A member's account naming keys the server agent's map never had (a
+/// forged or broken account) is acknowledged, counted as unknown keys and
+/// kept nowhere: what a member sends cannot grow the agent beyond its map.
+#[test]
+fn an_account_of_keys_the_map_never_had_is_acknowledged_and_kept_nowhere() {
+    let mut server = ServerAgent::new(plan(), 100, None, ServerTuning::default());
+    server.set_member_nodes(&[1, 2]);
+    let batches = 3u32;
+    for index in 0..batches {
+        let mut h = Header::new(Kind::Wide, 1, 1, 100);
+        h.flow = 0;
+        h.aux = (batches << 16) | index;
+        let items = (0..32u32)
+            .map(|k| Wide {
+                op: WideOp::Account,
+                key: (index * 32 + k + 1000).to_be_bytes().to_vec(),
+                value: 7,
+            })
+            .collect();
+        server.handle(0, &Packet::wide(h, items).seal(&KEY));
+    }
+    assert_eq!(server.stats().unknown_keys, u64::from(batches) * 32);
+    let mut acked = Vec::new();
+    while let Some(t) = server.poll_transmit() {
+        let p = Packet::open(&t.bytes, &KEY).expect("the agent's own packet");
+        for i in p.wide_items().iter().filter(|i| i.op == WideOp::Account) {
+            acked.push(i.value);
+        }
+    }
+    assert_eq!(acked, vec![0, 1, 2], "each batch acknowledged");
+    // A batch index outside its own count is not one.
+    let mut h = Header::new(Kind::Wide, 1, 1, 100);
+    h.flow = 0;
+    h.aux = (2 << 16) | 5;
+    let item = Wide { op: WideOp::Account, key: 1u32.to_be_bytes().to_vec(), value: 1 };
+    server.handle(0, &Packet::wide(h, vec![item]).seal(&KEY));
+    assert!(server.poll_transmit().is_none(), "no acknowledgement for a batch that is not one");
+}

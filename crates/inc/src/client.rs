@@ -1309,7 +1309,12 @@ impl ClientAgent {
     /// Gives the account if it is asked for (leaving, or the data plane is
     /// gone) and final: nothing sent before may still be applied.
     fn maybe_give_account(&mut self, now: u64) {
-        if self.account.is_some() || !self.had_data_plane || self.failed.is_some() {
+        // Checked first: this runs on every acknowledgement.
+        if (self.leaving.is_none() && !self.account_asked)
+            || self.account.is_some()
+            || !self.had_data_plane
+            || self.failed.is_some()
+        {
             return;
         }
         // Final once no pair it sent can still be applied by the data
@@ -1326,8 +1331,7 @@ impl ClientAgent {
             !self.queue.iter().any(|(_, u, _)| matches!(u, Unit::Add(_)))
                 && self.flows.iter().all(|f| f.inflight.values().all(|i| !is_add(i)))
         };
-        let ready = (self.leaving.is_some() || self.account_asked) && settled;
-        if !ready {
+        if !settled {
             return;
         }
         let mut items: Vec<Wide> = self

@@ -209,24 +209,29 @@ fn key_value(
         sim.run_until(3_000, |sim| sim.now() >= t);
     }
     let keys: Vec<Vec<u8>> = expect.keys().cloned().collect();
-    let reader = nodes[0];
-    sim.client(reader).get(&keys).expect("test setup");
-    let mut values = None;
-    let done = sim.run_until(30_000_000, |sim| {
-        for e in sim.take_client_events(reader) {
-            if let Event::Done { outcome: Outcome::Values(v), .. } = e {
-                values = Some(v);
-            }
-        }
-        values.is_some()
-    });
-    assert!(done, "get did not finish");
-    let got: std::collections::BTreeMap<Vec<u8>, i64> =
-        values.expect("checked").into_iter().collect();
+    let (outcome, _) = read(&mut sim, nodes[0], &keys);
+    let Outcome::Values(values) = outcome else { panic!("get: {outcome:?}") };
+    let got: std::collections::BTreeMap<Vec<u8>, i64> = values.into_iter().collect();
     assert_eq!(got.len(), expect.len());
     let wrong: Vec<_> = expect.iter().filter(|(k, v)| got.get(*k) != Some(v)).take(5).collect();
     assert!(wrong.is_empty(), "wrong values: {wrong:?}");
     sim
+}
+
+/// `reader` reads `keys`; the call's outcome and when it came.
+fn read(sim: &mut Sim, reader: u16, keys: &[Vec<u8>]) -> (Outcome, u64) {
+    sim.client(reader).get(keys).expect("test setup");
+    let mut outcome = None;
+    let done = sim.run_until(30_000_000, |sim| {
+        for e in sim.take_client_events(reader) {
+            if let Event::Done { outcome: o, .. } = e {
+                outcome = Some((o, sim.now()));
+            }
+        }
+        outcome.is_some()
+    });
+    assert!(done, "get did not finish");
+    outcome.expect("checked")
 }
 
 #[test]
@@ -739,19 +744,8 @@ fn key_value_switch_dies(seed: u64, end: KvEnd) -> KvRun {
     }
     idle(&mut sim, &staying);
     let keys: Vec<Vec<u8>> = expect.keys().cloned().collect();
-    let reader = nodes[0];
-    sim.client(reader).get(&keys).expect("test setup");
-    let mut outcome = None;
-    let done = sim.run_until(30_000_000, |sim| {
-        for e in sim.take_client_events(reader) {
-            if let Event::Done { outcome: o, .. } = e {
-                outcome = Some((o, sim.now() - killed_at));
-            }
-        }
-        outcome.is_some()
-    });
-    assert!(done, "the get finished");
-    let (outcome, at) = outcome.expect("checked");
+    let (outcome, done_at) = read(&mut sim, nodes[0], &keys);
+    let at = done_at - killed_at;
     let rebuilt = sim.server(100).map_rebuilt().map(|(us, _)| us);
     KvRun { outcome, at, expect: expect.into_iter().collect(), rebuilt }
 }

@@ -155,9 +155,7 @@ impl ServerAgent {
     /// Whether the accounts were added to the map already (the data plane
     /// is gone and every account arrived).
     fn accounts_applied(&self) -> bool {
-        self.fallback.is_some()
-            && self.accounts.waiting_until.is_none()
-            && self.fallback.as_ref().is_some_and(|f| !f.failed)
+        self.accounts.waiting_until.is_none() && self.fallback.as_ref().is_some_and(|f| !f.failed)
     }
 
     /// The lives whose account the map still needs: the newest life of
@@ -174,10 +172,12 @@ impl ServerAgent {
     }
 
     /// The data plane held values: drops what evictions moved from cells
-    /// and waits for the accounts (see the module docs). Returns the
-    /// reason if the map cannot be rebuilt.
-    pub(super) fn start_rebuild(&mut self, now: u64) -> Result<(), String> {
-        self.missing_accounts()?;
+    /// and waits for the accounts (see the module docs), or fails the
+    /// application if the map cannot be rebuilt.
+    pub(super) fn start_rebuild(&mut self, now: u64) {
+        if let Err(why) = self.missing_accounts() {
+            return self.fail_rebuild(now, why);
+        }
         for (k, v) in std::mem::take(&mut self.folded) {
             let h = self.host.entry(k).or_insert(0);
             *h = h.saturating_sub(v);
@@ -185,7 +185,6 @@ impl ServerAgent {
         self.accounts.waiting_until = Some(now + ACCOUNT_WAIT_US);
         self.accounts.waiting_since = now;
         self.try_finish_rebuild(now);
-        Ok(())
     }
 
     /// Adds the accounts to the map once all are in; fails the

@@ -676,12 +676,7 @@ impl ServerAgent {
             }
         }
         if held {
-            if let Err(why) = self.start_rebuild(now) {
-                self.fallback_failure.get_or_insert(why);
-                if let Some(fb) = &mut self.fallback {
-                    fb.failed = true;
-                }
-            }
+            self.start_rebuild(now);
         }
         self.notify_fallback(now);
         self.fallback.as_ref().is_some_and(|f| !f.failed)

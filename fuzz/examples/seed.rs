@@ -1088,6 +1088,44 @@ fn inc_seeds(corpus: &Path) -> Dir {
     let input = [&[0x02u8][..], &traffic, &packets].concat();
     run(&input);
     dir.put("traffic-packets", &input);
+
+    // `MemberLoss: continue` (clear bits 3): member 0 aggregates, member 1
+    // is never heard from and is lost two leases on, the server agent
+    // regroups (fence, slot reads, notices); then a notice as the fuzzer
+    // forges it, and a heartbeat of the lost member.
+    let second = 60_000u16.to_be_bytes().to_vec();
+    let notice = protoplane_inc::membership::Notice {
+        index: 0,
+        lost: 0b10,
+        shift: 256,
+        blocks: 1,
+        first: 0,
+        bits: 0b1011,
+    };
+    let forged =
+        Packet::wide(Header::new(Kind::Wide, A, SERVER, CLIENT), vec![notice.to_wide()]).to_bytes();
+    let mut alive = header(Kind::Wide, 0, 0);
+    alive.ext = 0;
+    let lost_alive =
+        Packet::wide(alive, vec![wide(WideOp::Alive, &[], 0), wide(WideOp::Fallback, &[], 0)])
+            .to_bytes();
+    let regroup: Vec<u8> = [
+        record(op(Op::Call), &agg),
+        record(op(Op::Wait), &second),
+        record(op(Op::Wait), &second),
+        record(op(Op::Wait), &second),
+        record(op(Op::Wait), &second),
+        record(op(Op::Call), &agg),
+        record(op(Op::Server), &lost_alive),
+        record(op(Op::Client), &forged),
+        record(op(Op::Wait), &second),
+    ]
+    .concat();
+    for config in [0x03u8, 0x83] {
+        let input = [&[config][..], &regroup].concat();
+        run(&input);
+        dir.put(&format!("regroup-{config:02x}"), &input);
+    }
     dir
 }
 
@@ -1099,7 +1137,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
     use protoplane_inc::messages::{Reply, Request};
     use protoplane_inc::netfilter::NetFilter;
     use protoplane_inc::packet::Addr;
-    use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
+    use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
     use protoplane_inc::switch::{
         AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp,
     };
@@ -1167,6 +1205,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         count: CountMode::TestAndSet,
         modify: Some((ModifyOp::Max, -3)),
         key_bits: 32,
+        member_loss: MemberLoss::Continue,
     };
     let requests = [
         Request::Register(registration.clone()),
@@ -1193,6 +1232,7 @@ fn inc_control_seeds(corpus: &Path) -> Dir {
         key_bits: 32,
         key: protoplane_inc::mac::Key([0x5a; 16]),
         incarnation: 2,
+        member_loss: MemberLoss::Continue,
     };
     let replies = [
         Reply::Plan(plan.clone(), vec![Some(41001), None]),

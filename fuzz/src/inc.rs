@@ -19,7 +19,8 @@
 //!
 //! One config byte, then records `op, length (u16, big-endian), body`
 //! (the body is cut to the bytes left). Config bits 0..=1: the clear
-//! policy (copy, shadow, lazy, lazy); 2..=3: the cache policy (periodic
+//! policy (copy, shadow, lazy, and lazy with `MemberLoss: continue`, so
+//! a member lost to its lease starts a regroup); 2..=3: the cache policy (periodic
 //! counting, FCFS, hashing, periodic counting); 4: 4-bit logical
 //! addresses (collisions) instead of 32; 5..=6: `Stream.modify` (none,
 //! `+1`, `<<1`, `max 0`); 7: results to members and server instead of
@@ -67,7 +68,7 @@ use protoplane_inc::client::{ClientAgent, ClientTuning};
 use protoplane_inc::keys::int_key;
 use protoplane_inc::mac::Key;
 use protoplane_inc::packet::{Addr, Header, Kind, Packet, Pair};
-use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
+use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
 use protoplane_inc::server::{ServerAgent, ServerTuning};
 use protoplane_inc::switch::{
     AppEntry, Control, ControlReply, CountMode, Destinations, Emit, ModifyOp, Switch, SwitchConfig,
@@ -204,6 +205,7 @@ pub fn plan_a(config: u8) -> AppPlan {
         key_bits: if config & 16 != 0 { 4 } else { 32 },
         key: KEY_A,
         incarnation: 0,
+        member_loss: if config & 3 == 3 { MemberLoss::Continue } else { MemberLoss::Fail },
     }
 }
 

@@ -611,11 +611,18 @@ impl ClientRuntime {
         self.wait(call).map(|_| ())
     }
 
-    /// Synchronous aggregation.
+    /// Synchronous aggregation: the element-wise sums.
     pub fn aggregate(&mut self, values: &[i32]) -> Result<Vec<i64>, Error> {
+        self.aggregate_over(values).map(|(sums, _)| sums)
+    }
+
+    /// Synchronous aggregation: the element-wise sums and the members they
+    /// are over (a bit each; fewer than all only under `MemberLoss:
+    /// continue`, see [`protoplane_inc::membership`]).
+    pub fn aggregate_over(&mut self, values: &[i32]) -> Result<(Vec<i64>, u64), Error> {
         let call = self.agent.aggregate(values);
         match self.wait(call)? {
-            Outcome::Aggregated(v) => Ok(v),
+            Outcome::Aggregated { sums, members } => Ok((sums, members)),
             other => Err(Error::UnexpectedOutcome(other)),
         }
     }
@@ -878,10 +885,17 @@ impl ClientHandle {
         self.call(Cmd::Leave).await.map(|_| ())
     }
 
-    /// Synchronous aggregation: the element-wise sum over all members.
+    /// Synchronous aggregation: the element-wise sums.
     pub async fn aggregate(&self, values: Vec<i32>) -> Result<Vec<i64>, Error> {
+        self.aggregate_over(values).await.map(|(sums, _)| sums)
+    }
+
+    /// Synchronous aggregation: the element-wise sums and the members they
+    /// are over (a bit each; fewer than all only under `MemberLoss:
+    /// continue`, see [`protoplane_inc::membership`]).
+    pub async fn aggregate_over(&self, values: Vec<i32>) -> Result<(Vec<i64>, u64), Error> {
         match self.call(Cmd::Aggregate(values)).await? {
-            Outcome::Aggregated(v) => Ok(v),
+            Outcome::Aggregated { sums, members } => Ok((sums, members)),
             other => Err(Error::UnexpectedOutcome(other)),
         }
     }

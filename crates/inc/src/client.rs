@@ -36,8 +36,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+use crate::membership::{Finished, Notice};
 use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp, MAX_KEY};
-use crate::plan::{AppPlan, ClearPolicy};
+use crate::plan::{AppPlan, ClearPolicy, MemberLoss};
 use crate::Error;
 
 /// Pairs of a packet being packed, and the (switch, group)s they use.
@@ -82,8 +83,15 @@ pub enum Outcome {
     Added,
     /// `Map.get`: the value of each key asked for, in order.
     Values(Vec<(Vec<u8>, i64)>),
-    /// Synchronous aggregation: the element-wise sum over all members.
-    Aggregated(Vec<i64>),
+    /// Synchronous aggregation: the element-wise sums, over the members
+    /// `members` names (a bit each: every member, unless the application's
+    /// `MemberLoss` is `continue` and some were lost, [`crate::membership`]).
+    Aggregated {
+        /// The sums.
+        sums: Vec<i64>,
+        /// The members whose contributions they sum.
+        members: u64,
+    },
     /// The vote is counted.
     Voted,
     /// [`ClientAgent::leave`]: the server agent has this member's account.
@@ -138,6 +146,11 @@ pub struct ClientStats {
     pub wide: u64,
     /// Datagrams received that did not parse or were not for this agent.
     pub ignored: u64,
+    /// Steps in progress at a regroup that went on with the lost members
+    /// in (they had finished their part).
+    pub steps_kept: u64,
+    /// Steps in progress at a regroup that started over without them.
+    pub steps_restarted: u64,
 }
 
 #[derive(Debug)]
@@ -202,8 +215,20 @@ struct Call {
 #[derive(Debug)]
 enum CallKind {
     Add,
-    Get { keys: Vec<Vec<u8>>, values: HashMap<Vec<u8>, i64> },
-    Agg { sums: Vec<i64> },
+    Get {
+        keys: Vec<Vec<u8>>,
+        values: HashMap<Vec<u8>, i64>,
+    },
+    Agg {
+        sums: Vec<i64>,
+        /// The members the sums are over.
+        members: u64,
+        /// The first chunk.
+        first: u32,
+        /// The contribution, kept under `MemberLoss: continue` (a regroup
+        /// may start the step over).
+        input: Option<Vec<i32>>,
+    },
     Vote,
     Leave,
 }
@@ -220,6 +245,8 @@ struct Chunk {
     /// Positions waiting for an exact sum from the server agent.
     fixes: BTreeSet<u32>,
     fix_deadline: u64,
+    /// Counted by the server agent, sent to it directly (after a regroup).
+    direct: bool,
 }
 
 /// The client agent of one member.
@@ -260,6 +287,14 @@ pub struct ClientAgent {
     alive_until: u64,
     /// Why synchronous aggregation fails, once a member was lost.
     member_lost: Option<String>,
+    /// Members out of synchronous aggregation (regroups applied).
+    excluded: u64,
+    /// Added to every new chunk id (the regroups' shifts).
+    shift: u32,
+    /// Regroups applied.
+    regroups: u16,
+    /// The blocks of the next regroup's notice received so far.
+    regroup_blocks: Option<(Notice, Finished, u16)>,
     /// Per logical key, the sum of this member's pairs the data plane
     /// applied (each acknowledgement's mask says which).
     applied: HashMap<u32, i64>,
@@ -326,6 +361,10 @@ impl ClientAgent {
             next_alive: 0,
             alive_until: 0,
             member_lost: None,
+            excluded: 0,
+            shift: 0,
+            regroups: 0,
+            regroup_blocks: None,
             applied: HashMap::new(),
             had_data_plane: plan_has_switch,
             fallback_marks: Vec::new(),
@@ -430,7 +469,7 @@ impl ClientAgent {
         }
         let recent: Vec<(u32, Vec<i32>)> = self.recent.iter().cloned().collect();
         for (c, values) in recent {
-            self.send_values(c, &values);
+            self.send_values(c, &values, false);
         }
     }
 
@@ -464,7 +503,7 @@ impl ClientAgent {
             CallKind::Add => Outcome::Added,
             CallKind::Vote => Outcome::Voted,
             CallKind::Leave => Outcome::Left,
-            CallKind::Agg { sums } => Outcome::Aggregated(sums),
+            CallKind::Agg { sums, members, .. } => Outcome::Aggregated { sums, members },
             CallKind::Get { keys, values } => Outcome::Values(
                 keys.into_iter()
                     .map(|k| {
@@ -561,7 +600,15 @@ impl ClientAgent {
     /// has contributed its vector of the same length, yields the sums.
     /// Members must make the same sequence of `aggregate` calls.
     pub fn aggregate(&mut self, values: &[i32]) -> CallId {
-        let call = self.new_call(CallKind::Agg { sums: vec![0; values.len()] });
+        let everyone = if self.plan.members >= 64 { !0 } else { (1u64 << self.plan.members) - 1 };
+        let first = self.next_chunk.wrapping_add(self.shift);
+        let input = (self.plan.member_loss == MemberLoss::Continue).then(|| values.to_vec());
+        let call = self.new_call(CallKind::Agg {
+            sums: vec![0; values.len()],
+            members: everyone & !self.excluded,
+            first,
+            input,
+        });
         if let Some(why) = self.member_lost.clone() {
             // Every member's contribution is needed, and one is gone.
             if self.calls.remove(&call).is_some() {
@@ -569,12 +616,20 @@ impl ClientAgent {
             }
             return call;
         }
+        let n = self.add_chunks(call, first, values, self.excluded != 0);
+        self.next_chunk = self.next_chunk.wrapping_add(n);
+        self.finish_if_done(call);
+        call
+    }
+
+    /// Cuts `values` into the chunks of `call` from `first` on; returns
+    /// how many.
+    fn add_chunks(&mut self, call: CallId, first: u32, values: &[i32], direct: bool) -> u32 {
         let per = self.plan.pairs_per_packet();
+        let mut n = 0u32;
         for (i, part) in values.chunks(per).enumerate() {
-            let chunk = self.next_chunk;
-            self.next_chunk = self.next_chunk.wrapping_add(1);
             self.chunks.insert(
-                chunk,
+                first.wrapping_add(n),
                 Chunk {
                     call,
                     offset: i * per,
@@ -584,14 +639,83 @@ impl ClientAgent {
                     got_result: false,
                     fixes: BTreeSet::new(),
                     fix_deadline: 0,
+                    direct,
                 },
             );
+            n += 1;
             if let Some(c) = self.calls.get_mut(&call) {
                 c.remaining += 1;
             }
         }
-        self.finish_if_done(call);
-        call
+        n
+    }
+
+    /// One item of a regroup notice; the regroup applies once every
+    /// block of it is in, in order.
+    fn on_regroup(&mut self, n: Notice) {
+        if n.index != self.regroups || self.failed.is_some() || self.member_lost.is_some() {
+            return;
+        }
+        let (_, finished, got) = self.regroup_blocks.get_or_insert((n, Finished::default(), 0));
+        if n.blocks > 0 && !finished.contains_block(n.first) {
+            finished.insert_block(n.first, n.bits);
+            *got += 1;
+        }
+        let (head, _, got) = self.regroup_blocks.as_ref().expect("just set");
+        if *got < head.blocks {
+            return;
+        }
+        let Some((head, finished, _)) = self.regroup_blocks.take() else { return };
+        self.apply_regroup(head.lost, head.shift, &finished);
+    }
+
+    /// Synchronous aggregation goes on without the members `lost`
+    /// ([`crate::membership`]): a step whose chunks are each finished by
+    /// them (or complete here) goes on and includes them; every other one
+    /// starts over on the server path under ids moved up by `shift`, and so
+    /// does every later one.
+    fn apply_regroup(&mut self, lost: u64, shift: u32, finished: &Finished) {
+        self.regroups += 1;
+        if lost & (1u64 << (self.member % 64)) != 0 {
+            self.lose_aggregation(format!(
+                "this member ({}) was lost to the application (its heartbeats stopped for a \
+                 lease) and the others aggregate without it",
+                self.member
+            ));
+            return;
+        }
+        self.excluded |= lost;
+        self.shift = self.shift.wrapping_add(shift);
+        let mut open: Vec<(u32, CallId)> = self
+            .calls
+            .iter()
+            .filter_map(|(id, c)| match &c.kind {
+                CallKind::Agg { first, .. } => Some((*first, *id)),
+                _ => None,
+            })
+            .collect();
+        open.sort_unstable();
+        for (_, call) in open {
+            let mine: Vec<u32> =
+                self.chunks.iter().filter(|(_, c)| c.call == call).map(|(id, _)| *id).collect();
+            if mine.iter().all(|c| finished.contains(*c)) {
+                self.stats.steps_kept += 1;
+                continue;
+            }
+            self.stats.steps_restarted += 1;
+            for c in &mine {
+                self.chunks.remove(c);
+            }
+            let Some(c) = self.calls.get_mut(&call) else { continue };
+            c.remaining = 0;
+            let CallKind::Agg { sums, members, first, input } = &mut c.kind else { continue };
+            sums.iter_mut().for_each(|s| *s = 0);
+            *members &= !lost;
+            *first = first.wrapping_add(shift);
+            let (first, values) = (*first, input.clone().unwrap_or_default());
+            self.add_chunks(call, first, &values, true);
+            self.finish_if_done(call);
+        }
     }
 
     /// A `CntFwd` vote for `instance` with `value`, counted at `addr` (from
@@ -664,20 +788,25 @@ impl ClientAgent {
         self.next_alive = now + ALIVE_US;
         let mut h = self.header(Kind::Wide, self.plan.server);
         h.flow = self.flows[0].id;
-        let alive = Wide { op: WideOp::Alive, key: Vec::new(), value: 0 };
+        let alive = Wide { op: WideOp::Alive, key: Vec::new(), value: i64::from(self.regroups) };
         self.transmit(Packet::wide(h, vec![alive]));
     }
 
     /// A member's lease ran out: every synchronous aggregation in progress
     /// fails now, and every later one at once.
     fn lose_member(&mut self, member: u16) {
+        self.lose_aggregation(format!(
+            "member {member} of the application stopped (no heartbeat within its lease): \
+             a synchronous aggregation needs every member"
+        ));
+    }
+
+    /// Every synchronous aggregation in progress fails now with `why`, and
+    /// every later one at once.
+    fn lose_aggregation(&mut self, why: String) {
         if self.member_lost.is_some() {
             return;
         }
-        let why = format!(
-            "member {member} of the application stopped (no heartbeat within its lease): \
-             a synchronous aggregation needs every member"
-        );
         self.member_lost = Some(why.clone());
         let aggs: Vec<CallId> = self
             .calls
@@ -835,7 +964,7 @@ impl ClientAgent {
         let (slots, _) = self.plan.agg_slots()?;
         self.chunks
             .iter()
-            .find(|(id, c)| c.sent_at.is_none() && !self.slot_free(**id))
+            .find(|(id, c)| c.sent_at.is_none() && !c.direct && !self.slot_free(**id))
             .map(|(id, _)| id - slots)
     }
 
@@ -857,7 +986,8 @@ impl ClientAgent {
             .take_while(|id| oldest.is_none_or(|o| id.wrapping_sub(o) < window))
             .collect();
         for c in ready {
-            if !self.slot_free(c) {
+            let direct = self.chunks.get(&c).is_some_and(|ch| ch.direct);
+            if !direct && !self.slot_free(c) {
                 if self.release_asked == 0 {
                     self.release_asked = now;
                 }
@@ -866,7 +996,7 @@ impl ClientAgent {
             if let Some(ch) = self.chunks.get_mut(&c) {
                 ch.sent_at = Some(now);
             }
-            if let Some(slots) = self.plan.agg_slots().map(|s| s.0) {
+            if let Some(slots) = self.plan.agg_slots().map(|s| s.0).filter(|_| !direct) {
                 if c >= slots {
                     self.released.remove(&(c - slots));
                 }
@@ -952,13 +1082,14 @@ impl ClientAgent {
 
     fn send_chunk(&mut self, c: u32) {
         let Some(ch) = self.chunks.get(&c) else { return };
-        let values = ch.values.clone();
-        self.send_values(c, &values);
+        let (values, direct) = (ch.values.clone(), ch.direct);
+        self.send_values(c, &values, direct);
     }
 
-    /// Sends this member's contribution `values` to chunk `c`.
-    fn send_values(&mut self, c: u32, values: &[i32]) {
-        let index = self.plan.agg_index(c);
+    /// Sends this member's contribution `values` to chunk `c`: through the
+    /// data plane, or `direct` to the server agent.
+    fn send_values(&mut self, c: u32, values: &[i32], direct: bool) {
+        let index = if direct { None } else { self.plan.agg_index(c) };
         let groups = usize::from(self.plan.groups.max(1));
         let per = self.plan.pairs_per_packet() as u32;
         // Over a chain every switch must see the packet's positions (it
@@ -986,7 +1117,15 @@ impl ClientAgent {
         h.seq = c;
         h.aux = c;
         self.stats.pairs += pairs.len() as u64;
-        self.transmit(Packet::pairs(h, pairs));
+        let p = Packet::pairs(h, pairs);
+        if direct {
+            let bytes = p.seal(&self.plan.key);
+            self.stats.packets += 1;
+            self.stats.bytes += bytes.len() as u64;
+            self.out.push_back(Transmit { dst: self.plan.server, bytes });
+        } else {
+            self.transmit(p);
+        }
     }
 
     /// Sends this member's values of the positions of chunk `c` that
@@ -1142,7 +1281,7 @@ impl ClientAgent {
         let call = ch.call;
         let offset = ch.offset;
         let mask = if h.flags.has(Flags::OVERFLOW) { h.mask } else { 0 };
-        if let Some(CallKind::Agg { sums }) = self.calls.get_mut(&call).map(|c| &mut c.kind) {
+        if let Some(CallKind::Agg { sums, .. }) = self.calls.get_mut(&call).map(|c| &mut c.kind) {
             for (i, pair) in p.pair_items().iter().take(ch.values.len()).enumerate() {
                 if let Some(s) = sums.get_mut(offset + i) {
                     *s = i64::from(pair.value);
@@ -1205,7 +1344,7 @@ impl ClientAgent {
                     }
                     let (call, at) = (ch.call, ch.offset + pos as usize);
                     let left = ch.fixes.is_empty() && ch.got_result;
-                    if let Some(CallKind::Agg { sums }) =
+                    if let Some(CallKind::Agg { sums, .. }) =
                         self.calls.get_mut(&call).map(|c| &mut c.kind)
                     {
                         if let Some(s) = sums.get_mut(at) {
@@ -1227,6 +1366,11 @@ impl ClientAgent {
                         self.lose_member(u16::from_be_bytes(b));
                     }
                 }
+                WideOp::Regroup if h.src == self.plan.server => {
+                    if let Some(n) = Notice::from_wide(i) {
+                        self.on_regroup(n);
+                    }
+                }
                 WideOp::AggResend if h.src == self.plan.server => {
                     let Ok(b) = <[u8; 4]>::try_from(i.key.as_slice()) else { continue };
                     let c = u32::from_be_bytes(b);
@@ -1234,7 +1378,7 @@ impl ClientAgent {
                         self.send_chunk(c);
                     } else if let Some((_, values)) = self.recent.iter().find(|(id, _)| *id == c) {
                         let values = values.clone();
-                        self.send_values(c, &values);
+                        self.send_values(c, &values, false);
                     }
                 }
                 WideOp::Fallback if h.src == self.plan.server => match i.value {

@@ -45,7 +45,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::mac::Key;
-use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
+use crate::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
 use crate::switch::{AppEntry, Control, ControlReply, CountMode, Destinations, ModifyOp};
 use crate::Error;
 
@@ -92,6 +92,8 @@ pub struct Registration {
     pub modify: Option<(ModifyOp, i32)>,
     /// Logical address bits.
     pub key_bits: u32,
+    /// What synchronous aggregation does when a member is lost.
+    pub member_loss: MemberLoss,
 }
 
 /// What the controller needs the I/O layer to do.
@@ -279,6 +281,7 @@ impl Controller {
             key_bits: r.key_bits,
             key,
             incarnation: 0,
+            member_loss: r.member_loss,
         };
         // The copy policy backs every aggregation result up on the server
         // agent, so the server agent is always among the destinations.
@@ -421,6 +424,7 @@ impl Controller {
                 key_bits: 32,
                 key: e.key,
                 incarnation: 0,
+                member_loss: MemberLoss::Fail,
             };
             self.events.push_back(ControllerEvent::Adopted { app: e.app });
             self.apps.insert(
@@ -742,6 +746,7 @@ mod tests {
             count: CountMode::TestAndSet,
             modify: None,
             key_bits: 32,
+            member_loss: MemberLoss::Fail,
         }
     }
 

@@ -266,6 +266,7 @@ mod tests {
             count: CountMode::TestAndSet,
             modify: None,
             key_bits: 32,
+            member_loss: crate::plan::MemberLoss::Fail,
         }
     }
 

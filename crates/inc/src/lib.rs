@@ -27,6 +27,7 @@ pub mod faults;
 mod json;
 pub mod keys;
 pub mod mac;
+pub mod membership;
 pub mod messages;
 pub mod netfilter;
 pub mod packet;

@@ -19,7 +19,7 @@ use crate::json::{
     bad, enumerated, field as get, modify, modify_to_json, object as obj, text, uint,
 };
 use crate::mac::Key;
-use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
+use crate::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
 use crate::switch::{CountMode, Destinations};
 use crate::Error;
 
@@ -95,11 +95,20 @@ pub fn plan_to_json(p: &AppPlan) -> Map<String, Value> {
         "key_bits": p.key_bits,
         "key": p.key.to_hex(),
         "incarnation": p.incarnation,
+        "member_loss": p.member_loss.name(),
     });
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
     }
+}
+
+/// `member_loss`, optional (`fail` when absent: peers that predate it).
+fn member_loss(o: &Map<String, Value>) -> Result<MemberLoss, Error> {
+    if o.get("member_loss").is_none() {
+        return Ok(MemberLoss::Fail);
+    }
+    enumerated(o, "member_loss", MemberLoss::parse)
 }
 
 /// Parses the fields of a plan.
@@ -135,6 +144,7 @@ pub fn plan_from_json(o: &Map<String, Value>) -> Result<AppPlan, Error> {
         key: Key::from_hex(text(o, "key")?)
             .ok_or(Error::WrongType { field: "key", expected: "32 hex digits" })?,
         incarnation: uint(o, "incarnation")?,
+        member_loss: member_loss(o)?,
     };
     if plan.members == 0
         || plan.flows_per_member == 0
@@ -171,6 +181,7 @@ impl Request {
                 "count": r.count.name(),
                 "modify": modify_to_json(r.modify),
                 "key_bits": r.key_bits,
+                "member_loss": r.member_loss.name(),
             }),
             Request::Join { name, member, node } => {
                 json!({"op": "join", "name": name, "member": member, "node": node})
@@ -215,6 +226,7 @@ impl Request {
                     count: enumerated(o, "count", CountMode::parse)?,
                     modify,
                     key_bits,
+                    member_loss: member_loss(o)?,
                 })
             }
             "join" => Request::Join {
@@ -296,6 +308,7 @@ mod tests {
             count: CountMode::TestAndSet,
             modify: Some((ModifyOp::Max, -3)),
             key_bits: 32,
+            member_loss: MemberLoss::Continue,
         };
         for r in [
             Request::Register(reg),
@@ -324,6 +337,7 @@ mod tests {
             key_bits: 32,
             key: Key([3; 16]),
             incarnation: 9,
+            member_loss: MemberLoss::Continue,
         };
         let back = Request::from_json(
             &Request::Reattach { name: "a".into(), plan: plan.clone() }.to_json(),

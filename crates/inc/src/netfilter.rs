@@ -38,6 +38,7 @@
 //! | `Precision` | decimal digits kept when floats are quantized (`x` becomes `round(x · 10^Precision)`), 0 to 9; required when any rule uses a float IEDT |
 //! | `Memory` | register indices wanted, at least 1; default 256 |
 //! | `Cache` | which map keys get data-plane cells: `periodic-counting` (default), `fcfs`, `hashing` ([`CachePolicy`]) |
+//! | `MemberLoss` | what synchronous aggregation does when a member's heartbeats stop for a lease: `fail` (default: every aggregation fails at once, naming the member) or `continue` (the others go on; each result says which members it sums, [`MemberLoss`]) |
 //! | `Map.addTo` | `Method`, `Field`: aggregate (add) a request's array or map IEDT |
 //! | `Map.get` | `Method`, `Keys` (a request `protoplane.inc.Keys`), `Result` (a response map IEDT): read the aggregated values of the keys |
 //! | `Map.clear` | `Method`, `Policy` (`copy`, `shadow`, `lazy`, [`ClearPolicy`]): how aggregation slots are made ready again |
@@ -79,7 +80,7 @@ use serde_json::{Map, Value};
 
 use crate::controller::Registration;
 use crate::keys::Quantizer;
-use crate::plan::{CachePolicy, ClearPolicy};
+use crate::plan::{CachePolicy, ClearPolicy, MemberLoss};
 use crate::switch::{CountMode, Destinations, ModifyOp};
 
 /// The protobuf package of the IEDT messages.
@@ -95,12 +96,13 @@ pub const DEFAULT_CLEAR: ClearPolicy = ClearPolicy::Copy;
 /// The longest `AppName`.
 pub const MAX_APP_NAME: usize = 48;
 
-const TOP_KEYS: [&str; 10] = [
+const TOP_KEYS: [&str; 11] = [
     "AppName",
     "Service",
     "Precision",
     "Memory",
     "Cache",
+    "MemberLoss",
     "Map.addTo",
     "Map.get",
     "Map.clear",
@@ -542,6 +544,8 @@ pub struct NetFilter {
     pub memory: u32,
     /// `Cache`.
     pub cache: CachePolicy,
+    /// `MemberLoss`.
+    pub member_loss: MemberLoss,
     /// `Map.addTo`.
     pub add_to: Vec<FieldRule>,
     /// `Map.get`.
@@ -636,6 +640,18 @@ impl NetFilter {
                 })?
             }
         };
+        let member_loss = match doc.get("MemberLoss") {
+            None => MemberLoss::Fail,
+            Some(v) => {
+                let s = string("MemberLoss", v)?;
+                MemberLoss::parse(s).ok_or_else(|| {
+                    NetFilterError::new(
+                        "MemberLoss",
+                        format!("unknown member-loss policy {s:?}; one of fail, continue"),
+                    )
+                })?
+            }
+        };
         let cx = Cx { service, tables, precision };
         Ok(NetFilter {
             app_name,
@@ -643,6 +659,7 @@ impl NetFilter {
             precision,
             memory,
             cache,
+            member_loss,
             add_to: cx.add_to(&doc)?,
             get: cx.get(&doc)?,
             clear: cx.clear(&doc)?,
@@ -693,6 +710,7 @@ impl NetFilter {
             count,
             modify: self.modify_op(),
             key_bits: 32,
+            member_loss: self.member_loss,
         }
     }
 

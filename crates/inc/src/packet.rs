@@ -288,6 +288,15 @@ pub enum WideOp {
     /// the server agent, the batch `value` arrived (see
     /// [`crate::server::ServerAgent::data_plane_lost`]).
     Account = 14,
+    /// From the server agent, under `MemberLoss: continue`: synchronous
+    /// aggregation goes on without the members a lease was lost for. `key`
+    /// (22 bytes, big-endian): the regroup's index (u16), the members lost
+    /// (u64 bits), the shift of chunk ids from then on (u32), the number of
+    /// blocks (u16), this block's first chunk (u32) and 2 bytes of zero;
+    /// `value`: the chunks of the block the lost members had finished
+    /// (bit *i* is chunk first + *i*). A member's heartbeat carries in its
+    /// `value` the regroups it has applied.
+    Regroup = 15,
 }
 
 impl WideOp {
@@ -307,6 +316,7 @@ impl WideOp {
             12 => WideOp::AggResend,
             13 => WideOp::Alive,
             14 => WideOp::Account,
+            15 => WideOp::Regroup,
             _ => return None,
         })
     }

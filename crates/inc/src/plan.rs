@@ -45,6 +45,39 @@ impl ClearPolicy {
     }
 }
 
+/// What synchronous aggregation does when a member is lost (its
+/// heartbeats stopped for a lease): the NetFilter's `MemberLoss`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemberLoss {
+    /// Every aggregation in progress and every later one fails at once,
+    /// naming the member (a sum needs every member).
+    #[default]
+    Fail,
+    /// The aggregation goes on with the members that remain: each step's
+    /// result is the exact sum of the members its outcome names (all of
+    /// them for steps the lost member finished, the others from then on).
+    Continue,
+}
+
+impl MemberLoss {
+    /// The NetFilter spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberLoss::Fail => "fail",
+            MemberLoss::Continue => "continue",
+        }
+    }
+
+    /// Parses the NetFilter spelling.
+    pub fn parse(s: &str) -> Option<MemberLoss> {
+        Some(match s {
+            "fail" => MemberLoss::Fail,
+            "continue" => MemberLoss::Continue,
+            _ => return None,
+        })
+    }
+}
+
 /// Which keys of a `Map` get data-plane cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CachePolicy {
@@ -119,6 +152,8 @@ pub struct AppPlan {
     /// In a member's plan (a join's answer), the member's incarnation: it
     /// goes into every packet the member sends. 0 in the server agent's.
     pub incarnation: u8,
+    /// What synchronous aggregation does when a member is lost.
+    pub member_loss: MemberLoss,
 }
 
 impl AppPlan {
@@ -201,6 +236,7 @@ mod tests {
             key_bits: 32,
             key: Key::default(),
             incarnation: 0,
+            member_loss: MemberLoss::Fail,
         }
     }
 

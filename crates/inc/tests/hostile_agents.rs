@@ -4,7 +4,7 @@
 
 use protoplane_inc::mac::Key;
 use protoplane_inc::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
-use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy};
+use protoplane_inc::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
 use protoplane_inc::server::{ServerAgent, ServerTuning};
 
 fn plan() -> AppPlan {
@@ -25,6 +25,7 @@ fn plan() -> AppPlan {
         key_bits: 32,
         key: KEY,
         incarnation: 0,
+        member_loss: MemberLoss::Fail,
     }
 }
 

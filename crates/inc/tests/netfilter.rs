@@ -8,7 +8,7 @@ use protoplane_inc::netfilter::{
     iedt_of, load_protos, select_service, services_of, ClearRule, CntFwdRule, FieldRef, FieldRule,
     GetRule, Iedt, ModifyRule, NetFilter, ServiceSig, Threshold,
 };
-use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc::plan::{CachePolicy, ClearPolicy, MemberLoss};
 use protoplane_inc::switch::{CountMode, Destinations, ModifyOp};
 use protoplane_schema::TableSet;
 
@@ -197,6 +197,11 @@ fn defaults_and_the_module_example() {
     assert_eq!(f.modify_op(), None);
     assert_eq!(f.counting(), None);
     assert!(!f.uses_floats() && f.quantizer().is_none());
+    assert_eq!(f.member_loss, MemberLoss::Fail);
+    assert_eq!(f.registration("a", 4, 1).member_loss, MemberLoss::Fail);
+    let goes_on = r#"{"AppName": "a", "MemberLoss": "continue"}"#;
+    let f = NetFilter::parse(goes_on, &service, &tables).expect("member loss");
+    assert_eq!(f.registration("a", 4, 1).member_loss, MemberLoss::Continue);
 
     // The example at the top of `netfilter.rs`, with defaults spelled out
     // elsewhere: JSON names, the unqualified service name, "members".
@@ -307,7 +312,7 @@ const INVALID: &[(&str, &str)] = &[
     ("[1]", "a NetFilter is a JSON object, got an array"),
     (
         r#"{"AppName": "a", "Map.addto": []}"#,
-        "\"Map.addto\": unknown key; a NetFilter takes AppName, Service, Precision, Memory, Cache, Map.addTo, Map.get, Map.clear, Stream.modify, CntFwd",
+        "\"Map.addto\": unknown key; a NetFilter takes AppName, Service, Precision, Memory, Cache, MemberLoss, Map.addTo, Map.get, Map.clear, Stream.modify, CntFwd",
     ),
     // AppName.
     ("{}", "AppName: missing (the application's name, 1 to 48 characters of [A-Za-z0-9_.-])"),
@@ -333,6 +338,11 @@ const INVALID: &[(&str, &str)] = &[
         r#"{"AppName": "a", "Cache": "lru"}"#,
         "Cache: unknown cache policy \"lru\"; one of periodic-counting, fcfs, hashing",
     ),
+    (
+        r#"{"AppName": "a", "MemberLoss": "skip"}"#,
+        "MemberLoss: unknown member-loss policy \"skip\"; one of fail, continue",
+    ),
+    (r#"{"AppName": "a", "MemberLoss": true}"#, "MemberLoss: expected a string, got a boolean (true)"),
     // Entries and methods.
     (
         r#"{"AppName": "a", "Map.addTo": {"Method": "Count"}}"#,

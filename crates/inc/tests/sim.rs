@@ -6,7 +6,7 @@ use protoplane_inc::client::{ClientTuning, Event, Outcome};
 use protoplane_inc::controller::Registration;
 use protoplane_inc::faults::Faults;
 use protoplane_inc::keys::int_key;
-use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc::plan::{CachePolicy, ClearPolicy, MemberLoss};
 use protoplane_inc::rng::Rng;
 use protoplane_inc::server::ServerTuning;
 use protoplane_inc::sim::{Sim, SimConfig};
@@ -32,6 +32,7 @@ fn reg(
         count: CountMode::TestAndSet,
         modify: None,
         key_bits: 32,
+        member_loss: MemberLoss::Fail,
     }
 }
 
@@ -76,7 +77,7 @@ fn sync_agg(
     let finished = sim.run_until(60_000_000, |sim| {
         for n in &nodes {
             for e in sim.take_client_events(*n) {
-                if let Event::Done { outcome: Outcome::Aggregated(sums), .. } = e {
+                if let Event::Done { outcome: Outcome::Aggregated { sums, .. }, .. } = e {
                     results.insert(*n, sums);
                 }
             }
@@ -414,7 +415,7 @@ fn advance(sim: &mut Sim, inst: &mut Instance) -> bool {
         Instance::Agg { members, expect, done } => {
             for m in members.iter() {
                 for e in sim.take_client_events(*m) {
-                    if let Event::Done { outcome: Outcome::Aggregated(s), .. } = e {
+                    if let Event::Done { outcome: Outcome::Aggregated { sums: s, .. }, .. } = e {
                         assert!(s == *expect, "aggregation of {m} is wrong");
                         *done += 1;
                     }
@@ -574,7 +575,7 @@ fn a_switch_that_dies_mid_aggregation_leaves_the_server_path_exact() {
         let mut collect = |sim: &mut Sim| {
             for n in &nodes {
                 for e in sim.take_client_events(*n) {
-                    if let Event::Done { outcome: Outcome::Aggregated(sums), .. } = e {
+                    if let Event::Done { outcome: Outcome::Aggregated { sums, .. }, .. } = e {
                         results.insert(*n, sums);
                     }
                 }
@@ -637,6 +638,191 @@ fn a_member_that_stops_fails_the_others_aggregation_at_once() {
         assert!(*at < 3_000_000 + 1_000_000, "member {n} learned it at {at} µs");
     }
     assert_eq!(sim.server(100).lost_members(), 1 << 3);
+}
+
+/// A step's sums and the members they are over.
+type Step = (Vec<i64>, u64);
+
+/// How [`continue_without_a_member`] went: per step, what every survivor
+/// got (they must agree).
+struct ContinueRun {
+    /// Per step: the members the sums are over.
+    members: Vec<u64>,
+    /// Steps the survivors had in progress at the regroup and finished
+    /// with the lost member's part in.
+    kept: u64,
+}
+
+/// `MemberLoss: continue`: four members run `steps` steps of synchronous
+/// aggregation, each step after the previous one returned; member 4 dies
+/// `delay` µs after member 1 has finished `after` steps. With `ahead`,
+/// member 3 hears nothing for 4 s from when it starts step `after`, and
+/// member 4 dies `delay` µs into that: member 4 has finished that step (and
+/// perhaps contributed to the next) while member 3 is still in it. Every survivor must finish every step, all survivors
+/// must get the same sums over the same members for each step, and those
+/// sums must be the exact sums of those members' inputs, computed here from
+/// the inputs alone.
+fn continue_without_a_member(
+    cfg: SimConfig,
+    memory: u32,
+    clear: ClearPolicy,
+    (after, delay): (usize, u64),
+    scale: i32,
+    ahead: bool,
+) -> ContinueRun {
+    let kill_at = format!("{delay} µs after step {after}");
+    let steps = 8;
+    let len = if ahead { 32 * 4 - 3 } else { 32 * 24 + 5 };
+    let mut rng = Rng::new(cfg.seed ^ 0x5eed);
+    let mut sim = Sim::new(cfg).expect("setup");
+    let nodes: Vec<u16> = (1..=4).collect();
+    let mut r = reg("agg", memory, clear, 4, Destinations::Members);
+    r.member_loss = MemberLoss::Continue;
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), ServerTuning::default()).expect("setup");
+    // inputs[member][step]
+    let inputs: Vec<Vec<Vec<i32>>> = nodes
+        .iter()
+        .map(|_| {
+            (0..steps)
+                .map(|_| (0..len).map(|_| (rng.below(2001) as i32 - 1000) * scale).collect())
+                .collect()
+        })
+        .collect();
+    let mut next = vec![0usize; nodes.len()];
+    // got[member][step]: the sums and the members they are over.
+    let mut got: Vec<Vec<Option<Step>>> = vec![vec![None; steps]; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        sim.client(*n).aggregate(&inputs[i][0]);
+        next[i] = 1;
+    }
+    let mut killed = false;
+    let mut kill_time = None;
+    let mut partition_until = None;
+    let mut failures = Vec::new();
+    let done = sim.run_until(30_000_000, |sim| {
+        let started =
+            if ahead { next[2] > after } else { got[0][..after].iter().all(Option::is_some) };
+        if kill_time.is_none() && started {
+            kill_time = Some(sim.now() + delay);
+            if ahead {
+                sim.set_faults(3, Faults { loss: 1.0, ..lossy() });
+                partition_until = Some(sim.now() + 4_000_000);
+            }
+        }
+        if partition_until.is_some_and(|t| sim.now() >= t) {
+            sim.set_faults(3, lossy());
+            partition_until = None;
+        }
+        if !killed && kill_time.is_some_and(|t| sim.now() >= t) {
+            sim.kill_client(4);
+            killed = true;
+        }
+        for (i, n) in nodes.iter().enumerate().take(if killed { 3 } else { 4 }) {
+            for e in sim.take_client_events(*n) {
+                match e {
+                    Event::Done { outcome: Outcome::Aggregated { sums, members }, .. } => {
+                        let step = got[i].iter().position(Option::is_none).expect("a step");
+                        got[i][step] = Some((sums, members));
+                        if next[i] < steps {
+                            sim.client(*n).aggregate(&inputs[i][next[i]]);
+                            next[i] += 1;
+                        }
+                    }
+                    Event::Done { outcome: Outcome::Failed(why), .. } => failures.push((*n, why)),
+                    _ => {}
+                }
+            }
+        }
+        !failures.is_empty() || got[..3].iter().all(|g| g.iter().all(Option::is_some))
+    });
+    assert!(failures.is_empty(), "killed at {kill_at} µs: {failures:?}");
+    assert!(done, "killed at {kill_at} µs: not every survivor finished: {:?}", next);
+    let mut members = Vec::new();
+    for step in 0..steps {
+        let (sums, m) = got[0][step].clone().expect("finished");
+        for (i, g) in got.iter().enumerate().take(3).skip(1) {
+            assert_eq!(
+                g[step].as_ref().map(|x| x.1),
+                Some(m),
+                "killed at {kill_at} µs: step {step}: members differ at node {}",
+                i + 1
+            );
+            assert!(
+                g[step].as_ref().is_some_and(|x| x.0 == sums),
+                "killed at {kill_at} µs: step {step}: sums differ at node {}",
+                i + 1
+            );
+        }
+        assert!(m == 0b1111 || m == 0b0111, "step {step}: members {m:#b}");
+        let expect: Vec<i64> = (0..len)
+            .map(|x| {
+                (0..4).filter(|j| m & (1 << j) != 0).map(|j| i64::from(inputs[j][step][x])).sum()
+            })
+            .collect();
+        assert!(sums == expect, "killed at {kill_at} µs: step {step} over {m:#b} is not exact");
+        members.push(m);
+    }
+    // Once a step is over the survivors only, every later one is too.
+    let first_without = members.iter().position(|m| *m == 0b0111);
+    if let Some(f) = first_without {
+        assert!(members[f..].iter().all(|m| *m == 0b0111), "{members:?}");
+    }
+    assert_eq!(sim.server(100).lost_members(), 1 << 3);
+    assert_eq!(sim.server(100).regroups(), 1);
+    let kept = (1..=3).map(|n| sim.client(n).stats().steps_kept).sum();
+    ContinueRun { members, kept }
+}
+
+/// `MemberLoss: continue` on the data plane: a member dies at a different
+/// moment of each run, under loss, duplication and reordering, for each
+/// clear policy. No step mixes members, every step is exact over the
+/// members it names, and the survivors finish.
+#[test]
+fn with_member_loss_continue_the_others_finish_every_step_exactly() {
+    let mut without = 0;
+    for clear in [ClearPolicy::Shadow, ClearPolicy::Lazy, ClearPolicy::Copy] {
+        for seed in 1..=4u64 {
+            let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+            let kill = (seed as usize * 2 - 1, seed * 700);
+            let run = continue_without_a_member(cfg, 16, clear, kill, 1, false);
+            without += run.members.iter().filter(|m| **m == 0b0111).count();
+        }
+    }
+    assert!(without > 0, "the member must die before the last step");
+}
+
+/// A member that dies just after contributing to a whole step the others
+/// are still in: that step goes on with its part in (every survivor gets
+/// the sum over all four), and the later steps are over the survivors.
+#[test]
+fn with_member_loss_continue_a_step_the_lost_member_finished_includes_it() {
+    let mut kept = 0;
+    for clear in [ClearPolicy::Shadow, ClearPolicy::Lazy, ClearPolicy::Copy] {
+        for seed in 1..=4u64 {
+            let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+            let kill = (seed as usize + 1, 1_000);
+            let run = continue_without_a_member(cfg, 16, clear, kill, 1, true);
+            kept += run.kept;
+            assert!(run.members.contains(&0b0111), "{:?}", run.members);
+        }
+    }
+    assert!(kept > 0, "no run had a step the lost member had finished");
+}
+
+/// The same on the server path (no data-plane memory), over a chain of two
+/// switches, and with sums that overflow 32 bits on the data plane (the
+/// exact sums come from the members' parts).
+#[test]
+fn with_member_loss_continue_the_server_path_chains_and_overflow_stay_exact() {
+    for seed in 1..=3u64 {
+        let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+        let kill = (seed as usize * 2, seed * 500);
+        continue_without_a_member(cfg, 0, ClearPolicy::Shadow, kill, 1, false);
+        let chain = SimConfig { seed, switches: 2, faults: lossy(), ..SimConfig::default() };
+        continue_without_a_member(chain, 16, ClearPolicy::Lazy, kill, 1, false);
+        let cfg = SimConfig { seed, faults: lossy(), ..SimConfig::default() };
+        continue_without_a_member(cfg, 16, ClearPolicy::Shadow, kill, 1_000_000, false);
+    }
 }
 
 /// How a counter application's run ends around the switch dying.

@@ -26,12 +26,13 @@ impl ServerAgent {
         let keep = self.chunks_kept();
         let bit = 1u64 << (member % 64);
         let n = p.pair_items().len();
-        let c = self.chunks.entry(chunk).or_insert_with(|| HostChunk {
+        self.chunks.entry(chunk).or_insert_with(|| HostChunk {
             sums: vec![0; n],
             members: 0,
             count: 0,
         });
-        let threshold = self.plan.threshold;
+        let threshold = self.agg_threshold(chunk);
+        let Some(c) = self.chunks.get_mut(&chunk) else { return };
         if c.members & bit == 0 && c.sums.len() == n {
             c.members |= bit;
             c.count += 1;
@@ -58,7 +59,7 @@ impl ServerAgent {
     /// Chunks this agent keeps state for, behind the newest it has seen:
     /// a member is never further behind than its window.
     pub(super) fn chunks_kept(&self) -> u32 {
-        4 * self.plan.agg_slots().map_or(64, |s| s.1.max(64))
+        (4 * self.agg_chunk_window()).saturating_add(self.regroup_margin())
     }
 
     /// Notes `chunk` as seen; `true` if it is older than anything kept.
@@ -128,10 +129,11 @@ impl ServerAgent {
             return;
         }
         // A chunk this agent aggregated itself has the exact sum already.
+        let threshold = self.agg_threshold(chunk);
         let host_sum = self
             .chunks
             .get(&chunk)
-            .filter(|c| c.count >= self.plan.threshold)
+            .filter(|c| c.count >= threshold)
             .and_then(|c| c.sums.get(pos as usize).copied());
         let sum = match host_sum {
             Some(s) => Some(s),
@@ -145,7 +147,7 @@ impl ServerAgent {
                     part.count += 1;
                     add_to(&mut part.sum, v);
                     self.stats.host_items += 1;
-                    if part.count == self.plan.threshold {
+                    if part.count == threshold {
                         let fix =
                             Wide { op: WideOp::AggFix, key: item.key.clone(), value: part.sum };
                         let mut hd = self.header(Kind::Wide, 0);
@@ -157,7 +159,7 @@ impl ServerAgent {
                         return;
                     }
                 }
-                (part.count >= self.plan.threshold).then_some(part.sum)
+                (part.count >= threshold).then_some(part.sum)
             }
         };
         if let Some(sum) = sum {

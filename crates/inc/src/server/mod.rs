@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use crate::client::{chunk_position, Transmit};
 use crate::keys::logical;
 use crate::packet::{Addr, Flags, Header, Kind, Packet, Pair, Wide, WideOp};
-use crate::plan::{AppPlan, CachePolicy, ClearPolicy};
+use crate::plan::{AppPlan, CachePolicy, ClearPolicy, MemberLoss};
 use crate::switch::{Control, ControlReply, ModifyOp};
 
 mod accounts;
@@ -38,6 +38,7 @@ mod agg;
 
 pub use accounts::ACCOUNT_WAIT_US;
 mod cache;
+mod regroup;
 mod votes;
 
 /// Tuning of a server agent.
@@ -263,6 +264,7 @@ enum Pending {
     OpenVote { instance: u32 },
     VoteCheck { instance: u32 },
     RecoverSlot { chunk: u32, switch: u8 },
+    Regroup(regroup::RegroupStep),
     Ignore,
 }
 
@@ -316,6 +318,8 @@ pub struct ServerAgent {
     alive: Vec<u64>,
     /// Members whose lease ran out.
     lost: u64,
+    /// Who synchronous aggregation still counts on ([`regroup`]).
+    membership: regroup::Membership,
     /// The first heartbeat of any member: a member never heard from is
     /// lost two leases after it.
     active_since: Option<u64>,
@@ -396,6 +400,7 @@ impl ServerAgent {
             fallback: None,
             alive: vec![0; members],
             lost: 0,
+            membership: regroup::Membership::default(),
             active_since: None,
             member_nodes,
             free_vote_slots,
@@ -597,6 +602,10 @@ impl ServerAgent {
                 self.stats.ignored += 1;
                 return;
             }
+            if !self.admit_member(m, &h, p.wide_items()) {
+                self.stats.ignored += 1;
+                return;
+            }
             if let Some(fb) = &mut self.fallback {
                 if h.hops() == 0 {
                     fb.heard |= 1u64 << (m % 64);
@@ -644,6 +653,7 @@ impl ServerAgent {
         if self.fallback.is_some() {
             return self.fallback.as_ref().is_some_and(|f| !f.failed);
         }
+        self.regroup_on_data_plane_lost();
         let held = !self.resident.is_empty() || !self.evicting.is_empty();
         self.plan.switch = None;
         self.plan.switches = 0;
@@ -700,15 +710,24 @@ impl ServerAgent {
     /// A member's heartbeat. While some member is lost, the answer tells
     /// it which (the heartbeats of a member that still aggregates carry the
     /// news until it knows).
-    fn on_alive(&mut self, now: u64, h: &Header) {
+    fn on_alive(&mut self, now: u64, h: &Header, applied: i64) {
         let Some(m) = self.plan.member_of(h.flow) else { return };
         if let Some(t) = self.alive.get_mut(usize::from(m)) {
             *t = now;
         }
         self.active_since.get_or_insert(now);
         self.member_nodes[usize::from(m)] = Some(h.src);
+        if self.plan.member_loss == MemberLoss::Continue {
+            self.answer_heartbeat(h.src, applied);
+        } else {
+            self.tell_lost(h.src);
+        }
+    }
+
+    /// Tells `dst` of a lost member, if any: its aggregations fail.
+    fn tell_lost(&mut self, dst: u16) {
         if let Some(lost) = (0..self.plan.members).find(|l| self.lost & (1u64 << (l % 64)) != 0) {
-            let mut hd = self.header(Kind::Wide, h.src);
+            let mut hd = self.header(Kind::Wide, dst);
             hd.aux = u32::from(lost);
             let item = Wide { op: WideOp::Alive, key: lost.to_be_bytes().to_vec(), value: 0 };
             self.send(Packet::wide(hd, vec![item]));
@@ -723,10 +742,14 @@ impl ServerAgent {
         if !active {
             return;
         }
+        let before = self.lost;
         for m in 0..self.alive.len() {
             if now >= self.lease_end(m) {
                 self.lost |= 1u64 << (m % 64);
             }
+        }
+        if self.lost != before {
+            self.on_members_lost(self.lost & !before);
         }
     }
 
@@ -747,7 +770,7 @@ impl ServerAgent {
     }
 
     fn incomplete_chunks(&self) -> bool {
-        self.chunks.values().any(|c| c.count < self.plan.threshold)
+        self.chunks.iter().any(|(id, c)| c.count < self.agg_threshold(*id))
     }
 
     /// After a fall-back, asks the members whose contributions to an
@@ -760,9 +783,8 @@ impl ServerAgent {
             return;
         }
         fb.pull_at = now + self.tuning.vote_timeout_us;
-        let threshold = self.plan.threshold;
         let mut asks: Vec<Vec<Wide>> = vec![Vec::new(); usize::from(self.plan.members)];
-        for (id, c) in self.chunks.iter().filter(|(_, c)| c.count < threshold) {
+        for (id, c) in self.chunks.iter().filter(|(id, c)| c.count < self.agg_threshold(**id)) {
             for (m, list) in asks.iter_mut().enumerate() {
                 if c.members & (1u64 << (m % 64)) == 0 && list.len() < 32 {
                     list.push(Wide {
@@ -938,8 +960,8 @@ impl ServerAgent {
                 }
             }
             self.on_commit_acks(&h, items);
-            if items.iter().any(|i| i.op == WideOp::Alive) {
-                self.on_alive(now, &h);
+            if let Some(i) = items.iter().find(|i| i.op == WideOp::Alive) {
+                self.on_alive(now, &h, i.value);
             }
             return;
         }
@@ -1287,6 +1309,7 @@ impl ServerAgent {
                     }
                 }
             }
+            (Pending::Regroup(step), reply) => self.on_regroup_reply(step, reply),
             (Pending::RecoverSlot { chunk, switch }, reply) => {
                 let threshold = self.plan.threshold;
                 let groups = usize::from(self.plan.groups);

@@ -59,6 +59,7 @@ fn bad_arguments_are_usage_errors() {
         &["--app", "nope"][..],
         &["--app", "sync-agg", "--loss", "1.5"],
         &["--app", "sync-agg", "--clients", "40"],
+        &["--app", "sync-agg", "--member-loss", "skip"],
     ] {
         let out = Command::new(BIN).args(["inc", "run"]).args(args).output().expect("runs");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -191,4 +192,78 @@ fn a_member_that_dies_fails_the_others_aggregation_at_once_with_the_reason() {
     assert_eq!(stderr.matches(reason).count(), 3, "each other member says why: {stderr}");
     // A 1.5 s lease, not the 120 s call timeout.
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "it failed at once");
+}
+
+/// `--member-loss continue`: a member killed mid-run, the others go on.
+/// Every survivor's result of every step is checked here against `inc
+/// gen`'s gradients, summed over the members the step names (quantized as
+/// the NetFilter's `Precision` 6 says), and the survivors must name the
+/// same members for each step: all four until some step, the other three
+/// from then on.
+#[test]
+fn with_member_loss_continue_the_others_finish_exactly_without_a_killed_member() {
+    let dir = std::env::temp_dir().join(format!("pp-inc-continue-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    let out = inc_run(&[
+        "--app",
+        "sync-agg",
+        "--clients",
+        "4",
+        "--scale",
+        "16",
+        "--loss",
+        "0.05",
+        "--kill-client",
+        "3",
+        "--kill-client-ms",
+        "150",
+        "--member-loss",
+        "continue",
+        "--results",
+        &d,
+    ]);
+    assert!(out.contains("steps summed without the killed member"), "{out}");
+    let gen = Command::new(BIN)
+        .args(["inc", "gen", "--app", "sync-agg", "--clients", "4", "--scale", "16"])
+        .output()
+        .expect("runs");
+    assert!(gen.status.success());
+    // gradients[member][step]
+    let mut gradients: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 4];
+    for line in String::from_utf8_lossy(&gen.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let m = v["member"].as_u64().expect("member") as usize;
+        let g = v["gradient"].as_array().expect("gradient");
+        gradients[m].push(g.iter().map(|x| x.as_f64().expect("a number")).collect());
+    }
+    let mut named: Option<Vec<u64>> = None;
+    for m in 0..3 {
+        let text = std::fs::read_to_string(dir.join(format!("client-{m}.jsonl"))).expect("results");
+        let mut members = Vec::new();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let step = v["step"].as_u64().expect("step") as usize;
+            let over = v["members"].as_u64().expect("members");
+            assert!(over == 0 || over == 0b0111, "step {step} over {over:#b}");
+            let sums = v["sums"].as_array().expect("sums");
+            for (i, s) in sums.iter().enumerate() {
+                let q: i64 = (0..4)
+                    .filter(|j| over == 0 || over & (1 << j) != 0)
+                    .map(|j| (gradients[j][step][i] * 1e6).round() as i64)
+                    .sum();
+                assert_eq!(s.as_f64(), Some(q as f64 / 1e6), "client {m} step {step} [{i}]");
+            }
+            members.push(over);
+        }
+        assert_eq!(members.len(), 64, "client {m} finished every step");
+        match &named {
+            None => named = Some(members),
+            Some(first) => assert_eq!(first, &members, "client {m} names other members"),
+        }
+    }
+    let named = named.expect("three survivors");
+    let cut = named.iter().position(|m| *m != 0).expect("some step without member 3");
+    assert!(cut > 0 && named[cut..].iter().all(|m| *m == 0b0111), "{named:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -201,6 +201,9 @@ pub struct ServerRuntime {
     reconnect_at: Option<Instant>,
     /// The application's failure after losing the data plane was logged.
     failure_logged: bool,
+    /// Regroups logged, and whether the end of them was.
+    regroups_logged: usize,
+    regroup_failure_logged: bool,
     /// The rebuild of what the data plane held was logged.
     rebuild_logged: bool,
     links: Vec<(TcpStream, VecDeque<u64>)>,
@@ -262,6 +265,8 @@ impl ServerRuntime {
             controller: Some(controller),
             reconnect_at: None,
             failure_logged: false,
+            regroups_logged: 0,
+            regroup_failure_logged: false,
             rebuild_logged: false,
             links,
             events: VecDeque::new(),
@@ -411,6 +416,19 @@ impl ServerRuntime {
                  members' accounts, {:.1} ms after it was lost",
                 us as f64 / 1000.0
             );
+        }
+        while self.regroups_logged < self.agent.regroups() {
+            self.regroups_logged += 1;
+            tracing::warn!(
+                "inc server agent: members {:#b} lost their lease; synchronous aggregation \
+                 goes on without them (regroup {})",
+                self.agent.members_out(),
+                self.regroups_logged
+            );
+        }
+        if let (false, Some(why)) = (self.regroup_failure_logged, self.agent.regroup_failure()) {
+            self.regroup_failure_logged = true;
+            tracing::warn!("inc server agent: synchronous aggregation cannot go on: {why}");
         }
         if let (false, Some(why)) = (self.failure_logged, self.agent.fallback_failure()) {
             self.failure_logged = true;
@@ -705,6 +723,7 @@ pub struct ClientHandle {
     notify: std::sync::Arc<tokio::sync::Notify>,
     stats: std::sync::Arc<std::sync::Mutex<ClientStats>>,
     node: u16,
+    members: u16,
 }
 
 impl Cmd {
@@ -738,6 +757,7 @@ impl ClientRuntime {
             notify: Default::default(),
             stats: Default::default(),
             node: self.io.node,
+            members: self.agent.plan().members,
         };
         let (events, notify, stats) = (h.events.clone(), h.notify.clone(), h.stats.clone());
         thread::spawn(move || self.drive(rx, events, notify, stats));
@@ -830,6 +850,11 @@ impl ClientRuntime {
 }
 
 impl ClientHandle {
+    /// The application's members (when it joined).
+    pub fn members(&self) -> u16 {
+        self.members
+    }
+
     /// Submits `cmd` now (so calls started one after another are in flight
     /// together) and returns the future of its outcome.
     fn call(&self, cmd: Cmd) -> impl std::future::Future<Output = Result<Outcome, Error>> {

@@ -11,9 +11,10 @@
 //!    - `Map.addTo` (or `Stream.modify`) of a field: [`ClientHandle::add`],
 //!      one (key, value) item per array element or map entry;
 //!    - `Map.addTo` of a field that a `CntFwd` also counts (synchronous
-//!      aggregation): [`ClientHandle::aggregate`]; the element-wise sum over
-//!      all members goes into the response field of the same name and type,
-//!      if the response has one;
+//!      aggregation): [`ClientHandle::aggregate_over`]; the element-wise sum
+//!      over all members goes into the response field of the same name and
+//!      type, if the response has one (with its `members` set when the sum
+//!      is over fewer, see [`protoplane_inc::membership`]);
 //!    - `Map.get`: [`ClientHandle::get`] of the `Keys`, the values into the
 //!      `Result` map of the response;
 //!    - `CntFwd` alone (agreement): a vote for each instance the `Keys`
@@ -401,7 +402,9 @@ impl IncChannel {
                 }
             }
             Work::Aggregate { values, result, iedt } => {
-                let sums = self.agent.aggregate(values).await.map_err(agent_err)?;
+                let (sums, members) = self.agent.aggregate_over(values).await.map_err(agent_err)?;
+                let n = u32::from(self.agent.members());
+                let everyone = if n >= 64 { !0 } else { (1u64 << n) - 1 };
                 if let Some(field) = result {
                     let mut body = Vec::new();
                     let mut packed = Vec::new();
@@ -415,6 +418,11 @@ impl IncChannel {
                     }
                     if !packed.is_empty() {
                         push_len_field(&mut body, 1, &packed);
+                    }
+                    if members != everyone {
+                        // `members = 2` (varint): fewer than every member.
+                        body.push(2 << 3);
+                        push_varint(&mut body, members);
                     }
                     push_len_field(out, field, &body);
                 }

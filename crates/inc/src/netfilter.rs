@@ -116,9 +116,11 @@ const TOP_KEYS: [&str; 11] = [
 /// An INC-enabled data type: one of the messages of `protoplane.inc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Iedt {
-    /// `IntArray { repeated sint64 values = 1; }`
+    /// `IntArray { repeated sint64 values = 1; uint64 members = 2; }`
+    /// (`members` may be left out)
     IntArray,
-    /// `FloatArray { repeated double values = 1; }`
+    /// `FloatArray { repeated double values = 1; uint64 members = 2; }`
+    /// (`members` may be left out)
     FloatArray,
     /// `IntMap { map<int64, int64> entries = 1; }`
     IntMap,
@@ -233,6 +235,11 @@ impl Iedt {
         };
         match (self.shape(), fields) {
             (Shape::Repeated(kind), [f]) => plain(f, 1, kind, Label::Repeated),
+            // `members`, set in an aggregation result over fewer than every
+            // member (`MemberLoss: continue`).
+            (Shape::Repeated(kind), [f, m]) => {
+                plain(f, 1, kind, Label::Repeated) && plain(m, 2, Kind::UInt64, Label::Optional)
+            }
             (Shape::Single(kind), [f]) => plain(f, 1, kind, Label::Optional),
             (Shape::Keys, [a, b]) => {
                 plain(a, 1, Kind::Int64, Label::Repeated)

@@ -91,6 +91,8 @@ pub struct Sim {
     servers: BTreeMap<u16, ServerAgent>,
     clients: BTreeMap<u16, ClientAgent>,
     dead: HashSet<u16>,
+    /// Client agents frozen by [`Sim::pause_client`].
+    paused: HashMap<u16, ClientAgent>,
     wire: BinaryHeap<Reverse<InFlight>>,
     ctl: BinaryHeap<Reverse<(u64, u64, usize)>>,
     ctl_msgs: HashMap<usize, Ctl>,
@@ -129,6 +131,7 @@ impl Sim {
             servers: BTreeMap::new(),
             clients: BTreeMap::new(),
             dead: HashSet::new(),
+            paused: HashMap::new(),
             wire: BinaryHeap::new(),
             ctl: BinaryHeap::new(),
             ctl_msgs: HashMap::new(),
@@ -235,6 +238,23 @@ impl Sim {
     pub fn kill_client(&mut self, node: u16) {
         self.clients.remove(&node);
         self.dead.insert(node);
+    }
+
+    /// Freezes one client agent (a stopped process: nothing it sends, no
+    /// timer, and what is sent to it is lost) until [`Sim::resume_client`].
+    pub fn pause_client(&mut self, node: u16) {
+        if let Some(c) = self.clients.remove(&node) {
+            self.paused.insert(node, c);
+            self.dead.insert(node);
+        }
+    }
+
+    /// Lets a paused client agent run again.
+    pub fn resume_client(&mut self, node: u16) {
+        if let Some(c) = self.paused.remove(&node) {
+            self.clients.insert(node, c);
+            self.dead.remove(&node);
+        }
     }
 
     /// Stops a server agent and its clients without telling anyone (a

@@ -809,6 +809,65 @@ fn with_member_loss_continue_a_step_the_lost_member_finished_includes_it() {
     assert!(kept > 0, "no run had a step the lost member had finished");
 }
 
+/// A member that is only stopped (a paused process) past its lease: the
+/// others go on without it; when it runs again it learns it is out, its
+/// aggregation in progress fails with that reason, and so does its next
+/// one, at once. It never counts again.
+#[test]
+fn with_member_loss_continue_a_member_that_was_only_stopped_learns_it_is_out() {
+    let mut sim = Sim::new(SimConfig { faults: lossy(), ..SimConfig::default() }).expect("setup");
+    let nodes: Vec<u16> = (1..=4).collect();
+    let mut r = reg("agg", 16, ClearPolicy::Lazy, 4, Destinations::Members);
+    r.member_loss = MemberLoss::Continue;
+    sim.add_app(r, 100, &nodes, ClientTuning::default(), ServerTuning::default()).expect("setup");
+    let len = 32 * 20;
+    for n in &nodes {
+        sim.client(*n).aggregate(&vec![i32::from(*n); len]);
+    }
+    assert!(!sim.run_until(3_000, |_| false));
+    sim.pause_client(4);
+    let mut sums = std::collections::HashMap::new();
+    let done = sim.run_until(5_000_000, |sim| {
+        for n in &nodes[..3] {
+            for e in sim.take_client_events(*n) {
+                if let Event::Done { outcome, .. } = e {
+                    sums.insert(*n, outcome);
+                }
+            }
+        }
+        sums.len() == 3
+    });
+    assert!(done, "the others finished: {sums:?}");
+    for (n, o) in &sums {
+        // 1 + 2 + 3 at every position, over members 0, 1 and 2.
+        let want = Outcome::Aggregated { sums: vec![6; len], members: 0b0111 };
+        assert_eq!(o, &want, "member at node {n}");
+    }
+    sim.resume_client(4);
+    let mut why = None;
+    let done = sim.run_until(5_000_000, |sim| {
+        for e in sim.take_client_events(4) {
+            if let Event::Done { outcome: Outcome::Failed(w), .. } = e {
+                why = Some(w);
+            }
+        }
+        why.is_some()
+    });
+    assert!(done, "the stopped member's call ended");
+    let why = why.unwrap_or_default();
+    assert!(why.contains("this member (3) was lost"), "{why}");
+    let call = sim.client(4).aggregate(&[1; 8]);
+    assert!(!sim.run_until(1_000, |_| false));
+    let later = sim.take_client_events(4);
+    assert!(
+        later.iter().any(
+            |e| matches!(e, Event::Done { call: c, outcome: Outcome::Failed(_) } if *c == call)
+        ),
+        "a later aggregation fails at once: {later:?}"
+    );
+    assert_eq!(sim.server(100).members_out(), 1 << 3);
+}
+
 /// The same on the server path (no data-plane memory), over a chain of two
 /// switches, and with sums that overflow 32 bits on the data plane (the
 /// exact sums come from the members' parts).

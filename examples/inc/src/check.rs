@@ -42,14 +42,36 @@ pub const PRECISION: u32 = 6;
 
 /// The sums every worker must get: quantized gradients added exactly.
 pub fn sync_expected(seed: u64, clients: u16, scale: u32, overflow_permille: u32) -> Vec<Vec<f64>> {
+    let (steps, _) = sync_shape(scale);
+    sync_expected_over(seed, clients, scale, overflow_permille, &vec![0; steps])
+}
+
+/// The same, step `s` over the workers `over[s]` names (a bit each; 0:
+/// every worker).
+pub fn sync_expected_over(
+    seed: u64,
+    clients: u16,
+    scale: u32,
+    overflow_permille: u32,
+    over: &[u64],
+) -> Vec<Vec<f64>> {
     let q = Quantizer::new(PRECISION);
     let all: Vec<Vec<Vec<f64>>> =
         (0..clients).map(|m| gradients(seed, m, scale, overflow_permille)).collect();
     let (steps, len) = sync_shape(scale);
     (0..steps)
         .map(|s| {
+            let over = over.get(s).copied().unwrap_or(0);
+            let counted: Vec<&Vec<Vec<f64>>> = all
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| over == 0 || over & (1u64 << m) != 0)
+                .map(|(_, g)| g)
+                .collect();
             (0..len)
-                .map(|i| q.dequantize(all.iter().map(|g| q.quantize(g[s][i]).unwrap_or(0)).sum()))
+                .map(|i| {
+                    q.dequantize(counted.iter().map(|g| q.quantize(g[s][i]).unwrap_or(0)).sum())
+                })
                 .collect()
         })
         .collect()

@@ -227,6 +227,7 @@ pub fn serve(
     ready: impl FnOnce(&ServerRuntime, SocketAddr),
 ) -> Result<ServerReport, String> {
     let mut reg = registration(app, name, params.clients)?;
+    reg.member_loss = tweaks.member_loss.unwrap_or(reg.member_loss);
     reg.clear = tweaks.clear.unwrap_or(reg.clear);
     reg.cache = tweaks.cache.unwrap_or(reg.cache);
     reg.memory = tweaks.memory.unwrap_or(reg.memory);
@@ -395,25 +396,35 @@ async fn sync_client(
     let (seed, n, scale) = (params.seed, params.clients, params.scale);
     // Step by step, to report progress between steps.
     let mut got = Vec::new();
+    let mut over = Vec::new();
     for (i, step) in
         check::gradients(seed, member, scale, params.overflow_permille).iter().enumerate()
     {
         let len = step.len() as u64;
-        got.extend(
-            sync_agg::worker(c, i as u32, std::slice::from_ref(step)).await.map_err(status)?,
-        );
+        for (sums, members) in
+            sync_agg::worker(c, i as u32, std::slice::from_ref(step)).await.map_err(status)?
+        {
+            got.push(sums);
+            over.push(members);
+        }
         progress(len);
     }
     write_results(
         params,
         &format!("client-{member}"),
-        got.iter().enumerate().map(|(s, sums)| serde_json::json!({"step": s, "sums": sums})),
+        got.iter().zip(&over).enumerate().map(
+            |(s, (sums, members))| serde_json::json!({"step": s, "sums": sums, "members": members}),
+        ),
     );
-    let expect = check::sync_expected(seed, n, scale, params.overflow_permille);
+    // Each step over the workers its result names (all of them unless a
+    // worker was lost under `MemberLoss: continue`); the runner checks that
+    // every worker names the same ones.
+    let expect = check::sync_expected_over(seed, n, scale, params.overflow_permille, &over);
     let values: usize = expect.iter().map(Vec::len).sum();
+    let over_list: Vec<String> = over.iter().map(|m| format!("{m:x}")).collect();
     Ok(verdict(
         got == expect,
-        format!("{values} summed values over {} steps", expect.len()),
+        format!("{values} summed values over {} steps over={}", expect.len(), over_list.join(",")),
         values as u64,
     ))
 }

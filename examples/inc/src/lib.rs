@@ -107,4 +107,6 @@ pub struct Tweaks {
     pub cache: Option<protoplane_inc::plan::CachePolicy>,
     /// Another amount of data-plane memory.
     pub memory: Option<u32>,
+    /// Another `MemberLoss`.
+    pub member_loss: Option<protoplane_inc::plan::MemberLoss>,
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use protoplane_inc::faults::Faults;
-use protoplane_inc::plan::{CachePolicy, ClearPolicy};
+use protoplane_inc::plan::{CachePolicy, ClearPolicy, MemberLoss};
 use protoplane_inc_net::agent::Options;
 use protoplane_inc_net::flags::{stop_on_eof, FaultArgs};
 use protoplane_inc_net::LOOPBACK;
@@ -119,9 +119,15 @@ pub struct RunArgs {
     kill_switch_ms: Option<u64>,
     /// Kill this member's client (SIGKILL) `--kill-client-ms` into the run:
     /// the other members' synchronous aggregations must fail at once with
-    /// the reason (the member's lease runs out) instead of waiting.
+    /// the reason (the member's lease runs out) instead of waiting, or, with
+    /// `--member-loss continue`, go on without it, every step exact over
+    /// the members its result names (the same for every member).
     #[arg(long)]
     kill_client: Option<u16>,
+    /// What synchronous aggregation does when a member is lost, instead of
+    /// the NetFilter's `MemberLoss`: fail or continue.
+    #[arg(long)]
+    member_loss: Option<String>,
     /// When `--kill-client` kills, in milliseconds.
     #[arg(long, default_value_t = 200)]
     kill_client_ms: u64,
@@ -190,6 +196,9 @@ pub struct RoleArgs {
     /// Another amount of data-plane memory than the NetFilter's.
     #[arg(long)]
     memory: Option<u32>,
+    /// Another `MemberLoss` than the NetFilter's: fail or continue.
+    #[arg(long)]
+    member_loss: Option<String>,
     /// Per mille of overflowing gradient values (sync-agg).
     #[arg(long, default_value_t = 0)]
     overflow_permille: u32,
@@ -246,6 +255,13 @@ fn role_setup(a: &RoleArgs) -> Result<(App, Options, Params, Tweaks), String> {
             None => None,
         },
         memory: a.memory,
+        member_loss: match &a.member_loss {
+            Some(p) => Some(
+                MemberLoss::parse(p)
+                    .ok_or_else(|| format!("--member-loss {p}: fail or continue"))?,
+            ),
+            None => None,
+        },
     };
     Ok((app, opts, params, tweaks))
 }
@@ -515,6 +531,8 @@ pub struct AppRun {
     pub ready: String,
     /// The server checks results too (the agreement leader).
     needs_server_verdict: bool,
+    /// The member whose client was killed on purpose.
+    killed: Option<u16>,
 }
 
 /// What one application instance measured.
@@ -562,6 +580,7 @@ impl AppRun {
         }
         let killed = Proc::start(&PathBuf::from("true"), &format!("client {m} (killed)"), &[])?;
         std::mem::replace(&mut self.clients[i], killed).kill();
+        self.killed = Some(m);
         Ok(())
     }
 
@@ -611,7 +630,15 @@ impl AppRun {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let needs_server_verdict = spec.app == App::Agreement.name();
-        Ok(AppRun { server, clients, restart, inc: inc.clone(), ready, needs_server_verdict })
+        Ok(AppRun {
+            server,
+            clients,
+            restart,
+            inc: inc.clone(),
+            ready,
+            needs_server_verdict,
+            killed: None,
+        })
     }
 
     /// Waits for every client's verdict (until `deadline`), then stops the
@@ -621,6 +648,7 @@ impl AppRun {
     pub fn finish(self, deadline: Instant) -> RunReport {
         let mut r = RunReport { exact: true, ..RunReport::default() };
         r.lines.push(format!("server {}", self.ready));
+        let members = self.clients.len();
         let mut clients: Vec<(usize, Proc)> = self.clients.into_iter().enumerate().collect();
         if let Some((m, args)) = &self.restart {
             // The first process of the member does its half and exits;
@@ -644,7 +672,16 @@ impl AppRun {
                 }
             }
         }
+        // Synchronous aggregation: the members each step's result is over,
+        // as each client saw it.
+        let mut overs: Vec<(usize, String)> = Vec::new();
         for (m, mut c) in clients {
+            if self.killed == Some(m as u16) {
+                // Killed on purpose: no verdict, no clean exit.
+                let _ = c.finish(Duration::from_secs(1));
+                r.lines.push(format!("client {m}: killed"));
+                continue;
+            }
             let mut verdict = None;
             while let Some(l) = c.line(deadline.saturating_duration_since(Instant::now())) {
                 if l.starts_with("progress") {
@@ -662,6 +699,9 @@ impl AppRun {
                     r.rpc_bytes += num(&l, "rpc_bytes") as u64;
                     r.seconds = r.seconds.max(num(&l, "seconds"));
                     r.details.push(l.clone());
+                    if let Some(over) = l.split("over=").nth(1) {
+                        overs.push((m, over.split_whitespace().next().unwrap_or("").to_string()));
+                    }
                     r.lines.push(format!("client {m}: {l}"));
                 }
                 None => {
@@ -674,6 +714,20 @@ impl AppRun {
                 r.exact = false;
             }
             r.lines.push(format!("client {m}: {}", out.last().map_or("", String::as_str)));
+        }
+        if let Some((_, first)) = overs.first() {
+            let (same, allowed) = check_overs(members, self.killed, &overs);
+            r.exact &= same && allowed;
+            if !same {
+                r.lines.push(format!("the members' steps are over different members: {overs:?}"));
+            } else if !allowed {
+                r.lines.push(format!("a step is over members other than expected: {first}"));
+            } else if first.split(',').any(|m| m != "0") {
+                let without = first.split(',').filter(|m| *m != "0").count();
+                r.lines.push(format!(
+                    "{without} steps summed without the killed member, the same for every member"
+                ));
+            }
         }
         let out = self.server.finish(Duration::from_secs(10));
         let mut server_verdict = None;
@@ -704,6 +758,26 @@ impl AppRun {
     }
 }
 
+/// Whether every client of `members` saw each step over the same members,
+/// and whether those are every member (`0`) or every member but the one
+/// `killed` (and no step over every member after one without it).
+fn check_overs(members: usize, killed: Option<u16>, overs: &[(usize, String)]) -> (bool, bool) {
+    let first = &overs[0].1;
+    let same = overs.iter().all(|(_, o)| o == first);
+    let n = members as u32;
+    let everyone = if n >= 64 { !0 } else { (1u64 << n) - 1 };
+    let without = killed.map(|k| format!("{:x}", everyone & !(1u64 << k)));
+    let mut lost = false;
+    let allowed = first.split(',').all(|m| {
+        if m == "0" {
+            return !lost;
+        }
+        lost = true;
+        Some(m) == without.as_deref()
+    });
+    (same, allowed)
+}
+
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
@@ -725,6 +799,11 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
             ));
         }
     }
+    if let Some(p) = &a.member_loss {
+        if MemberLoss::parse(p).is_none() {
+            return Err(format!("--member-loss {p}: fail or continue"));
+        }
+    }
     let switches = if a.no_switch { 0 } else { a.switches };
     let mut infra = Infra::start(Bins::find()?, switches, Some(&a.faults))?;
     let spec = AppSpec {
@@ -734,6 +813,10 @@ pub fn inc_run(a: &RunArgs) -> Result<RunReport, String> {
         agent_faults: a.no_switch.then(|| a.faults.clone()),
         seed: a.faults.seed,
         restart_member: a.restart_client,
+        extra: match &a.member_loss {
+            Some(p) => vec![format!("--member-loss={p}")],
+            None => Vec::new(),
+        },
         results: a.results.clone(),
         ..AppSpec::default()
     };

@@ -29,12 +29,14 @@ impl Trainer for TrainerService {
 }
 
 /// Runs one worker over its gradients (one per step, numbered from
-/// `first_step`) and returns the summed gradient of every step.
+/// `first_step`) and returns the summed gradient of every step, with the
+/// workers it sums (a bit each; 0: every worker — fewer only when the
+/// NetFilter's `MemberLoss` is `continue` and a worker was lost).
 pub async fn worker(
     client: &TrainerIncClient,
     first_step: u32,
     steps: &[Vec<f64>],
-) -> Result<Vec<Vec<f64>>, Status> {
+) -> Result<Vec<(Vec<f64>, u64)>, Status> {
     let mut sums = Vec::with_capacity(steps.len());
     for (step, gradient) in (first_step..).zip(steps) {
         let mut b = GradientRequest::builder();
@@ -49,7 +51,7 @@ pub async fn worker(
                 format!("step {step} answered as {}", reply.step()),
             ));
         }
-        sums.push(reply.gradient().map(|g| g.values().to_vec()).unwrap_or_default());
+        sums.push(reply.gradient().map(|g| (g.values().to_vec(), g.members())).unwrap_or_default());
     }
     Ok(sums)
 }

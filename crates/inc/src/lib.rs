@@ -18,7 +18,8 @@
 //! with a simulated clock and a seeded lossy network.
 //!
 //! Read [`packet`] first (the wire format), then [`switch`] (what the data
-//! plane does with a packet), then the agents.
+//! plane does with a packet), then the agents; [`membership`] is what
+//! synchronous aggregation does when a member is lost.
 
 pub mod client;
 pub mod controller;

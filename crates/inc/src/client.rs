@@ -653,7 +653,11 @@ impl ClientAgent {
     /// One item of a regroup notice; the regroup applies once every
     /// block of it is in, in order.
     fn on_regroup(&mut self, n: Notice) {
-        if n.index != self.regroups || self.failed.is_some() || self.member_lost.is_some() {
+        if n.index != self.regroups
+            || self.failed.is_some()
+            || self.member_lost.is_some()
+            || self.plan.member_loss != MemberLoss::Continue
+        {
             return;
         }
         let (_, finished, got) = self.regroup_blocks.get_or_insert((n, Finished::default(), 0));
@@ -694,7 +698,9 @@ impl ClientAgent {
                 _ => None,
             })
             .collect();
-        open.sort_unstable();
+        // Newest first: a step's shifted ids may be a later step's current
+        // ones, and that step (never sent, so never finished) moves first.
+        open.sort_unstable_by(|a, b| b.cmp(a));
         for (_, call) in open {
             let mine: Vec<u32> =
                 self.chunks.iter().filter(|(_, c)| c.call == call).map(|(id, _)| *id).collect();

@@ -44,7 +44,11 @@
 //! whose chunks are each finished by `L` or already complete at this
 //! member keeps going as before and includes `L`; any other step starts
 //! over, on the server path, under chunk ids moved up by the shift, and
-//! so does every later step; those sum the remaining members only.
+//! so does every step started later; those sum the remaining members only.
+//! Each step in progress is decided by itself: with several steps in flight
+//! at once, a later one the lost members had finished may include them
+//! while an earlier one does not. One step at a time (the usual training
+//! loop), the steps over every member are a prefix.
 //!
 //! Every member decides the same for each step. A chunk one member has
 //! completed was counted with every member, so its slot still holds it

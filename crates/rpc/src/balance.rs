@@ -442,6 +442,11 @@ impl Balancer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Connections that take new calls (one per ready backend).
+    pub(crate) fn ready_connections(&self) -> usize {
+        self.lock().ready.iter().filter(|(_, l)| l.usable()).count()
+    }
+
     /// Whether some connection takes new calls.
     pub(crate) fn takes_calls(&self) -> bool {
         self.lock().ready.iter().any(|(_, l)| l.usable())

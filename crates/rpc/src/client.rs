@@ -462,6 +462,17 @@ impl Channel {
         }
     }
 
+    /// How many backends the channel has a ready connection to, for a
+    /// channel that balances its own connections (`None` for a routed or
+    /// delegated one). [`Channel::connect_with`] returns once one is ready;
+    /// the others may still be connecting.
+    pub fn ready_backends(&self) -> Option<usize> {
+        match &self.calls {
+            Calls::Balanced(lb) => Some(lb.ready_connections()),
+            Calls::Routed(_) | Calls::Delegated(_) => None,
+        }
+    }
+
     /// A channel over a byte stream already established (a Unix socket,
     /// an in-memory pipe, a tunnel): the HTTP/2 handshake runs on `io`, and
     /// requests name `authority`. Plaintext; `opts.tls` is not used.

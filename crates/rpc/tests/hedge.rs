@@ -118,6 +118,16 @@ fn hedging(attempts: u32, delay: &str, lb: LbPolicy) -> ChannelOptions {
     ChannelOptions { service_config: Some(Arc::new(sc)), lb, ..ChannelOptions::default() }
 }
 
+/// Waits until the channel has a ready connection to each of `n`
+/// backends: `connect_with` returns once one is ready.
+async fn all_ready(ch: &Channel, n: usize) {
+    let until = Instant::now() + BOUND;
+    while ch.ready_backends() != Some(n) {
+        assert!(Instant::now() < until, "{n} backends connect: {:?}", ch.ready_backends());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn echo(ch: &Channel) -> Result<(), Status> {
     let mut c = ch.start(ECHO, CallOptions::default()).await?;
     c.send_last(&[]).await?;
@@ -135,6 +145,9 @@ async fn a_hedge_on_another_backend_answers_for_a_slow_one() {
     let target = format!("ipv4:{a},{b}");
     let opts = hedging(2, "0.05s", LbPolicy::RoundRobin);
     let ch = Channel::connect_with(&target, opts).await.expect("connect");
+    // While only the slow backend is ready, round robin has nowhere else
+    // to send the hedge.
+    all_ready(&ch, 2).await;
     for i in 0..20 {
         // Far below the slow backend's 30 s: the hedge answered.
         bounded(Duration::from_secs(5), "a hedged call", echo(&ch))
@@ -165,6 +178,7 @@ async fn a_non_fatal_failure_starts_the_next_attempt_at_once() {
     let ch = Channel::connect_with(&target, hedging(3, "60s", LbPolicy::RoundRobin))
         .await
         .expect("connect");
+    all_ready(&ch, 2).await;
     for i in 0..10 {
         bounded(Duration::from_secs(5), "a call", echo(&ch))
             .await

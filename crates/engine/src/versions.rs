@@ -280,6 +280,31 @@ mod tests {
         }
     }
 
+    /// Found by the `versions` fuzz target: a hand-made descriptor set whose
+    /// service had two methods without a name (both at `/kv.Store/`), so a
+    /// schema was not compatible with itself. Such a set is refused now,
+    /// and so is one method path declared twice.
+    #[test]
+    fn nameless_or_repeated_methods_are_refused() {
+        use prost::Message as _;
+        let v1 = schema(V1);
+        let mut files = v1.files().to_vec();
+        let methods = &mut files[0].service[0].method;
+        let refused = |files: Vec<FileDescriptorProto>| {
+            let bytes = prost_types::FileDescriptorSet { file: files }.encode_to_vec();
+            crate::fuzzing::versions(&bytes);
+            Schema::from_descriptor_set(&bytes).expect_err("refused").to_string()
+        };
+        let mut nameless = methods.clone();
+        nameless.iter_mut().for_each(|m| m.name = None);
+        *methods = nameless;
+        assert!(refused(files.clone()).contains("a method without a name"));
+        let mut twice = v1.files().to_vec();
+        let again = twice[0].service[0].method[0].clone();
+        twice[0].service[0].method.push(again);
+        assert!(refused(twice).contains("/kv.Store/Get is declared twice"));
+    }
+
     #[test]
     fn schemas_are_built_once_per_digest_and_checked() {
         use prost::Message as _;

@@ -71,6 +71,14 @@ impl Schema {
                     format!("{package}.{}", svc.name())
                 };
                 for m in &svc.method {
+                    // protoc refuses both; a hand-made descriptor set may
+                    // have them, and two methods on one path would make a
+                    // call's method depend on which one a lookup finds.
+                    if m.name().is_empty() {
+                        return Err(SchemaError::Descriptor(format!(
+                            "service {service}: a method without a name"
+                        )));
+                    }
                     let lookup = |name: &str| {
                         let name = name.strip_prefix('.').unwrap_or(name);
                         tables.message_by_name(name).ok_or_else(|| {
@@ -93,7 +101,15 @@ impl Schema {
                 services.push(service);
             }
         }
-        let by_path = methods.iter().enumerate().map(|(i, m)| (m.path.clone(), i as u32)).collect();
+        let mut by_path = HashMap::with_capacity(methods.len());
+        for (i, m) in methods.iter().enumerate() {
+            if by_path.insert(m.path.clone(), i as u32).is_some() {
+                return Err(SchemaError::Descriptor(format!(
+                    "method {} is declared twice",
+                    m.path
+                )));
+            }
+        }
         Ok(Schema { tables, methods, by_path, services, files: set.file })
     }
 

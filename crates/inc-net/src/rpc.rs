@@ -403,8 +403,7 @@ impl IncChannel {
             }
             Work::Aggregate { values, result, iedt } => {
                 let (sums, members) = self.agent.aggregate_over(values).await.map_err(agent_err)?;
-                let n = u32::from(self.agent.members());
-                let everyone = if n >= 64 { !0 } else { (1u64 << n) - 1 };
+                let everyone = protoplane_inc::plan::member_mask(self.agent.members());
                 if let Some(field) = result {
                     let mut body = Vec::new();
                     let mut packed = Vec::new();

@@ -600,7 +600,7 @@ impl ClientAgent {
     /// has contributed its vector of the same length, yields the sums.
     /// Members must make the same sequence of `aggregate` calls.
     pub fn aggregate(&mut self, values: &[i32]) -> CallId {
-        let everyone = if self.plan.members >= 64 { !0 } else { (1u64 << self.plan.members) - 1 };
+        let everyone = crate::plan::member_mask(self.plan.members);
         let first = self.next_chunk.wrapping_add(self.shift);
         let input = (self.plan.member_loss == MemberLoss::Continue).then(|| values.to_vec());
         let call = self.new_call(CallKind::Agg {
@@ -660,12 +660,12 @@ impl ClientAgent {
         {
             return;
         }
-        let (_, finished, got) = self.regroup_blocks.get_or_insert((n, Finished::default(), 0));
+        let (head, finished, got) =
+            self.regroup_blocks.get_or_insert_with(|| (n, Finished::default(), 0));
         if n.blocks > 0 && !finished.contains_block(n.first) {
             finished.insert_block(n.first, n.bits);
             *got += 1;
         }
-        let (head, _, got) = self.regroup_blocks.as_ref().expect("just set");
         if *got < head.blocks {
             return;
         }

@@ -633,32 +633,15 @@ impl NetFilter {
             None => DEFAULT_MEMORY,
             Some(v) => integer_in("Memory", v, 1, i64::from(u32::MAX))? as u32,
         };
-        let cache = match doc.get("Cache") {
-            None => CachePolicy::PeriodicCounting,
-            Some(v) => {
-                let s = string("Cache", v)?;
-                CachePolicy::parse(s).ok_or_else(|| {
-                    NetFilterError::new(
-                        "Cache",
-                        format!(
-                            "unknown cache policy {s:?}; one of periodic-counting, fcfs, hashing"
-                        ),
-                    )
-                })?
-            }
-        };
-        let member_loss = match doc.get("MemberLoss") {
-            None => MemberLoss::Fail,
-            Some(v) => {
-                let s = string("MemberLoss", v)?;
-                MemberLoss::parse(s).ok_or_else(|| {
-                    NetFilterError::new(
-                        "MemberLoss",
-                        format!("unknown member-loss policy {s:?}; one of fail, continue"),
-                    )
-                })?
-            }
-        };
+        let cache = named(
+            &doc,
+            ("Cache", "cache policy", "periodic-counting, fcfs, hashing"),
+            CachePolicy::parse,
+        )?
+        .unwrap_or(CachePolicy::PeriodicCounting);
+        let member_loss =
+            named(&doc, ("MemberLoss", "member-loss policy", "fail, continue"), MemberLoss::parse)?
+                .unwrap_or_default();
         let cx = Cx { service, tables, precision };
         Ok(NetFilter {
             app_name,
@@ -1232,6 +1215,21 @@ fn json_type(v: &Value) -> String {
         Value::String(s) => format!("a string ({s:?})"),
         Value::Array(_) => "an array".into(),
         Value::Object(_) => "an object".into(),
+    }
+}
+
+/// An optional top-level key holding one of a set of names: `(key, what
+/// it is, the names)` and the parser of a name.
+fn named<T>(
+    doc: &Map<String, Value>,
+    (key, what, names): (&str, &str, &str),
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Option<T>> {
+    let Some(v) = doc.get(key) else { return Ok(None) };
+    let s = string(key, v)?;
+    match parse(s) {
+        Some(t) => Ok(Some(t)),
+        None => Err(NetFilterError::new(key, format!("unknown {what} {s:?}; one of {names}"))),
     }
 }
 

@@ -156,6 +156,15 @@ pub struct AppPlan {
     pub member_loss: MemberLoss,
 }
 
+/// A bit for each of `members` members (member *i* is bit *i*).
+pub fn member_mask(members: u16) -> u64 {
+    if members >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << members) - 1
+    }
+}
+
 impl AppPlan {
     /// Total flows of the application.
     pub fn flows(&self) -> u16 {

@@ -764,8 +764,7 @@ impl AppRun {
 fn check_overs(members: usize, killed: Option<u16>, overs: &[(usize, String)]) -> (bool, bool) {
     let first = &overs[0].1;
     let same = overs.iter().all(|(_, o)| o == first);
-    let n = members as u32;
-    let everyone = if n >= 64 { !0 } else { (1u64 << n) - 1 };
+    let everyone = protoplane_inc::plan::member_mask(members as u16);
     let without = killed.map(|k| format!("{:x}", everyone & !(1u64 << k)));
     let mut lost = false;
     let allowed = first.split(',').all(|m| {

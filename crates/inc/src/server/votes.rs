@@ -121,8 +121,7 @@ impl ServerAgent {
     /// member acknowledged is done.
     pub(super) fn on_commit_acks(&mut self, h: &Header, items: &[Wide]) {
         let Some(member) = self.plan.member_of(h.flow) else { return };
-        let everyone =
-            if self.plan.members >= 64 { u64::MAX } else { (1u64 << self.plan.members) - 1 };
+        let everyone = crate::plan::member_mask(self.plan.members);
         for i in items.iter().filter(|i| i.op == WideOp::CommitAck) {
             let Ok(b) = <[u8; 4]>::try_from(i.key.as_slice()) else { continue };
             let instance = u32::from_be_bytes(b);

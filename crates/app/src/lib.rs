@@ -332,6 +332,11 @@ impl App {
             self.units.inner.clone(),
         )
         .map_err(Error::Unreachable)?;
+        // However this attachment ends (the engine gone, or this future
+        // dropped: an aborted task), its session ends with it: handlers
+        // stop, posters waiting for room give up, and the last references
+        // to the region and the doorbells go, so the engine sees it leave.
+        let _ends = EndsSession(session.clone());
         self.units.inner.attach(&session);
         self.outbound.attach(&session);
         tracing::info!(
@@ -372,5 +377,14 @@ impl App {
         session.end();
         self.units.inner.fail_all();
         Ok(Ended::EngineGone)
+    }
+}
+
+/// Ends a session when dropped (see `App::attachment`).
+struct EndsSession(Arc<Session>);
+
+impl Drop for EndsSession {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }

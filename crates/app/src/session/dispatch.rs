@@ -5,7 +5,10 @@
 //! the drain loop where it can, as a task where it waits. What a handler
 //! sends is posted as it comes ([`super::post`]).
 
+use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -19,6 +22,7 @@ use protoplane_seam::{app as seam, OpenRepr};
 use protoplane_shm::desc::{self, Descriptor};
 use tokio::sync::mpsc;
 
+use super::pool::InRegion;
 use super::{CallCtl, Session};
 
 /// Requests queued per client-streaming call before the call fails.
@@ -55,8 +59,14 @@ impl Session {
         Some(Arc::new(Peer { addr: known.and_then(|p| p.addr), certificates }))
     }
 
-    /// Starts a call.
-    pub(super) fn open(self: &Arc<Self>, d: Descriptor, message: Option<(Message, Bytes)>) {
+    /// Starts a call; `now` is the drain loop's pass clock (the call's
+    /// deadline counts from it).
+    pub(super) fn open(
+        self: &Arc<Self>,
+        d: Descriptor,
+        message: Option<(Message, Bytes)>,
+        now: Instant,
+    ) {
         let Some(svc) = self.services.get(d.service as usize).cloned() else {
             self.fail(d.call, Status::new(Code::Unimplemented, "no such service here"));
             return;
@@ -83,7 +93,7 @@ impl Session {
                 return;
             }
         };
-        let deadline = seam::deadline(&d, Instant::now());
+        let deadline = seam::deadline(&d, now);
         let (requests, streaming) = if client_streaming {
             let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
             if let Some(m) = message {
@@ -104,6 +114,45 @@ impl Session {
         };
         let request = Request { metadata, deadline, peer, message: streaming };
         let call = d.call;
+        // Run to completion where it can: on a single-threaded runtime a
+        // unary handler that does not wait (most do not) runs here, in the
+        // drain loop, and its answer is posted before the next descriptor
+        // is taken: no task, no boxed driver, no abort handle, no entry in
+        // the call table (a cancel cannot arrive before it ends). One that
+        // waits becomes a task that goes on with the same handler future:
+        // the runtime polls it again at once, with a real waker, so the
+        // no-op waker of this first poll is never relied on.
+        if self.inline && !client_streaming && !server_streaming {
+            let (responder, rx) = Responder::for_unary(output);
+            let mut slot = UnarySlot::new(rx);
+            let mut handler = self.in_region(svc.call(d.method, request, responder));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            // A task would contain a handler's panic; here it must not
+            // unwind through the drain loop: the call fails instead.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                std::pin::Pin::new(&mut handler).poll(&mut cx)
+            }));
+            match polled {
+                Ok(Poll::Ready(outcome)) => {
+                    let (early, one) = slot.finish();
+                    let item = one.message.filter(|_| outcome.is_ok());
+                    let st = match outcome {
+                        Ok(trailers) => Status { metadata: trailers, ..Status::ok() },
+                        Err(st) => st,
+                    };
+                    self.finish_unary(call, early, one.headers, item, st);
+                }
+                Ok(Poll::Pending) => {
+                    let rest = self.clone().unary(call, handler, slot, deadline);
+                    self.spawn_call(call, None, Box::pin(rest));
+                }
+                Err(_) => {
+                    drop(handler);
+                    self.fail(call, Status::new(Code::Internal, "the handler panicked"));
+                }
+            }
+            return;
+        }
         let mut driver = Box::pin(self.clone().drive(
             call,
             svc,
@@ -113,19 +162,12 @@ impl Session {
             request,
             deadline,
         ));
-        // Run to completion where it can: on a single-threaded runtime a
-        // handler that does not wait (most unary ones) runs here, in the
-        // drain loop, and posts its answer before the next descriptor is
-        // taken — no task, no abort handle, no entry in the call table (a
-        // cancel cannot arrive before it ends). One that waits becomes a
-        // task: the runtime polls it again at once, with a real waker, so
-        // the no-op waker of this first poll is never relied on.
+        // A server-streaming handler that does not wait runs to completion
+        // here too (its responses are queued to the poster in the driver).
         if self.inline && !client_streaming {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            // A task would contain a handler's panic; here it must not
-            // unwind through the drain loop: the call fails instead.
             let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                std::future::Future::poll(driver.as_mut(), &mut cx).is_ready()
+                driver.as_mut().poll(&mut cx).is_ready()
             }));
             match polled {
                 Ok(true) => return,
@@ -137,15 +179,66 @@ impl Session {
                 }
             }
         }
+        self.spawn_call(call, requests, driver);
+    }
+
+    /// Runs a call on as a task: entered in the call table (so a cancel or
+    /// the engine's going away aborts it) and counted in `tasks`.
+    fn spawn_call(
+        self: &Arc<Self>,
+        call: u64,
+        requests: Option<mpsc::Sender<Message>>,
+        driver: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
         let (abort, reg) = AbortHandle::new_pair();
         self.state().session.insert_call(call, CallCtl { abort, requests });
         let s = self.clone();
+        let task = Running::new(self);
         tokio::spawn(async move {
+            let _task = task;
             // Aborted: the engine cancelled the call, or went away; it
             // expects no answer.
             let _ = Abortable::new(driver, reg).await;
             s.state().session.remove_call(call);
         });
+    }
+
+    /// A unary call's handler from its first poll on (`slot` its answer's
+    /// slot), until its deadline; then its answer posted.
+    async fn unary(
+        self: Arc<Self>,
+        call: u64,
+        handler: InRegion,
+        mut slot: UnarySlot,
+        deadline: Option<Instant>,
+    ) {
+        let timed = until_deadline(deadline, handler);
+        tokio::pin!(timed);
+        // Headers the handler sends explicitly go to the engine at once,
+        // in a descriptor of their own.
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                r = &mut timed => break r,
+                md = slot.early_headers() => {
+                    if self.post_item(call, Some(md), None).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        let (early, one) = slot.finish();
+        if let Some(md) = early {
+            if self.post_item(call, Some(md), None).await.is_err() {
+                return;
+            }
+        }
+        let item = one.message.filter(|_| outcome.is_ok());
+        let st = match outcome {
+            Ok(trailers) => Status { metadata: trailers, ..Status::ok() },
+            Err(st) => st,
+        };
+        let _ = self.post_final(call, one.headers, item, &st).await;
     }
 
     /// Runs one call's handler and posts what it sends.
@@ -162,36 +255,8 @@ impl Session {
     ) {
         if !server_streaming {
             let (responder, slot) = Responder::for_unary(output);
-            let mut slot = UnarySlot::new(slot);
             let handler = self.in_region(svc.call(method, request, responder));
-            let timed = until_deadline(deadline, handler);
-            tokio::pin!(timed);
-            // Headers the handler sends explicitly go to the engine at once,
-            // in a descriptor of their own.
-            let outcome = loop {
-                tokio::select! {
-                    biased;
-                    r = &mut timed => break r,
-                    md = slot.early_headers() => {
-                        if self.post_item(call, Some(md), None).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            };
-            let (early, one) = slot.finish();
-            if let Some(md) = early {
-                if self.post_item(call, Some(md), None).await.is_err() {
-                    return;
-                }
-            }
-            let item = one.message.filter(|_| outcome.is_ok());
-            let st = match outcome {
-                Ok(trailers) => Status { metadata: trailers, ..Status::ok() },
-                Err(st) => st,
-            };
-            let _ = self.post_final(call, one.headers, item, &st).await;
-            return;
+            return self.unary(call, handler, UnarySlot::new(slot), deadline).await;
         }
         let (responder, mut outs) = Responder::for_stream(output, RESPONSE_QUEUE);
         let timed = until_deadline(deadline, self.in_region(svc.call(method, request, responder)));
@@ -226,5 +291,22 @@ impl Session {
             None => Status::new(Code::Internal, "the handler ended without an outcome"),
         };
         let _ = self.post_status(call, headers, &st).await;
+    }
+}
+
+/// A call running as a task, counted in the session's `tasks` while it
+/// lives (the drain loop then gives the runtime a turn after every pass).
+pub(super) struct Running(Arc<Session>);
+
+impl Running {
+    pub(super) fn new(s: &Arc<Session>) -> Running {
+        s.tasks.fetch_add(1, Ordering::Relaxed);
+        Running(s.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -59,7 +59,7 @@ impl Drop for Pending<'_> {
             Err(_) => return,
         }
         if s.responses.push(&d).is_ok() {
-            s.engine_bell.notify();
+            s.ring_engine();
             return;
         }
         // The ring is full: posted as soon as there is room (the engine's
@@ -72,7 +72,7 @@ impl Drop for Pending<'_> {
                         return;
                     }
                     if s.responses.push(&d).is_ok() {
-                        s.engine_bell.notify();
+                        s.ring_engine();
                         return;
                     }
                 }

@@ -91,6 +91,84 @@ impl Session {
         self.post(d, block, wire, side).await
     }
 
+    /// A unary call's answer from the drain loop that ran its handler to
+    /// completion: posted at once when it is one descriptor and room is
+    /// there (the common case: no explicit headers, a message built in
+    /// place, an OK status without trailers), else by a task that may wait.
+    pub(super) fn finish_unary(
+        self: &Arc<Self>,
+        call: u64,
+        early: Option<Metadata>,
+        headers: Option<Metadata>,
+        item: Option<Out>,
+        st: Status,
+    ) {
+        let headers = headers.filter(|h| !h.is_empty());
+        let mut d = Descriptor {
+            call,
+            flags: desc::STATUS | desc::END,
+            code: st.code as u8,
+            ..Descriptor::default()
+        };
+        let (block, wire) = split_out(&mut d, item);
+        let side = side_frame(headers.as_ref(), Some(&st));
+        let one = early.is_none()
+            && (side.is_empty() || !d.has(desc::MESSAGE) || self.placed(&block, &wire).is_none());
+        if one {
+            if headers.is_some() {
+                d.flags |= desc::HEADERS;
+            }
+            match self.post_now(d, block, wire, side) {
+                Now::Posted | Now::Ended => {}
+                Now::Full(d) => {
+                    let s = self.clone();
+                    let task = super::dispatch::Running::new(self);
+                    tokio::spawn(async move {
+                        let _task = task;
+                        let _ = s.push_wait(d).await;
+                    });
+                }
+                stuck => {
+                    let s = self.clone();
+                    let task = super::dispatch::Running::new(self);
+                    tokio::spawn(async move {
+                        let _task = task;
+                        let _ = s.post_stuck(stuck).await;
+                    });
+                }
+            }
+            return;
+        }
+        // Several descriptors: in order, by a task.
+        let item = match (d.has(desc::MESSAGE), d.has(desc::ENCODED)) {
+            (false, _) => None,
+            (true, false) => Some(Out::Block(block, d.has(desc::COMPRESS))),
+            (true, true) => Some(Out::Encoded(wire, d.has(desc::COMPRESS))),
+        };
+        let s = self.clone();
+        let task = super::dispatch::Running::new(self);
+        tokio::spawn(async move {
+            let _task = task;
+            if let Some(md) = early {
+                if s.post_item(call, Some(md), None).await.is_err() {
+                    return;
+                }
+            }
+            let _ = s.post_final(call, headers, item, &st).await;
+        });
+    }
+
+    /// Finishes what [`Session::post_now`] could not.
+    async fn post_stuck(self: &Arc<Self>, stuck: Now) -> Result<(), ()> {
+        match stuck {
+            Now::Posted => Ok(()),
+            Now::Ended => Err(()),
+            Now::Full(d) => self.push_wait(d).await,
+            Now::NoChunk(d, block, wire, side) => self.post(d, block, wire, side).await,
+            Now::TooLarge(call, need) => self.post_too_large(call, need).await,
+        }
+    }
+
     /// Where a response message lies in a chunk of this side's half that
     /// is not handed over yet: the chunk, and whether it is the block.
     fn placed(&self, block: &Bytes, wire: &Bytes) -> Option<(Chunk, Span, bool)> {
@@ -109,15 +187,59 @@ impl Session {
     /// engine releases it.
     pub(crate) async fn post(
         self: &Arc<Self>,
-        mut d: Descriptor,
+        d: Descriptor,
         block: Bytes,
         wire: Bytes,
         side: Vec<u8>,
     ) -> Result<(), ()> {
-        let message = d.has(desc::MESSAGE);
-        if message {
-            self.stats.responses.fetch_add(1, Ordering::Relaxed);
+        match self.post_now(d, block, wire, side) {
+            Now::NoChunk(mut d, block, wire, side) => {
+                let held = match self.copy(&mut d, &block, &wire, &side).await? {
+                    Posted::Copied(chunk, held) => {
+                        let n = (block.len() + wire.len()) as u64;
+                        self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
+                        Some((chunk, held))
+                    }
+                    Posted::Nothing => None,
+                    Posted::TooLarge(need) => return self.post_too_large(d.call, need).await,
+                };
+                if d.has(desc::MESSAGE) {
+                    self.stats.responses.fetch_add(1, Ordering::Relaxed);
+                }
+                self.push(d, held).await
+            }
+            other => Box::pin(self.post_stuck(other)).await,
         }
+    }
+
+    /// A response too large for any chunk: its call fails instead.
+    async fn post_too_large(self: &Arc<Self>, call: u64, need: usize) -> Result<(), ()> {
+        let too = Status::new(
+            Code::ResourceExhausted,
+            format!("response of {need} bytes exceeds the region's largest chunk"),
+        );
+        let d = Descriptor {
+            call,
+            flags: desc::STATUS | desc::END,
+            code: too.code as u8,
+            ..Descriptor::default()
+        };
+        let side = side_frame(None, Some(&too));
+        Box::pin(self.post(d, Bytes::new(), Bytes::new(), side)).await
+    }
+
+    /// [`Session::post`] as far as it goes without waiting: the response
+    /// placed (in place, or copied into a chunk that is free now), handed
+    /// over and pushed. What it could not do is handed back ([`Now`]): a
+    /// drain loop running a call to completion posts its answer here and
+    /// makes a task only for the rare answer that has to wait for room.
+    pub(super) fn post_now(
+        self: &Arc<Self>,
+        mut d: Descriptor,
+        block: Bytes,
+        wire: Bytes,
+        side: Vec<u8>,
+    ) -> Now {
         let in_place = if side.is_empty() { self.placed(&block, &wire) } else { None };
         let held = match in_place {
             Some((chunk, span, is_block)) => {
@@ -130,31 +252,52 @@ impl Session {
                 self.stats.responses_in_place.fetch_add(1, Ordering::Relaxed);
                 Some((chunk, if is_block { block } else { wire }))
             }
-            None => match self.copy(&mut d, &block, &wire, &side).await? {
-                Posted::Copied(chunk, held) => {
+            None => {
+                let need = lease::message_len(&block, &wire, &side);
+                if need == 0 {
+                    None
+                } else {
+                    let got = {
+                        let mut st = self.state();
+                        if st.session.is_ended() {
+                            return Now::Ended;
+                        }
+                        if !st.chunks.fits(need) {
+                            return Now::TooLarge(d.call, need);
+                        }
+                        st.chunks.alloc(need)
+                    };
+                    let Some(c) = got else { return Now::NoChunk(d, block, wire, side) };
+                    lease::place(&self.map, c, &mut d, &block, &wire, &side);
                     let n = (block.len() + wire.len()) as u64;
                     self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
-                    Some((chunk, held))
+                    Some((c, lease::own(self, c)))
                 }
-                Posted::Nothing => None,
-                Posted::TooLarge(need) => {
-                    // Too large for any chunk: the call fails instead.
-                    let too = Status::new(
-                        Code::ResourceExhausted,
-                        format!("response of {need} bytes exceeds the region's largest chunk"),
-                    );
-                    let d = Descriptor {
-                        call: d.call,
-                        flags: desc::STATUS | desc::END,
-                        code: too.code as u8,
-                        ..Descriptor::default()
-                    };
-                    let side = side_frame(None, Some(&too));
-                    return Box::pin(self.post(d, Bytes::new(), Bytes::new(), side)).await;
-                }
-            },
+            }
         };
-        self.push(d, held).await
+        if d.has(desc::MESSAGE) {
+            self.stats.responses.fetch_add(1, Ordering::Relaxed);
+        }
+        match self.hand_over(&mut d, held) {
+            Err(()) => Now::Ended,
+            Ok(()) => match self.responses.push(&d) {
+                Ok(()) => {
+                    self.ring_engine();
+                    Now::Posted
+                }
+                Err(_) => Now::Full(d),
+            },
+        }
+    }
+
+    /// Hands `held`'s chunk over with `d` (before the descriptor leaves:
+    /// the release may come at once). `held` itself goes after the lock:
+    /// the last reference frees the chunk, which takes the lock.
+    fn hand_over(&self, d: &mut Descriptor, held: Option<(Chunk, Bytes)>) -> Result<(), ()> {
+        let token = held.as_ref().map(|(chunk, bytes)| (*chunk, bytes.clone()));
+        let replaced = self.state().session.hand_over(d, token).map_err(|_| ())?;
+        drop(replaced);
+        Ok(())
     }
 
     /// Hands `held`'s chunk over with `d` and posts it, waiting for room
@@ -164,16 +307,17 @@ impl Session {
         mut d: Descriptor,
         held: Option<(Chunk, Bytes)>,
     ) -> Result<(), ()> {
-        // Held until the engine releases it (before the descriptor leaves:
-        // the release may come at once). `held` itself goes after the lock:
-        // the last reference frees the chunk, which takes the lock.
-        let token = held.as_ref().map(|(chunk, bytes)| (*chunk, bytes.clone()));
-        let replaced = self.state().session.hand_over(&mut d, token).map_err(|_| ())?;
-        drop(replaced);
+        self.hand_over(&mut d, held)?;
+        self.push_wait(d).await
+    }
+
+    /// Pushes a descriptor already handed over, waiting for room on the
+    /// ring.
+    pub(super) async fn push_wait(self: &Arc<Self>, d: Descriptor) -> Result<(), ()> {
         loop {
             match self.responses.push(&d) {
                 Ok(()) => {
-                    self.engine_bell.notify();
+                    self.ring_engine();
                     return Ok(());
                 }
                 Err(_) => {
@@ -223,6 +367,20 @@ impl Session {
             }
         }
     }
+}
+
+/// How far [`Session::post_now`] got.
+pub(super) enum Now {
+    /// Pushed.
+    Posted,
+    /// The session ended: nothing was posted.
+    Ended,
+    /// Handed over, but the ring is full: push it when there is room.
+    Full(Descriptor),
+    /// No chunk is free for the copy: nothing was done.
+    NoChunk(Descriptor, Bytes, Bytes, Vec<u8>),
+    /// No chunk is large enough for the response of this call: it fails.
+    TooLarge(u64, usize),
 }
 
 /// What [`Session::copy`] did.

@@ -205,7 +205,8 @@ impl SplitService {
             None => Permit::default(),
         };
         if let Some(h) = self.offloaded.get(method as usize).and_then(Option::clone) {
-            return self.answer_here(method, h, request, responder).await;
+            // Boxed: the common path's future stays small.
+            return Box::pin(self.answer_here(method, h, request, responder)).await;
         }
         let Request { metadata, deadline, peer, message: mut requests } = request;
         // A unary request is here already: the instance whose region it
@@ -213,7 +214,7 @@ impl SplitService {
         let first = if client_streaming { None } else { Some(requests.single().await?) };
         let holder = first.as_ref().map(|m| m.wire().as_ref());
         let mut att = self.registry.pick_for(&self.name, holder);
-        if att.is_none() && self.registry.wait_attached(&self.name).await {
+        if att.is_none() && Box::pin(self.registry.wait_attached(&self.name)).await {
             // Its application is attaching (this engine is taking over).
             att = self.registry.pick_for(&self.name, holder);
         }
@@ -289,32 +290,18 @@ impl SplitService {
                     None => return Err(crate::attachment::unavailable("the call's queue closed")),
                     Some(Inbound::Headers(md)) => {
                         *responder.metadata_mut() = md;
-                        responder.send_headers().await?;
+                        Box::pin(responder.send_headers()).await?;
                     }
                     Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
                     Some(Inbound::Message { bytes, encoded, compress }) => {
                         responder.set_compression(compress);
-                        if let (false, Some(v)) = (encoded, &version) {
-                            // Laid out with the application's tables.
-                            let ty = v.schema.method(method).map_or(u32::MAX, |m| m.output);
-                            let mut out = Vec::with_capacity(bytes.len());
-                            protoplane_wire::Encoder::new().encode_into(
-                                v.schema.tables(),
-                                ty,
-                                protoplane_wire::Source::owned(&bytes),
-                                &protoplane_wire::EncodeOptions::default(),
-                                &mut out,
-                            )?;
-                            responder.send_encoded(bytes::Bytes::from(out)).await?;
-                        } else if let (false, Some(dev)) = (encoded, att.device()) {
-                            // Device handles resolve here, in the engine
-                            // (co-serialization): then the call's device
-                            // memory can go.
-                            let ty = self.schema.method(method).map_or(u32::MAX, |m| m.output);
-                            let wire = dev.encode(self.schema.tables(), ty, &bytes)?;
-                            responder.send_encoded(wire).await?;
-                        } else if encoded {
-                            responder.send_encoded(bytes).await?;
+                        if encoded || version.is_some() || att.device().is_some() {
+                            // Boxed: rare, and their state would make every
+                            // call's future larger.
+                            let att = &att;
+                            let version = version.as_deref();
+                            let r = &mut responder;
+                            Box::pin(self.send_other(att, version, method, bytes, encoded, r)).await?;
                         } else {
                             responder.send_linear(bytes).await?;
                         }
@@ -329,16 +316,55 @@ impl SplitService {
                     match m {
                         Some(m) => {
                             let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
-                            self.post(&att, version.as_deref(), engine_method, d, Some(&m), &[]).await?;
+                            let v = version.as_deref();
+                            Box::pin(self.post(&att, v, engine_method, d, Some(&m), &[])).await?;
                         }
                         None => {
                             requests_done = true;
                             let end = Descriptor { flags: desc::END, ..d };
-                            self.post(&att, version.as_deref(), engine_method, end, None, &[]).await?;
+                            let v = version.as_deref();
+                            Box::pin(self.post(&att, v, engine_method, end, None, &[])).await?;
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Sends a response that is not a block of the engine's layout: bytes
+    /// the application encoded, a block of another version of the schema
+    /// (encoded here with its tables), or one with device handles.
+    async fn send_other(
+        &self,
+        att: &Attachment,
+        version: Option<&crate::versions::Version>,
+        method: u32,
+        bytes: bytes::Bytes,
+        encoded: bool,
+        responder: &mut Responder,
+    ) -> Result<(), Status> {
+        if let (false, Some(v)) = (encoded, version) {
+            // Laid out with the application's tables.
+            let ty = v.schema.method(method).map_or(u32::MAX, |m| m.output);
+            let mut out = Vec::with_capacity(bytes.len());
+            protoplane_wire::Encoder::new().encode_into(
+                v.schema.tables(),
+                ty,
+                protoplane_wire::Source::owned(&bytes),
+                &protoplane_wire::EncodeOptions::default(),
+                &mut out,
+            )?;
+            responder.send_encoded(bytes::Bytes::from(out)).await
+        } else if let (false, Some(dev)) = (encoded, att.device()) {
+            // Device handles resolve here, in the engine (co-serialization):
+            // then the call's device memory can go.
+            let ty = self.schema.method(method).map_or(u32::MAX, |m| m.output);
+            let wire = dev.encode(self.schema.tables(), ty, &bytes)?;
+            responder.send_encoded(wire).await
+        } else if encoded {
+            responder.send_encoded(bytes).await
+        } else {
+            responder.send_linear(bytes).await
         }
     }
 
@@ -356,12 +382,6 @@ impl SplitService {
         m: Option<&protoplane_grpc::Message>,
         side: &[u8],
     ) -> Result<(), Status> {
-        let mut waited: Option<(Instant, WaitSlot)> = None;
-        // The tables and request type the block is laid out with.
-        let (tables, input) = match version {
-            Some(v) => (v.schema.tables(), v.schema.method(d.method).map(|m| m.input)),
-            None => (self.schema.tables(), None),
-        };
         // Placement-aware decode, once: device-placed fields into the
         // call's device memory, the rest into a private block that crosses
         // in one copy (the one-shot commit). Not for another version: the
@@ -374,54 +394,101 @@ impl SplitService {
                 },
                 _ => None,
             };
+        let posted = self.try_post(att, version, engine_method, d, m, side, placed.as_ref());
+        match posted {
+            Err(PostError::Busy(what)) => {
+                // Waiting for room is rare: boxed, so every call's future
+                // does not carry its state.
+                Box::pin(self.post_wait(att, version, engine_method, d, m, side, placed, what))
+                    .await
+            }
+            other => self.posted(att, other),
+        }
+    }
+
+    /// One attempt at posting (see [`SplitService::post`]).
+    #[allow(clippy::too_many_arguments)]
+    fn try_post(
+        &self,
+        att: &Arc<Attachment>,
+        version: Option<&crate::versions::Version>,
+        engine_method: u32,
+        d: Descriptor,
+        m: Option<&protoplane_grpc::Message>,
+        side: &[u8],
+        placed: Option<&protoplane_wire::Block>,
+    ) -> Result<(), PostError> {
+        // The tables and request type the block is laid out with.
+        let (tables, input) = match version {
+            Some(v) => (v.schema.tables(), v.schema.method(d.method).map(|m| m.input)),
+            None => (self.schema.tables(), None),
+        };
+        match m {
+            Some(_) if placed.is_some() => {
+                att.post(d, placed.map_or(&[][..], |b| b.as_bytes()), &[], side)
+            }
+            Some(m) if m.is_raw() && self.raw_above.is_some_and(|n| m.wire().len() > n) => {
+                // Oversized: the application decodes it itself.
+                let r = att.post(d, &[], m.wire(), side);
+                if let (Ok(()), Some(s)) = (&r, self.stats.get(engine_method as usize)) {
+                    s.raw_to_app.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            }
+            Some(m) if m.is_raw() => {
+                att.post_request(d, tables, input.unwrap_or(m.type_index()), m.wire(), side)
+            }
+            // Decoded by the transport with the engine's tables: another
+            // version decodes it itself.
+            Some(m) if version.is_some() => att.post(d, &[], m.wire(), side),
+            Some(m) => att.post(d, m.block(), m.wire(), side),
+            None => att.post(d, &[], &[], side),
+        }
+    }
+
+    /// What a post that did not wait comes to.
+    fn posted(&self, att: &Attachment, r: Result<(), PostError>) -> Result<(), Status> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(PostError::Gone(st) | PostError::Invalid(st)) => Err(st),
+            Err(PostError::TooLarge(n)) => Err(Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "a message of {n} bytes exceeds the region's largest chunk ({} bytes)",
+                    att.max_chunk()
+                ),
+            )),
+            Err(PostError::Busy(what)) => Err(busy(what)),
+        }
+    }
+
+    /// Posts again and again while the ring or the region is full, for up
+    /// to the queue timeout, holding one of the engine's bounded waiting
+    /// places.
+    #[allow(clippy::too_many_arguments)]
+    async fn post_wait(
+        &self,
+        att: &Arc<Attachment>,
+        version: Option<&crate::versions::Version>,
+        engine_method: u32,
+        d: Descriptor,
+        m: Option<&protoplane_grpc::Message>,
+        side: &[u8],
+        placed: Option<protoplane_wire::Block>,
+        what: &'static str,
+    ) -> Result<(), Status> {
+        let _slot =
+            WaitSlot::take(&self.waiting, self.limits.max_waiting).ok_or_else(|| busy(what))?;
+        let since = Instant::now();
         loop {
-            let posted = match m {
-                Some(_) if placed.is_some() => {
-                    att.post(d, placed.as_ref().map_or(&[][..], |b| b.as_bytes()), &[], side)
-                }
-                Some(m) if m.is_raw() && self.raw_above.is_some_and(|n| m.wire().len() > n) => {
-                    // Oversized: the application decodes it itself.
-                    let r = att.post(d, &[], m.wire(), side);
-                    if let (Ok(()), Some(s)) = (&r, self.stats.get(engine_method as usize)) {
-                        s.raw_to_app.fetch_add(1, Ordering::Relaxed);
-                    }
-                    r
-                }
-                Some(m) if m.is_raw() => {
-                    att.post_request(d, tables, input.unwrap_or(m.type_index()), m.wire(), side)
-                }
-                // Decoded by the transport with the engine's tables: another
-                // version decodes it itself.
-                Some(m) if version.is_some() => att.post(d, &[], m.wire(), side),
-                Some(m) => att.post(d, m.block(), m.wire(), side),
-                None => att.post(d, &[], &[], side),
-            };
-            match posted {
-                Ok(()) => return Ok(()),
-                Err(PostError::Gone(st) | PostError::Invalid(st)) => return Err(st),
-                Err(PostError::TooLarge(n)) => {
-                    return Err(Status::new(
-                        Code::ResourceExhausted,
-                        format!(
-                            "a message of {n} bytes exceeds the region's largest chunk ({} bytes)",
-                            att.max_chunk()
-                        ),
-                    ))
-                }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            match self.try_post(att, version, engine_method, d, m, side, placed.as_ref()) {
                 Err(PostError::Busy(what)) => {
-                    let (since, _) = match &waited {
-                        Some(w) => w,
-                        None => {
-                            let slot = WaitSlot::take(&self.waiting, self.limits.max_waiting)
-                                .ok_or_else(|| busy(what))?;
-                            waited.insert((Instant::now(), slot))
-                        }
-                    };
                     if since.elapsed() >= self.limits.queue_timeout {
                         return Err(busy(what));
                     }
-                    tokio::time::sleep(Duration::from_micros(200)).await;
                 }
+                other => return self.posted(att, other),
             }
         }
     }

@@ -487,6 +487,10 @@ fn hostile_child() {
             });
             keep.push((sock, layout, fds));
         }
+        "still" => {
+            // Attaches and then never takes a request from its ring.
+            keep.push(raw_attach(&path, hostile_services()));
+        }
         "blackhole" => {
             // Takes every call, releases its memory at once, never answers.
             let (sock, layout, fds) = raw_attach(&path, hostile_services());
@@ -624,6 +628,58 @@ fn a_doorbell_switched_to_blocking_mode_blocks_nobody() {
     f.wait_for(|| f.attached(HOSTILE) == 0 && f.attached(SOCIAL) == 1, "both leave");
     f.honest_calls(10);
     f.wait_for(|| open_fds() <= fds, "the engine's descriptors come back");
+}
+
+#[test]
+fn a_full_request_ring_holds_a_call_a_bounded_time_then_refuses_it() {
+    let f = Fixture::start("still", |c| {
+        c.limits.queue_timeout = Duration::from_millis(100);
+        c.stall_timeout = Duration::from_secs(60);
+    });
+    let mut h = f.hostile("still");
+    assert_eq!(h.line(), "attached");
+    f.registered(HOSTILE);
+    // 64 slots and nobody taking: the first calls fill the ring (or the
+    // engine's half of the region, whichever is full first) and wait for
+    // their deadline; the rest wait for room for the queue timeout (not
+    // their deadline) and are refused, saying why.
+    let calls: Vec<_> = (0..80)
+        .map(|_| {
+            let ch = f.ch.clone();
+            f.client.spawn(async move {
+                let opts =
+                    CallOptions { timeout: Some(Duration::from_secs(3)), ..CallOptions::default() };
+                let started = Instant::now();
+                let mut c = match ch.start(HOSTILE_CALL, opts).await {
+                    Ok(c) => c,
+                    Err(st) => return (st, started.elapsed()),
+                };
+                if c.send(&[]).await.is_ok() {
+                    c.close_send();
+                    while let Ok(Some(_)) = c.recv().await {}
+                }
+                (c.finish_status().await, started.elapsed())
+            })
+        })
+        .collect();
+    let done: Vec<(Status, Duration)> =
+        calls.into_iter().map(|c| f.client.block_on(c).expect("the call's task")).collect();
+    let refused: Vec<&(Status, Duration)> =
+        done.iter().filter(|(st, _)| st.code == Code::ResourceExhausted).collect();
+    let held = done.iter().filter(|(st, _)| st.code == Code::DeadlineExceeded).count();
+    assert!(refused.len() >= 80 - 64, "{done:?}");
+    assert_eq!(refused.len() + held, 80, "{done:?}");
+    for (st, took) in &refused {
+        let full = ["request ring is full", "region is full"];
+        assert!(full.iter().any(|f| st.message.contains(f)), "{st:?}");
+        // It waited for room (the queue timeout), not for its deadline.
+        let waited = Duration::from_millis(90)..Duration::from_secs(2);
+        assert!(waited.contains(took), "refused after {took:?}: {st:?}");
+    }
+    // The honest application is served meanwhile and after.
+    f.honest_calls(20);
+    h.next();
+    h.end();
 }
 
 #[test]

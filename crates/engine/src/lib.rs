@@ -925,6 +925,13 @@ fn region(
 /// consuming its request ring, and checks its budgets ([`budget`]) every
 /// budget tick. At most `descriptors_per_pass` descriptors per pass, then
 /// the runtime's other tasks (other applications' loops) run.
+///
+/// Requests are posted by the calls' tasks, each ringing a parked
+/// application at once. Deferring those rings to this loop's next pass
+/// (one wake-up per burst) was measured in `bench split`: the
+/// application's CPU per call fell by a fifth, the engine's rose by
+/// 0.2–0.4 µs (an application that parks more is rung more) and latency
+/// with it; the total stayed the same, so the rings stay immediate.
 async fn drain(att: Arc<Attachment>, rx: Receiver, ctx: &Ctx) {
     let (spin, stall) = (ctx.spin, ctx.stall);
     let per_pass = ctx.budgets.descriptors_per_pass.max(1);

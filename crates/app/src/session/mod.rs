@@ -3,8 +3,10 @@
 //! asks about every descriptor, call and chunk.
 //!
 //! The drain loop ([`Session::drain`]) takes the engine's descriptors from
-//! the request ring, spins a little after work and then parks on its
-//! doorbell; each descriptor's releases, kind and ranges are the
+//! the request ring in passes (one clock reading and one ring of the
+//! engine's doorbell per pass, unary handlers run to completion inside
+//! it), spins a little after work and then parks on its doorbell; each
+//! descriptor's releases, kind and ranges are the
 //! session's decision, and this driver turns them into actions: a request
 //! read in place in its chunk ([`Held`] pieces, the chunk handed back when
 //! the last piece goes), a call started ([`dispatch`]), a handler aborted,

@@ -394,14 +394,11 @@ impl SplitService {
                 },
                 _ => None,
             };
-        let posted = self.try_post(att, version, engine_method, d, m, side, placed.as_ref());
-        match posted {
-            Err(PostError::Busy(what)) => {
-                // Waiting for room is rare: boxed, so every call's future
-                // does not carry its state.
-                Box::pin(self.post_wait(att, version, engine_method, d, m, side, placed, what))
-                    .await
-            }
+        let attempt = || self.try_post(att, version, engine_method, d, m, side, placed.as_ref());
+        match attempt() {
+            // Waiting for room is rare: boxed, so every call's future does
+            // not carry its state.
+            Err(PostError::Busy(what)) => Box::pin(self.post_wait(att, what, attempt)).await,
             other => self.posted(att, other),
         }
     }
@@ -462,27 +459,21 @@ impl SplitService {
         }
     }
 
-    /// Posts again and again while the ring or the region is full, for up
-    /// to the queue timeout, holding one of the engine's bounded waiting
-    /// places.
-    #[allow(clippy::too_many_arguments)]
+    /// Makes `attempt` again and again while the ring or the region is
+    /// full, for up to the queue timeout, holding one of the engine's
+    /// bounded waiting places.
     async fn post_wait(
         &self,
-        att: &Arc<Attachment>,
-        version: Option<&crate::versions::Version>,
-        engine_method: u32,
-        d: Descriptor,
-        m: Option<&protoplane_grpc::Message>,
-        side: &[u8],
-        placed: Option<protoplane_wire::Block>,
+        att: &Attachment,
         what: &'static str,
+        attempt: impl Fn() -> Result<(), PostError>,
     ) -> Result<(), Status> {
         let _slot =
             WaitSlot::take(&self.waiting, self.limits.max_waiting).ok_or_else(|| busy(what))?;
         let since = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_micros(200)).await;
-            match self.try_post(att, version, engine_method, d, m, side, placed.as_ref()) {
+            match attempt() {
                 Err(PostError::Busy(what)) => {
                     if since.elapsed() >= self.limits.queue_timeout {
                         return Err(busy(what));

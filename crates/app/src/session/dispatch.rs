@@ -193,13 +193,22 @@ impl Session {
         let (abort, reg) = AbortHandle::new_pair();
         self.state().session.insert_call(call, CallCtl { abort, requests });
         let s = self.clone();
-        let task = Running::new(self);
-        tokio::spawn(async move {
-            let _task = task;
+        self.spawn_counted(async move {
             // Aborted: the engine cancelled the call, or went away; it
             // expects no answer.
             let _ = Abortable::new(driver, reg).await;
             s.state().session.remove_call(call);
+        });
+    }
+
+    /// Spawns work of this session's calls, counted in `tasks` while it
+    /// runs (the drain loop then gives the runtime a turn after every
+    /// pass).
+    pub(super) fn spawn_counted(self: &Arc<Self>, work: impl Future<Output = ()> + Send + 'static) {
+        let task = Running::new(self);
+        tokio::spawn(async move {
+            let _task = task;
+            work.await;
         });
     }
 
@@ -295,11 +304,11 @@ impl Session {
 }
 
 /// A call running as a task, counted in the session's `tasks` while it
-/// lives (the drain loop then gives the runtime a turn after every pass).
-pub(super) struct Running(Arc<Session>);
+/// lives (see [`Session::spawn_counted`]).
+struct Running(Arc<Session>);
 
 impl Running {
-    pub(super) fn new(s: &Arc<Session>) -> Running {
+    fn new(s: &Arc<Session>) -> Running {
         s.tasks.fetch_add(1, Ordering::Relaxed);
         Running(s.clone())
     }

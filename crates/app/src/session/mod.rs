@@ -439,9 +439,7 @@ impl Session {
             c.abort.abort();
         }
         let s = self.clone();
-        let task = dispatch::Running::new(self);
-        tokio::spawn(async move {
-            let _task = task;
+        self.spawn_counted(async move {
             let _ = s.post_status(call, None, &st).await;
         });
     }

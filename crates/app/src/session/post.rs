@@ -65,6 +65,12 @@ impl Session {
         item: Option<Out>,
         st: &Status,
     ) -> Result<(), ()> {
+        let last = self.last(call, headers, item, st);
+        self.post_last(last, st).await
+    }
+
+    /// What [`Session::post_final`] posts, worked out without posting it.
+    fn last(&self, call: u64, headers: Option<Metadata>, item: Option<Out>, st: &Status) -> Last {
         let headers = headers.filter(|h| !h.is_empty());
         let mut d = Descriptor {
             call,
@@ -75,20 +81,31 @@ impl Session {
         let (block, wire) = split_out(&mut d, item);
         let side = side_frame(headers.as_ref(), Some(st));
         if !side.is_empty() && d.has(desc::MESSAGE) && self.placed(&block, &wire).is_some() {
-            let message = d.flags & (desc::MESSAGE | desc::ENCODED | desc::COMPRESS);
-            if let Some(md) = &headers {
-                let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
-                self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(md), None)).await?;
-            }
-            let m = Descriptor { call, flags: message, ..Descriptor::default() };
-            self.post(m, block, wire, Vec::new()).await?;
-            let end = Descriptor { flags: desc::STATUS | desc::END, ..d };
-            return self.post(end, Bytes::new(), Bytes::new(), side_frame(None, Some(st))).await;
+            return Last::Several { d, block, wire, headers };
         }
         if headers.is_some() {
             d.flags |= desc::HEADERS;
         }
-        self.post(d, block, wire, side).await
+        Last::One { d, block, wire, side }
+    }
+
+    /// Posts what [`Session::last`] worked out: headers (in a descriptor of
+    /// their own), the message in place, then the status.
+    async fn post_last(self: &Arc<Self>, last: Last, st: &Status) -> Result<(), ()> {
+        let (d, block, wire, headers) = match last {
+            Last::One { d, block, wire, side } => return self.post(d, block, wire, side).await,
+            Last::Several { d, block, wire, headers } => (d, block, wire, headers),
+        };
+        let call = d.call;
+        let message = d.flags & (desc::MESSAGE | desc::ENCODED | desc::COMPRESS);
+        if let Some(md) = &headers {
+            let h = Descriptor { call, flags: desc::HEADERS, ..Descriptor::default() };
+            self.post(h, Bytes::new(), Bytes::new(), side_frame(Some(md), None)).await?;
+        }
+        let m = Descriptor { call, flags: message, ..Descriptor::default() };
+        self.post(m, block, wire, Vec::new()).await?;
+        let end = Descriptor { flags: desc::STATUS | desc::END, ..d };
+        self.post(end, Bytes::new(), Bytes::new(), side_frame(None, Some(st))).await
     }
 
     /// A unary call's answer from the drain loop that ran its handler to
@@ -103,69 +120,54 @@ impl Session {
         item: Option<Out>,
         st: Status,
     ) {
-        let headers = headers.filter(|h| !h.is_empty());
-        let mut d = Descriptor {
-            call,
-            flags: desc::STATUS | desc::END,
-            code: st.code as u8,
-            ..Descriptor::default()
+        let (early, last) = match (early, self.last(call, headers, item, &st)) {
+            (None, Last::One { d, block, wire, side }) => {
+                let now = self.post_now(d, block, wire, side);
+                if !matches!(now, Now::Posted | Now::Ended) {
+                    let s = self.clone();
+                    self.spawn_counted(async move {
+                        let _ = s.post_stuck(now).await;
+                    });
+                }
+                return;
+            }
+            other => other,
         };
-        let (block, wire) = split_out(&mut d, item);
-        let side = side_frame(headers.as_ref(), Some(&st));
-        let one = early.is_none()
-            && (side.is_empty() || !d.has(desc::MESSAGE) || self.placed(&block, &wire).is_none());
-        if one {
-            if headers.is_some() {
-                d.flags |= desc::HEADERS;
-            }
-            match self.post_now(d, block, wire, side) {
-                Now::Posted | Now::Ended => {}
-                Now::Full(d) => {
-                    let s = self.clone();
-                    let task = super::dispatch::Running::new(self);
-                    tokio::spawn(async move {
-                        let _task = task;
-                        let _ = s.push_wait(d).await;
-                    });
-                }
-                stuck => {
-                    let s = self.clone();
-                    let task = super::dispatch::Running::new(self);
-                    tokio::spawn(async move {
-                        let _task = task;
-                        let _ = s.post_stuck(stuck).await;
-                    });
-                }
-            }
-            return;
-        }
         // Several descriptors: in order, by a task.
-        let item = match (d.has(desc::MESSAGE), d.has(desc::ENCODED)) {
-            (false, _) => None,
-            (true, false) => Some(Out::Block(block, d.has(desc::COMPRESS))),
-            (true, true) => Some(Out::Encoded(wire, d.has(desc::COMPRESS))),
-        };
         let s = self.clone();
-        let task = super::dispatch::Running::new(self);
-        tokio::spawn(async move {
-            let _task = task;
+        self.spawn_counted(async move {
             if let Some(md) = early {
                 if s.post_item(call, Some(md), None).await.is_err() {
                     return;
                 }
             }
-            let _ = s.post_final(call, headers, item, &st).await;
+            let _ = s.post_last(last, &st).await;
         });
     }
 
-    /// Finishes what [`Session::post_now`] could not.
+    /// Finishes what [`Session::post_now`] could not: waits for room on
+    /// the ring, or for a chunk to copy into.
     async fn post_stuck(self: &Arc<Self>, stuck: Now) -> Result<(), ()> {
         match stuck {
             Now::Posted => Ok(()),
             Now::Ended => Err(()),
             Now::Full(d) => self.push_wait(d).await,
-            Now::NoChunk(d, block, wire, side) => self.post(d, block, wire, side).await,
             Now::TooLarge(call, need) => self.post_too_large(call, need).await,
+            Now::NoChunk(mut d, block, wire, side) => {
+                let held = match self.copy(&mut d, &block, &wire, &side).await? {
+                    Posted::Copied(chunk, held) => {
+                        let n = (block.len() + wire.len()) as u64;
+                        self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
+                        Some((chunk, held))
+                    }
+                    Posted::Nothing => None,
+                    Posted::TooLarge(need) => return self.post_too_large(d.call, need).await,
+                };
+                if d.has(desc::MESSAGE) {
+                    self.stats.responses.fetch_add(1, Ordering::Relaxed);
+                }
+                self.push(d, held).await
+            }
         }
     }
 
@@ -192,24 +194,8 @@ impl Session {
         wire: Bytes,
         side: Vec<u8>,
     ) -> Result<(), ()> {
-        match self.post_now(d, block, wire, side) {
-            Now::NoChunk(mut d, block, wire, side) => {
-                let held = match self.copy(&mut d, &block, &wire, &side).await? {
-                    Posted::Copied(chunk, held) => {
-                        let n = (block.len() + wire.len()) as u64;
-                        self.stats.response_bytes_copied.fetch_add(n, Ordering::Relaxed);
-                        Some((chunk, held))
-                    }
-                    Posted::Nothing => None,
-                    Posted::TooLarge(need) => return self.post_too_large(d.call, need).await,
-                };
-                if d.has(desc::MESSAGE) {
-                    self.stats.responses.fetch_add(1, Ordering::Relaxed);
-                }
-                self.push(d, held).await
-            }
-            other => Box::pin(self.post_stuck(other)).await,
-        }
+        let now = self.post_now(d, block, wire, side);
+        self.post_stuck(now).await
     }
 
     /// A response too large for any chunk: its call fails instead.
@@ -367,6 +353,15 @@ impl Session {
             }
         }
     }
+}
+
+/// A call's last descriptors ([`Session::last`]).
+enum Last {
+    /// One descriptor: the status, with the message and headers if any.
+    One { d: Descriptor, block: Bytes, wire: Bytes, side: Vec<u8> },
+    /// A message in place and side sections to send too: headers (if
+    /// any), the message, then the status (`d`).
+    Several { d: Descriptor, block: Bytes, wire: Bytes, headers: Option<Metadata> },
 }
 
 /// How far [`Session::post_now`] got.

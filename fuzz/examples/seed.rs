@@ -555,12 +555,13 @@ fn attach_seeds(corpus: &Path) -> Dir {
         }]
     };
     let hellos = [
-        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false, channels: none() }),
-        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false, channels: none() }),
-        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false, channels: none() }),
-        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: none() }),
-        ("channels", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: out() }),
-        ("caller", Hello { version: VERSION, pid: 1, services: services(&[]), schemas: false, channels: out() }),
+        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false, channels: none(), lanes: false }),
+        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false, channels: none(), lanes: false }),
+        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false, channels: none(), lanes: false }),
+        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: none(), lanes: false }),
+        ("channels", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: out(), lanes: false }),
+        ("caller", Hello { version: VERSION, pid: 1, services: services(&[]), schemas: false, channels: out(), lanes: false }),
+        ("lanes", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: false, channels: none(), lanes: true }),
     ];
     for (name, h) in hellos {
         for (uid, gid) in [(0, 0), (1000, 7)] {
@@ -571,7 +572,7 @@ fn attach_seeds(corpus: &Path) -> Dir {
     }
     let layout = Layout { ring_slots: 64, classes: vec![Class { size: 4096, count: 4 }] };
     let mut input = creds(0, 0);
-    input.extend(Answer::Accept { version: VERSION, id: 3, layout }.encode());
+    input.extend(Answer::Accept { version: VERSION, id: 3, lanes: 0, layout }.encode());
     dir.put("accept", &input);
     dir
 }

@@ -17,8 +17,9 @@ use protoplane_shm::{sys, Bell, Mapping};
 use crate::Error;
 
 /// What an accepted attach hands this process: the socket (its closing
-/// tells that the engine went away), the layout, the mapping, the doorbell.
-pub(crate) type Connected = (UnixStream, Layout, Arc<Mapping>, Bell);
+/// tells that the engine went away), the layout, the mapping, the doorbell,
+/// and how many lanes the engine wants (0 or 1: this one is all).
+pub(crate) type Connected = (UnixStream, Layout, Arc<Mapping>, Bell, u16);
 
 /// Attaches to the engine at `path`.
 pub(crate) fn connect(path: &Path, hello: &Hello, sets: &[Vec<u8>]) -> Result<Connected, Error> {
@@ -35,9 +36,9 @@ pub(crate) fn connect(path: &Path, hello: &Hello, sets: &[Vec<u8>]) -> Result<Co
     attach::send(&sock, &hello.encode(), &refs).map_err(un)?;
     let (msg, fds) = attach::recv(&sock).map_err(un)?;
     let answer = Answer::decode(&msg).map_err(|e| Error::Refused(e.to_string()))?;
-    let layout = match answer {
+    let (layout, lanes) = match answer {
         Answer::Refuse(why) => return Err(Error::Refused(why)),
-        Answer::Accept { version, layout, .. } if version == VERSION => layout,
+        Answer::Accept { version, layout, lanes, .. } if version == VERSION => (layout, lanes),
         Answer::Accept { version, .. } => {
             return Err(Error::Refused(format!("engine speaks version {version}")))
         }
@@ -52,7 +53,7 @@ pub(crate) fn connect(path: &Path, hello: &Hello, sets: &[Vec<u8>]) -> Result<Co
     // has no business writing it.
     let map = Mapping::map_parts(&layout.app_parts(&shared, &requests)).map_err(un)?;
     let bell = Bell::from_fd(bell).map_err(un)?;
-    Ok((sock, layout, Arc::new(map), bell))
+    Ok((sock, layout, Arc::new(map), bell, lanes))
 }
 
 /// `schema`'s files as a serialized `FileDescriptorSet`, for the HELLO.

@@ -71,6 +71,7 @@ pub struct App {
     channels: Vec<protoplane_shm::attach::ChannelDecl>,
     channel_schemas: Vec<Arc<protoplane_grpc::Schema>>,
     outbound: Arc<outbound::Shared>,
+    lanes: bool,
 }
 
 /// What an application counts, across its attachments.
@@ -106,6 +107,7 @@ pub fn attach(path: impl AsRef<Path>) -> App {
         channels: Vec::new(),
         channel_schemas: Vec::new(),
         outbound: Arc::default(),
+        lanes: true,
     }
 }
 
@@ -166,6 +168,14 @@ impl App {
             services,
         };
         protoplane_rpc::Channel::delegated(target, Arc::new(ch))
+    }
+
+    /// Whether to attach once per engine worker (the default), so each
+    /// worker posts this application's calls on rings of its own, or once
+    /// (every worker posts on the same rings, taking turns on their lock).
+    pub fn lanes(mut self, yes: bool) -> App {
+        self.lanes = yes;
+        self
     }
 
     /// How long to spin after work before parking.
@@ -303,6 +313,7 @@ impl App {
                 .collect(),
             schemas: false,
             channels: self.channels.clone(),
+            lanes: self.lanes,
         };
         // One file per distinct schema, as many as a message carries.
         let hello =
@@ -319,62 +330,91 @@ impl App {
             })
             .map(|s| connect::descriptor_set(s))
             .collect();
-        let path = self.path.clone();
-        let joined =
-            tokio::task::spawn_blocking(move || connect::connect(&path, &hello, &sets)).await;
-        let (sock, layout, map, bell) = joined.map_err(|e| Error::Unreachable(e.to_string()))??;
-        let session = Session::new(
-            self.services.clone(),
-            layout,
-            map,
-            bell,
-            self.stats.clone(),
-            self.units.inner.clone(),
-        )
-        .map_err(Error::Unreachable)?;
-        // However this attachment ends (the engine gone, or this future
-        // dropped: an aborted task), its session ends with it: handlers
-        // stop, posters waiting for room give up, and the last references
-        // to the region and the doorbells go, so the engine sees it leave.
-        let _ends = EndsSession(session.clone());
-        self.units.inner.attach(&session);
-        self.outbound.attach(&session);
+        // The first lane says how many the engine wants: one per worker
+        // it shards connections over, each with its own region and rings
+        // and served by that worker alone (`protoplane_shm::attach`).
+        let (hello, sets) = (Arc::new(hello), Arc::new(sets));
+        let mut lanes: Vec<(tokio::net::UnixStream, Arc<Session>)> = Vec::new();
+        let mut ends = Vec::new();
+        let mut want = 1;
+        while lanes.len() < want {
+            let (path, hello, sets) = (self.path.clone(), hello.clone(), sets.clone());
+            let joined =
+                tokio::task::spawn_blocking(move || connect::connect(&path, &hello, &sets)).await;
+            let (sock, layout, map, bell, n) =
+                joined.map_err(|e| Error::Unreachable(e.to_string()))??;
+            if lanes.is_empty() {
+                want = usize::from(n).max(1);
+            }
+            let session = Session::new(
+                self.services.clone(),
+                layout,
+                map,
+                bell,
+                self.stats.clone(),
+                self.units.inner.clone(),
+            )
+            .map_err(Error::Unreachable)?;
+            // However this attachment ends (the engine gone, or this
+            // future dropped: an aborted task), its sessions end with it:
+            // handlers stop, posters waiting for room give up, and the
+            // last references to the regions and the doorbells go, so the
+            // engine sees it leave.
+            ends.push(EndsSession(session.clone()));
+            session.share_thread(want > 1);
+            sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
+            let sock = tokio::net::UnixStream::from_std(sock)
+                .map_err(|e| Error::Unreachable(e.to_string()))?;
+            lanes.push((sock, session));
+        }
+        // Compute units and outbound calls go through the first lane.
+        self.units.inner.attach(&lanes[0].1);
+        self.outbound.attach(&lanes[0].1);
         tracing::info!(
-            "attached to {} ({})",
+            "attached to {} ({}{})",
             self.path.display(),
-            self.services.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+            self.services.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "),
+            if lanes.len() > 1 { format!("; {} lanes", lanes.len()) } else { String::new() }
         );
-        sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
-        let sock = tokio::net::UnixStream::from_std(sock)
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
-        let mut b = [0u8; 1];
-        let gone = async {
-            loop {
-                let _ = sock.readable().await;
-                match sock.try_read(&mut b) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    Ok(1) if b[0] == b'M' => {
-                        if let Some(tx) = moved.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    _ => return,
-                }
+        let moved = std::sync::Mutex::new(moved.take());
+        let tell_moved = || {
+            if let Some(tx) = moved.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = tx.send(());
             }
         };
+        // Each lane's socket: its end, or any byte but `M`, is the engine
+        // gone; `M` asks the application to attach to another engine.
+        let gone = lanes.iter().map(|(sock, _)| {
+            Box::pin(async {
+                let mut b = [0u8; 1];
+                loop {
+                    let _ = sock.readable().await;
+                    match sock.try_read(&mut b) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Ok(1) if b[0] == b'M' => tell_moved(),
+                        _ => return,
+                    }
+                }
+            })
+        });
+        let drains = lanes.iter().map(|(_, s)| Box::pin(s.clone().drain(self.spin)));
         tokio::select! {
-            _ = gone => {}
-            _ = session.clone().drain(self.spin) => {}
+            _ = futures_util::future::select_all(gone) => {}
+            _ = futures_util::future::select_all(drains) => {}
         }
         // The engine writes its `M` before it detaches this attachment, so
         // when the calls ended first the byte is already here: this was a
         // move, not the engine going away.
-        if let (Some(tx), Ok(1)) = (moved.take(), sock.try_read(&mut b)) {
-            if b[0] == b'M' {
-                let _ = tx.send(());
+        for (sock, _) in &lanes {
+            let mut b = [0u8; 1];
+            if matches!(sock.try_read(&mut b), Ok(1)) && b[0] == b'M' {
+                tell_moved();
             }
         }
-        session.end();
+        for (_, session) in &lanes {
+            session.end();
+        }
+        drop(ends);
         self.units.inner.fail_all();
         Ok(Ended::EngineGone)
     }

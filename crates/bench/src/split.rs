@@ -23,6 +23,11 @@
 //!   achieved against the co-tenant's load. The monolithic server does all
 //!   of its RPC work on the shared core; split leaves it only the handler.
 //!   Writes `neighbour.svg` (p99 and achieved rate against the load).
+//! * **workers** (the engine on several cores): the social-network service
+//!   at 64 in flight over 4 client connections, monolithic against split
+//!   with the engine's connections sharded over 1 and 2 worker threads
+//!   (`--workers`, pinned to `--worker-cpus`), each worker with its own
+//!   rings to the application (which attaches once per worker).
 //!
 //! Placement: the application (or the monolithic server, or tonic) runs on
 //! `--app-cpu`; the engine on `--engine-cpu`; the load generator on
@@ -77,11 +82,12 @@ pub(crate) struct SplitArgs {
     /// engine take-over under load), policy (the engine's CPU per call
     /// with and without a policy), outbound (an application's calls to
     /// another service, in-process or through the engine), fanout (a
-    /// front end making four calls per call).
+    /// front end making four calls per call), workers (the engine's
+    /// connections sharded over 1 and 2 worker threads).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "handoff,zero,knee,neighbour,upgrade,policy,outbound,fanout"
+        default_value = "handoff,zero,knee,neighbour,upgrade,policy,outbound,fanout,workers"
     )]
     experiments: Vec<String>,
     /// Offered load of the neighbour experiment, calls/s (open loop)
@@ -101,6 +107,13 @@ pub(crate) struct SplitArgs {
     /// Core of the load generator.
     #[arg(long, default_value_t = 0)]
     load_cpu: usize,
+    /// Engine worker counts of the workers experiment.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    engine_workers: Vec<usize>,
+    /// Cores of the engine's workers, in order [default: the engine's
+    /// core, then the application's].
+    #[arg(long, value_delimiter = ',')]
+    worker_cpus: Vec<usize>,
     /// How long the engine and the application spin before they park, µs.
     #[arg(long, default_value_t = 20)]
     spin_us: u64,
@@ -110,7 +123,7 @@ pub(crate) struct SplitArgs {
     no_tonic: bool,
 }
 
-const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors,cotenant_load,offered_qps,failed_calls,max_gap_ms\n";
+const CSV_HEADER: &str = "experiment,mode,transport,message,bytes,busy_us,in_flight,round,qps,p50_us,p99_us,engine_cpu_us_per_call,app_cpu_us_per_call,engine_util,app_util,errors,cotenant_load,offered_qps,failed_calls,max_gap_ms,engine_workers\n";
 
 /// A command for `prog` pinned to `cpu`, with the allocator settings every
 /// process of the benchmark shares (`crate::same_malloc`).
@@ -149,12 +162,15 @@ struct Row {
     /// The longest time between two OK calls ending, ms (NaN: not
     /// measured, as in the handoff rows).
     max_gap_ms: f64,
+    /// The engine's worker threads (0: connections served on its main
+    /// runtime, as every experiment but `workers` runs it).
+    engine_workers: usize,
 }
 
 impl Row {
     fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{:.2},{:.0},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{:.2},{:.0},{},{},{}\n",
             self.experiment,
             self.mode,
             self.transport,
@@ -176,7 +192,8 @@ impl Row {
             // Every failed call: the same count as `errors`, named as the
             // upgrade experiment's target names it.
             self.errors,
-            if self.max_gap_ms.is_finite() { format!("{:.1}", self.max_gap_ms) } else { String::new() }
+            if self.max_gap_ms.is_finite() { format!("{:.1}", self.max_gap_ms) } else { String::new() },
+            self.engine_workers,
         )
     }
 }
@@ -349,13 +366,21 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     fn engine(&self, extra: &[String]) -> Command {
-        let mut c = pinned(self.args.engine_cpu, &self.exe);
+        self.engine_on(&self.args.engine_cpu.to_string(), extra)
+    }
+
+    /// The engine pinned to `cores` (a list for `taskset -c` and
+    /// `--cores`).
+    fn engine_on(&self, cores: &str, extra: &[String]) -> Command {
+        let mut c = Command::new("taskset");
+        c.args(["-c", cores]).arg(&self.exe);
+        crate::same_malloc(&mut c);
         let sock = self.work.join("engine.sock");
         let _ = std::fs::remove_file(&sock);
         c.args(["engine", "--grpc-port", "0", "--lean-port", "0", "--threads", "1"])
             .arg("--attach")
             .arg(&sock)
-            .args(["--cores", &self.args.engine_cpu.to_string()])
+            .args(["--cores", cores])
             .args(["--spin-us", &self.args.spin_us.to_string()])
             .args(extra);
         c
@@ -420,6 +445,9 @@ pub(crate) fn run(args: &SplitArgs) -> Result<String, String> {
     }
     if wants("fanout") {
         outbound::fanout(&plan, &mut rows, &mut notes)?;
+    }
+    if wants("workers") {
+        workers(&plan, &repo, &mut rows, &mut notes)?;
     }
     let mut knee_done = false;
     if wants("knee") {
@@ -808,6 +836,84 @@ fn load_for(
 /// flight over gRPC, the engine with no policy against the engine with
 /// one that checks every call (two access rules, a rate limit, a
 /// concurrency limit and a priority share, none of them refusing).
+/// Client connections of the workers experiment (more than the largest
+/// worker count, so every worker gets some).
+const WORKERS_CONNECTIONS: usize = 4;
+
+/// The engine on several cores: monolithic against split with 1, 2, …
+/// engine workers, each point over [`WORKERS_CONNECTIONS`] connections.
+fn workers(
+    plan: &Plan<'_>,
+    repo: &Path,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let (load_args, _) = crate::rpc::social_requests(repo, &plan.work, 200)?;
+    let mut load_args = load_args;
+    load_args.extend(["--connections".to_string(), WORKERS_CONNECTIONS.to_string()]);
+    let a = plan.args;
+    let cpus = if a.worker_cpus.is_empty() {
+        let mut v = vec![a.engine_cpu];
+        if a.app_cpu != a.engine_cpu {
+            v.push(a.app_cpu);
+        }
+        v
+    } else {
+        a.worker_cpus.clone()
+    };
+    let mut modes: Vec<usize> = vec![0];
+    modes.extend(a.engine_workers.iter().copied().filter(|&w| w > 0));
+    let most = modes.iter().copied().max().unwrap_or(1);
+    if most > 1 && cpus.iter().take(most).any(|&c| c == a.app_cpu) {
+        notes.push(format!(
+            "workers: engine workers on cores {:?}, the application on core {}: with {} workers the engine shares the application's core",
+            &cpus[..most.min(cpus.len())],
+            a.app_cpu,
+            most
+        ));
+    }
+    for round in 0..plan.rounds {
+        for transport in ["lean", "grpc"] {
+            for k in 0..modes.len() {
+                let w = modes[(k + round) % modes.len()];
+                let mode = if w == 0 { "monolithic" } else { "split" };
+                progress(&format!("workers: round {} {mode} {w} {transport}", round + 1));
+                let servers = if w == 0 {
+                    social_server(plan, "monolithic")?
+                } else {
+                    let mine: Vec<usize> = (0..w).map(|i| cpus[i % cpus.len()]).collect();
+                    let list = mine.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+                    let engine = plan.engine_on(&list, &["--workers".to_string(), w.to_string()]);
+                    let app = plan.app(&[
+                        "serve".into(),
+                        "--attach".into(),
+                        plan.sock(),
+                        "--spin-us".into(),
+                        a.spin_us.to_string(),
+                    ]);
+                    split(engine, app)?
+                };
+                let m = load(plan, &servers, transport, &load_args, 64, None);
+                drop(servers);
+                match m {
+                    Ok(m) => rows.push(Row {
+                        experiment: "workers",
+                        mode,
+                        transport,
+                        message: "socialnetwork".into(),
+                        in_flight: 64,
+                        round: round + 1,
+                        engine_workers: w,
+                        ..m.row()
+                    }),
+                    Err(e) => notes.push(format!("workers: {mode} {w} {transport}: {e}")),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn policy(
     plan: &Plan<'_>,
     repo: &Path,
@@ -1164,6 +1270,42 @@ fn report(plan: &Plan<'_>, rows: &[Row], handoff_means: &[f64], notes: &[String]
                 cell("split", "grpc", 1, &p50),
                 cell("tonic", "grpc", 1, &p50)
             );
+        }
+    }
+    if rows.iter().any(|r| r.experiment == "workers") {
+        md += &format!(
+            "\n### The engine on several cores (social-network service, 64 in flight, {WORKERS_CONNECTIONS} connections)\n\n"
+        );
+        md += "| mode | engine workers | transport | QPS | p50 µs | p99 µs | engine CPU µs/call | app CPU µs/call | total CPU µs/call | QPS vs monolithic | errors |\n";
+        md += "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut ws: Vec<usize> =
+            rows.iter().filter(|r| r.experiment == "workers").map(|r| r.engine_workers).collect();
+        ws.sort();
+        ws.dedup();
+        for t in ["lean", "grpc"] {
+            let at = |w: usize| {
+                move |r: &Row| {
+                    r.experiment == "workers" && r.transport == t && r.engine_workers == w
+                }
+            };
+            let mono = med(rows, at(0), |r| r.qps);
+            for &w in &ws {
+                if !rows.iter().any(at(w)) {
+                    continue;
+                }
+                let errors: u64 = rows.iter().filter(|r| at(w)(r)).map(|r| r.errors).sum();
+                md += &format!(
+                    "| {} | {w} | {t} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2}× | {errors} |\n",
+                    if w == 0 { "monolithic" } else { "split" },
+                    med(rows, at(w), |r| r.qps),
+                    med(rows, at(w), |r| r.p50_us),
+                    med(rows, at(w), |r| r.p99_us),
+                    med(rows, at(w), |r| r.engine_cpu),
+                    med(rows, at(w), |r| r.app_cpu),
+                    med(rows, at(w), |r| r.engine_cpu + r.app_cpu),
+                    med(rows, at(w), |r| r.qps) / mono,
+                );
+            }
         }
     }
     let knee: Vec<&Row> = rows.iter().filter(|r| r.experiment == "knee").collect();

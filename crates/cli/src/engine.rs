@@ -54,6 +54,11 @@ pub(crate) struct EngineArgs {
     /// Runtime threads.
     #[arg(long)]
     threads: Option<usize>,
+    /// Shard client connections over this many worker threads, each with
+    /// its own rings to each application (pinned one per core of
+    /// `--cores`, in order); applications attach once per worker.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=64))]
+    workers: Option<u16>,
     /// Spin this many µs after work before parking.
     #[arg(long)]
     spin_us: Option<u64>,
@@ -166,6 +171,9 @@ pub(crate) fn config(args: &EngineArgs) -> Result<Config, String> {
     }
     if let Some(t) = args.threads {
         c.threads = t.max(1);
+    }
+    if let Some(w) = args.workers {
+        c.workers = w as usize;
     }
     if let Some(s) = args.spin_us {
         c.spin = Duration::from_micros(s);

@@ -9,7 +9,10 @@
 //! * two instances of one service share its calls, and one of them dying
 //!   leaves the other serving;
 //! * SIGTERM: the engine lets a call in flight finish with its
-//!   application, tells the application and exits 0.
+//!   application, tells the application and exits 0;
+//! * an engine with two workers: the application attaches once per
+//!   worker, calls over many connections are served, a killed application
+//!   fails its call and a restarted one serves again, SIGTERM stops it.
 
 mod common;
 
@@ -123,6 +126,7 @@ mod hostile {
             services: vec![("grpc.testing.TestService".into(), schema.tables().digest())],
             schemas: false,
             channels: vec![],
+            lanes: false,
         };
         attach::send(&sock, &hello.encode(), &[]).expect("hello");
         let (msg, fds) = attach::recv(&sock).expect("answer");
@@ -399,4 +403,88 @@ fn reflection_lists_only_the_services_an_application_serves() {
     engine.wait_for("detached");
     let after = rt.block_on(list_services(&addr));
     assert!(!lists(&after, "grpc.testing.TestService"), "its application is gone");
+}
+
+#[test]
+fn an_engine_with_workers_serves_from_each_and_outlives_its_application() {
+    let sock = sock_path("workers");
+    let e = Proc::start(&["engine", "--grpc-port", "0", "--attach", &sock, "--workers", "2"]);
+    let addr = e.wait_for("grpc listening on").rsplit(' ').next().unwrap_or_default().to_string();
+    let mut a = app(&sock);
+    // One lane per worker: two attachments of one process.
+    e.wait_for("attached for grpc.testing.TestService");
+    e.wait_for("attached for grpc.testing.TestService");
+    let said = a.wait_for("attached to");
+    assert!(said.contains("2 lanes"), "{said}");
+    let rt = rt();
+    // Eight connections at once (four per worker), each a few calls.
+    let many = || {
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let a = addr.clone();
+                    tokio::spawn(async move {
+                        let mut codes = Vec::new();
+                        for _ in 0..4 {
+                            codes.push(empty_call(&a).await);
+                        }
+                        codes
+                    })
+                })
+                .collect();
+            let mut codes = Vec::new();
+            for t in tasks {
+                codes.extend(t.await.expect("task"));
+            }
+            codes
+        })
+    };
+    let codes = many();
+    assert!(codes.iter().all(|c| *c == Code::Ok), "{codes:?}");
+
+    // Killed mid-call: the call fails in a bounded time, both lanes go.
+    let (st, took) = rt.block_on(async {
+        let ch = Channel::connect(&addr).await.expect("connect");
+        let mut call = ch
+            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
+            .await
+            .expect("start");
+        call.send(&[0x12, 0x02, 0x08, 0x01]).await.expect("send");
+        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
+        assert!(matches!(first, Ok(Ok(Some(_)))), "the handler answers: {first:?}");
+        let killed = Instant::now();
+        a.kill();
+        let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())
+            .await
+            .expect("the call ends within a bounded time");
+        (st, killed.elapsed())
+    });
+    assert_eq!(st.code, Code::Unavailable, "{st:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    e.wait_for("detached");
+    e.wait_for("detached");
+
+    // A restarted application serves from both workers again.
+    let a2 = app(&sock);
+    e.wait_for("attached for grpc.testing.TestService");
+    e.wait_for("attached for grpc.testing.TestService");
+    let codes = many();
+    assert!(codes.iter().all(|c| *c == Code::Ok), "{codes:?}");
+
+    // SIGTERM: drained, both lanes told, exit 0.
+    let pid = e.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let stopped = e.wait_for("stopped: ");
+    assert!(stopped.contains("2 application(s) told"), "{stopped}");
+    let mut e = e;
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = e.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the engine did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    drop(a2);
 }

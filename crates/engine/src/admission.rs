@@ -307,6 +307,7 @@ mod tests {
             services: names.iter().map(|n| (n.to_string(), 7)).collect(),
             schemas: false,
             channels: vec![],
+            lanes: false,
         }
     }
 

@@ -27,7 +27,9 @@
 //!
 //! [engine]
 //! cores = [0]                     # pin the engine's threads
-//! threads = 1
+//! threads = 1                     # the runtime that accepts (and serves, without workers)
+//! workers = 2                     # shard connections over 2 worker threads, each
+//!                                 # with its own rings to each application (default 0: none)
 //! spin_us = 20                    # spin this long after work before parking
 //!
 //! [region]
@@ -151,6 +153,10 @@ pub struct Config {
     pub cores: Vec<usize>,
     /// Runtime threads.
     pub threads: usize,
+    /// Worker threads the client connections are sharded over, each with
+    /// its own attachment (rings, doorbell) to each application that opens
+    /// lanes (0: connections are tasks of the main runtime).
+    pub workers: usize,
     /// Methods answered inside the engine, and their handlers (register
     /// your own with [`FunctionalOffload::register`]).
     pub offload: FunctionalOffload,
@@ -198,6 +204,7 @@ impl Default for Config {
             stall_timeout: Duration::from_secs(5),
             cores: Vec::new(),
             threads: 1,
+            workers: 0,
             offload: FunctionalOffload::default(),
             device: DeviceOptions::default(),
             admission: Admission::default(),
@@ -368,6 +375,16 @@ impl Config {
                             .collect::<Result<_, _>>()?
                     }
                     ("engine", "threads") => self.threads = uint(v, &k)?.max(1) as usize,
+                    ("engine", "workers") => {
+                        let n = uint(v, &k)?;
+                        if n > u64::from(protoplane_shm::attach::MAX_LANES) {
+                            return Err(format!(
+                                "{k}: at most {} workers",
+                                protoplane_shm::attach::MAX_LANES
+                            ));
+                        }
+                        self.workers = n as usize;
+                    }
                     ("engine", "spin_us") => self.spin = Duration::from_micros(uint(v, &k)?),
                     ("region", "half_mb") => self.half_mb = uint(v, &k)?.clamp(1, 1900),
                     ("region", "ring_slots") => {

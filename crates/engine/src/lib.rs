@@ -318,6 +318,9 @@ struct Ctx {
     versions: versions::Versions,
     /// The channels of applications' outbound calls, one per target.
     outbound: outbound::Channels,
+    /// The engine's workers, when it shards connections: each attachment
+    /// is bound to one, and its drain loop runs there.
+    shards: Option<Arc<protoplane_rpc::shards::Shards>>,
 }
 
 /// Starts the engine on the current tokio runtime: binds every listener,
@@ -426,6 +429,28 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         .then(protoplane_rpc::metrics::Metrics::new);
     let router = match &metrics {
         Some(m) => router.with_metrics(m.clone()),
+        None => router,
+    };
+    let shards = match config.workers {
+        0 => None,
+        n => {
+            // One core each, in the order `cores` lists them.
+            let cores = config.cores.clone();
+            let pin: protoplane_rpc::shards::OnStart = Arc::new(move |i| {
+                if let Some(c) = (!cores.is_empty()).then(|| cores[i % cores.len()]) {
+                    if let Err(e) = sys::pin_current_thread(&[c]) {
+                        tracing::warn!("engine worker {i}: cannot pin it to core {c}: {e}");
+                    }
+                }
+            });
+            let s = protoplane_rpc::shards::Shards::start(n, "protoplane-worker", Some(pin))
+                .map_err(|e| Error::Config(format!("starting {n} engine workers: {e}")))?;
+            tracing::info!("{n} engine workers; connections are sharded over them");
+            Some(s)
+        }
+    };
+    let router = match &shards {
+        Some(s) => router.with_shards(s.clone()),
         None => router,
     };
     let router = Arc::new(router);
@@ -602,6 +627,7 @@ pub async fn start_with(config: Config, mut inherited: admin::Inherited) -> Resu
         moving,
         versions: versions::Versions::default(),
         outbound: outbound::Channels::new(config.outbound.clone()).map_err(Error::Config)?,
+        shards,
     });
     tokio::spawn(admit_all(listener, ctx));
     Ok(running)
@@ -699,7 +725,18 @@ async fn serve_attached(
         };
         watcher.detach(why);
     });
-    drain(att.clone(), rx, &ctx).await;
+    // On its worker, if bound to one: its requests are posted there, and
+    // its responses answered there.
+    match (att.lane(), &ctx.shards) {
+        (Some(lane), Some(shards)) => {
+            let (a, c) = (att.clone(), ctx.clone());
+            let ran = shards.spawn_on(lane, async move { drain(a, rx, &c).await }).await;
+            if ran.is_err() {
+                att.detach("the engine worker serving it stopped");
+            }
+        }
+        _ => drain(att.clone(), rx, &ctx).await,
+    }
     watch.abort();
     ctx.registry.remove(&att);
     ctx.seats.give_back();
@@ -857,7 +894,12 @@ async fn attach_region(
 ) -> Result<(Arc<Attachment>, Receiver), String> {
     let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     let services = hello.services.iter().map(|(n, _)| n.clone()).collect();
-    let answer = Answer::Accept { version: VERSION, id, layout: ctx.layout.clone() };
+    // An application that opens lanes attaches once per worker.
+    let lanes = match (&ctx.shards, hello.lanes) {
+        (Some(s), true) => s.len() as u16,
+        _ => 0,
+    };
+    let answer = Answer::Accept { version: VERSION, id, lanes, layout: ctx.layout.clone() };
     // Rings are initialized (inside `Attachment::new`) before the answer
     // leaves, so the application never sees an uninitialized slot.
     let device = match &ctx.device {
@@ -870,6 +912,10 @@ async fn attach_region(
     let pid = peer.pid.unwrap_or(hello.pid);
     let (region, att, rx) =
         region(id, pid, services, ctx.layout.clone(), device, ctx.budgets.clone())?;
+    if let Some(s) = &ctx.shards {
+        let lane = ctx.registry.bind(&att, s.len());
+        tracing::debug!(app = id, "attachment {id} is served by engine worker {lane}");
+    }
     let fds = [&region.shared, &region.engine_half, region.app_bell.fd()];
     admission::send(sock, &answer.encode(), &fds)
         .await

@@ -3,6 +3,8 @@
 //! Several instances of one service share its load: each call goes to the
 //! instance with the fewest calls open (ties rotate). The health service
 //! reports a service SERVING while at least one instance is attached.
+//! With engine workers, an instance bound to the caller's worker comes
+//! first ([`Registry::pick`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,6 +32,9 @@ pub struct Registry {
     /// Applications that serve nothing (they only call out through the
     /// engine).
     callers: Mutex<Vec<Arc<Attachment>>>,
+    /// Attachments bound to engine workers ([`Registry::bind`]), from
+    /// their handshake on.
+    bound: Mutex<Vec<std::sync::Weak<Attachment>>>,
 }
 
 /// Detachments the registry remembers (for operators and tests).
@@ -197,17 +202,47 @@ impl Registry {
         self.detached.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 
-    /// The instance of `service` to send the next call to.
+    /// The instance of `service` to send the next call to: the least busy
+    /// of those bound to the calling engine worker (see
+    /// `protoplane_rpc::shards`), so that a call stays on one thread
+    /// from its connection to its application's rings; the least busy of
+    /// all when none is (an application that attached once, or an engine
+    /// without workers).
     pub fn pick(&self, service: &str) -> Option<Arc<Attachment>> {
         let map = self.by_service.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.get(service)?;
         let n = list.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed) % n.max(1);
-        (0..n)
-            .map(|i| &list[(start + i) % n])
-            .filter(|a| !a.is_closed())
-            .min_by_key(|a| a.in_flight())
-            .cloned()
+        let open = (0..n).map(|i| &list[(start + i) % n]).filter(|a| !a.is_closed());
+        if let Some(w) = protoplane_rpc::shards::current() {
+            let here = open.clone().filter(|a| a.lane() == Some(w)).min_by_key(|a| a.in_flight());
+            if let Some(a) = here {
+                return Some(a.clone());
+            }
+        }
+        open.min_by_key(|a| a.in_flight()).cloned()
+    }
+
+    /// Binds a new attachment to one of `workers` engine workers and
+    /// says which: the one with the fewest live attachments serving any of
+    /// its services, then the fewest in all, then the lowest (so the lanes
+    /// of one application land on every worker in turn). Bound before the
+    /// application hears its answer, so its next lane sees this one.
+    pub fn bind(&self, att: &Arc<Attachment>, workers: usize) -> usize {
+        let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        bound.retain(|w| w.upgrade().is_some_and(|a| !a.is_closed()));
+        let all: Vec<Arc<Attachment>> = bound.iter().filter_map(std::sync::Weak::upgrade).collect();
+        let count = |w: usize, any: bool| {
+            all.iter()
+                .filter(|a| a.lane() == Some(w))
+                .filter(|a| any || a.services.iter().any(|s| att.services.contains(s)))
+                .count()
+        };
+        let lane =
+            (0..workers.max(1)).min_by_key(|&w| (count(w, false), count(w, true), w)).unwrap_or(0);
+        att.set_lane(lane);
+        bound.push(Arc::downgrade(att));
+        lane
     }
 
     /// The instance of `service` to send a call to whose request lies in

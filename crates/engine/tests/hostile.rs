@@ -359,6 +359,7 @@ fn try_attach(path: &Path, services: Vec<(String, u64)>) -> Result<Attached, Str
         services,
         schemas: false,
         channels: vec![],
+        lanes: false,
     };
     attach::send(&sock, &hello.encode(), &[]).expect("send the hello");
     let (msg, fds) = attach::recv(&sock).expect("the answer");

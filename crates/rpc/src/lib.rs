@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod resolve;
 pub mod route;
 pub mod server;
+pub mod shards;
 pub mod tls;
 
 pub use backoff::Backoff;

@@ -120,6 +120,9 @@ pub struct Router {
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// A66's `other` method: calls to paths not served.
     pub(crate) other_calls: Option<Arc<crate::metrics::MethodCalls>>,
+    /// Worker threads the connections are spread over ([`crate::shards`]);
+    /// without them, each connection is a task of the accepting runtime.
+    shards: Option<Arc<crate::shards::Shards>>,
 }
 
 impl std::fmt::Debug for Router {
@@ -139,6 +142,7 @@ impl Router {
             drain: crate::drain::Drain::default(),
             metrics: None,
             other_calls: None,
+            shards: None,
         }
     }
 
@@ -275,6 +279,34 @@ impl Router {
         &self.drain
     }
 
+    /// Serves every accepted connection on one of `shards`' workers for
+    /// its whole life (see [`crate::shards`]).
+    pub fn with_shards(mut self, shards: Arc<crate::shards::Shards>) -> Router {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The workers connections are served on, if any.
+    pub fn shards(&self) -> Option<&Arc<crate::shards::Shards>> {
+        self.shards.as_ref()
+    }
+
+    /// Runs `serve(sock)` as the connection's task: on a worker when the
+    /// router has them, else on the current runtime.
+    pub(crate) fn spawn_connection<S, F, Fut>(&self, sock: S, serve: F)
+    where
+        S: crate::shards::Movable,
+        F: FnOnce(S) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.shards {
+            Some(s) => s.connection(sock, serve),
+            None => {
+                tokio::spawn(serve(sock));
+            }
+        }
+    }
+
     /// The next connection of `listener`, or `None` once the router drains.
     pub(crate) async fn accept_until_drained<T, F, Fut>(
         &self,
@@ -305,7 +337,7 @@ impl Router {
             };
             let _ = sock.set_nodelay(true);
             let r = router.clone();
-            tokio::spawn(async move { r.serve_connection(sock, peer).await });
+            router.spawn_connection(sock, move |sock| r.serve_connection(sock, peer));
         }
     }
 
@@ -330,7 +362,7 @@ impl Router {
             let _ = sock.set_nodelay(true);
             let r = router.clone();
             let acceptor = acceptor.clone();
-            tokio::spawn(async move {
+            router.spawn_connection(sock, move |sock| async move {
                 // A failed handshake concerns that client only.
                 if let Ok(Ok(stream)) =
                     tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await

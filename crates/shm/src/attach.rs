@@ -6,17 +6,26 @@
 //!                         + with flag CHANNELS (2): m u16 | m x (target len u16 | target
 //!                           | service len u16 | service | table-set digest u64): the
 //!                           outbound channels, each a target and the service called on it
+//!                         + with flag LANES (4), nothing more: the application
+//!                           attaches once per engine worker if the engine has several
 //!                         + with flag SCHEMAS (1): one descriptor per distinct
 //!                           digest, in the order the digests first appear: a
 //!                           file (a sealed memfd) holding that schema's
 //!                           serialized FileDescriptorSet
-//! engine -> app   ACCEPT  "PPATT-OK" | version u16 | 0 u16 | attachment id u32 | layout
+//! engine -> app   ACCEPT  "PPATT-OK" | version u16 | lanes u16 | attachment id u32 | layout
 //!                         + descriptors: the region's shared memfd (sealed against
 //!                           resizing), its engine-half memfd (sealed against writes
 //!                           and resizing), the application's end of the doorbell
 //!                           socket pair
 //!              or REFUSE  "PPATT-NO" | reason (UTF-8)
 //! ```
+//!
+//! `lanes` is 0 unless the HELLO had flag LANES: then it is the number of
+//! worker threads the engine shards its connections over, and an
+//! application that attaches that many times gets one attachment (region,
+//! rings, doorbell) bound to each worker, so a call never crosses between
+//! threads on either side of the region (see `protoplane_rpc::shards`).
+//! An application that attaches once is served from every worker.
 //!
 //! Versions must be equal. The digest is that of the service's whole table
 //! set (`TableSet::digest`). Type and method indices in descriptors only
@@ -61,6 +70,8 @@ pub struct Hello {
     /// Outbound channels ([`CHANNELS`]): the calls this application makes
     /// through the engine, by index (the descriptor's service field).
     pub channels: Vec<ChannelDecl>,
+    /// It attaches once per engine worker ([`LANES`]).
+    pub lanes: bool,
 }
 
 /// One outbound channel an application declares: where its calls go and
@@ -78,6 +89,13 @@ pub struct ChannelDecl {
 
 /// HELLO flag: outbound channels follow the services.
 pub const CHANNELS: u16 = 2;
+
+/// HELLO flag: the application attaches once per engine worker (ACCEPT's
+/// `lanes`).
+pub const LANES: u16 = 4;
+
+/// Most engine workers an ACCEPT may announce.
+pub const MAX_LANES: u16 = 64;
 
 /// Most outbound channels one application declares.
 pub const MAX_CHANNELS: usize = 255;
@@ -112,6 +130,9 @@ pub enum Answer {
         version: u16,
         /// The engine's number for this attachment.
         id: u32,
+        /// The engine's workers, when the HELLO asked ([`LANES`]); 0
+        /// otherwise.
+        lanes: u16,
         /// The region's layout.
         layout: Layout,
     },
@@ -160,7 +181,8 @@ impl Hello {
         let mut out = HELLO.to_vec();
         out.extend_from_slice(&self.version.to_le_bytes());
         let flags = if self.schemas { SCHEMAS } else { 0 }
-            | if self.channels.is_empty() { 0 } else { CHANNELS };
+            | if self.channels.is_empty() { 0 } else { CHANNELS }
+            | if self.lanes { LANES } else { 0 };
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&self.pid.to_le_bytes());
         out.extend_from_slice(&(self.services.len() as u16).to_le_bytes());
@@ -192,7 +214,7 @@ impl Hello {
         }
         let version = u16_at(b, 8)?;
         let flags = u16_at(b, 10)?;
-        if flags & !(SCHEMAS | CHANNELS) != 0 {
+        if flags & !(SCHEMAS | CHANNELS | LANES) != 0 {
             return err("reserved bits set");
         }
         let pid = u32_at(b, 12)?;
@@ -248,7 +270,8 @@ impl Hello {
         if at != b.len() {
             return err("bytes after the last service");
         }
-        Ok(Hello { version, pid, services, schemas: flags & SCHEMAS != 0, channels })
+        let (schemas, lanes) = (flags & SCHEMAS != 0, flags & LANES != 0);
+        Ok(Hello { version, pid, services, schemas, channels, lanes })
     }
 }
 
@@ -256,10 +279,10 @@ impl Answer {
     /// Serialized form.
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Answer::Accept { version, id, layout } => {
+            Answer::Accept { version, id, lanes, layout } => {
                 let mut out = ACCEPT.to_vec();
                 out.extend_from_slice(&version.to_le_bytes());
-                out.extend_from_slice(&0u16.to_le_bytes());
+                out.extend_from_slice(&lanes.to_le_bytes());
                 out.extend_from_slice(&id.to_le_bytes());
                 layout.encode(&mut out);
                 out
@@ -279,8 +302,9 @@ impl Answer {
         match b.get(..8) {
             Some(m) if m == ACCEPT => {
                 let version = u16_at(b, 8)?;
-                if u16_at(b, 10)? != 0 {
-                    return err("reserved bits set");
+                let lanes = u16_at(b, 10)?;
+                if lanes > MAX_LANES {
+                    return err("more engine workers than an application attaches to");
                 }
                 let id = u32_at(b, 12)?;
                 let (layout, rest) = Layout::decode(b.get(16..).unwrap_or(&[]))
@@ -288,7 +312,7 @@ impl Answer {
                 if !rest.is_empty() {
                     return err("bytes after the layout");
                 }
-                Ok(Answer::Accept { version, id, layout })
+                Ok(Answer::Accept { version, id, lanes, layout })
             }
             Some(m) if m == REFUSE => {
                 Ok(Answer::Refuse(String::from_utf8_lossy(&b[8..]).into_owned()))
@@ -363,14 +387,17 @@ mod tests {
             services: vec![("a.B".into(), 7), ("grpc.testing.TestService".into(), u64::MAX)],
             schemas: false,
             channels: vec![],
+            lanes: false,
         };
         let bytes = h.encode();
         assert_eq!(Hello::decode(&bytes), Ok(h.clone()));
-        let with = Hello { schemas: true, ..h };
+        let with = Hello { schemas: true, ..h.clone() };
         assert_eq!(Hello::decode(&with.encode()), Ok(with.clone()));
         assert_eq!(with.digests(), vec![7, u64::MAX]);
+        let lanes = Hello { lanes: true, ..h.clone() };
+        assert_eq!(Hello::decode(&lanes.encode()), Ok(lanes));
         let mut other = with.encode();
-        other[10] = 4;
+        other[10] = 8;
         assert!(Hello::decode(&other).is_err(), "an unknown flag");
         for cut in 0..bytes.len() {
             assert!(Hello::decode(&bytes[..cut]).is_err(), "cut {cut}");
@@ -378,7 +405,14 @@ mod tests {
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(Hello::decode(&extra).is_err());
-        let none = Hello { version: 1, pid: 1, services: vec![], schemas: false, channels: vec![] };
+        let none = Hello {
+            version: 1,
+            pid: 1,
+            services: vec![],
+            schemas: false,
+            channels: vec![],
+            lanes: false,
+        };
         assert!(Hello::decode(&none.encode()).is_err());
         // Only calling out: no service, two channels (a schema shared).
         let out = Hello {
@@ -426,8 +460,11 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let layout = Layout { ring_slots: 64, classes: vec![Class { size: 4096, count: 4 }] };
-        let a = Answer::Accept { version: VERSION, id: 9, layout };
-        assert_eq!(Answer::decode(&a.encode()), Ok(a));
+        let a = Answer::Accept { version: VERSION, id: 9, lanes: 2, layout };
+        assert_eq!(Answer::decode(&a.encode()), Ok(a.clone()));
+        let mut many = a.encode();
+        many[10..12].copy_from_slice(&(MAX_LANES + 1).to_le_bytes());
+        assert!(Answer::decode(&many).is_err(), "more lanes than an application opens");
         let r = Answer::Refuse("no schema for x.Y".into());
         assert_eq!(Answer::decode(&r.encode()), Ok(r));
         assert!(Answer::decode(b"PPATT-OK").is_err());

@@ -95,6 +95,8 @@ pub(crate) struct Session {
     /// The pass woke a task (an outbound call's or a compute unit's
     /// waiter): the runtime gets its turn after the pass.
     woke: AtomicBool,
+    /// Other lanes' drain loops share the runtime ([`Session::share_thread`]).
+    shares: AtomicBool,
 }
 
 /// Busy passes run back to back for up to this long without a trip through
@@ -186,11 +188,20 @@ impl Session {
             bell_owed: AtomicBool::new(false),
             tasks: AtomicUsize::new(0),
             woke: AtomicBool::new(false),
+            shares: AtomicBool::new(false),
         }))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether other lanes' drain loops share this one's runtime (an
+    /// engine with workers: one lane per worker). Then the loop gives the
+    /// runtime a turn after every pass and every idle look at its ring, so
+    /// no lane waits on another's spin.
+    pub(crate) fn share_thread(&self, yes: bool) {
+        self.shares.store(yes, Ordering::Relaxed);
     }
 
     /// Cancels every call (the engine is gone).
@@ -247,8 +258,9 @@ impl Session {
             if self.state().session.is_ended() {
                 return;
             }
-            let others =
-                self.tasks.load(Ordering::Relaxed) > 0 || self.woke.swap(false, Ordering::Relaxed);
+            let others = self.tasks.load(Ordering::Relaxed) > 0
+                || self.woke.swap(false, Ordering::Relaxed)
+                || self.shares.load(Ordering::Relaxed);
             if n > 0 {
                 spin_until = now + spin;
                 if others || now >= turn_ends {

@@ -130,6 +130,10 @@ pub struct Attachment {
     /// another engine is taking over ([`Attachment::tell_moving`]).
     mover: OnceLock<std::os::unix::net::UnixStream>,
     told_moving: AtomicBool,
+    /// The engine worker its drain loop runs on, and whose connections'
+    /// calls it takes first (`protoplane_rpc::shards`); unset when the
+    /// engine has no workers.
+    lane: OnceLock<usize>,
 }
 
 impl std::fmt::Debug for Attachment {
@@ -212,6 +216,7 @@ impl Attachment {
             peers: Mutex::new(peers::PeerSlots::default()),
             mover: OnceLock::new(),
             told_moving: AtomicBool::new(false),
+            lane: OnceLock::new(),
         });
         Some((att, Receiver { responses: Consumer::new(resp), engine_bell }))
     }
@@ -242,6 +247,16 @@ impl Attachment {
     /// attach).
     pub fn set_versions(&self, versions: Vec<Option<Arc<crate::versions::Version>>>) {
         let _ = self.versions.set(versions);
+    }
+
+    /// Binds it to an engine worker (once, at attach).
+    pub fn set_lane(&self, lane: usize) {
+        let _ = self.lane.set(lane);
+    }
+
+    /// The engine worker it is bound to, if any.
+    pub fn lane(&self) -> Option<usize> {
+        self.lane.get().copied()
     }
 
     /// Sets its outbound channels (once, at attach).

@@ -45,7 +45,8 @@ pub async fn serve_tcp(
         router.accept_until_drained("lean server", || listener.accept()).await
     {
         let _ = sock.set_nodelay(true);
-        tokio::spawn(serve_connection(router.clone(), sock));
+        let r = router.clone();
+        router.spawn_connection(sock, move |sock| serve_connection(r, sock));
     }
     Ok(())
 }
@@ -59,7 +60,8 @@ pub async fn serve_unix(
     while let Some((sock, _)) =
         router.accept_until_drained("lean server", || listener.accept()).await
     {
-        tokio::spawn(serve_connection(router.clone(), sock));
+        let r = router.clone();
+        router.spawn_connection(sock, move |sock| serve_connection(r, sock));
     }
     Ok(())
 }

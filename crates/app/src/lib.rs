@@ -341,8 +341,22 @@ impl App {
             let (path, hello, sets) = (self.path.clone(), hello.clone(), sets.clone());
             let joined =
                 tokio::task::spawn_blocking(move || connect::connect(&path, &hello, &sets)).await;
-            let (sock, layout, map, bell, n) =
-                joined.map_err(|e| Error::Unreachable(e.to_string()))??;
+            let connected = joined.map_err(|e| Error::Unreachable(e.to_string()))?;
+            let (sock, layout, map, bell, n) = match connected {
+                Ok(c) => c,
+                // A lane beyond the first that the engine refuses (its
+                // seats are taken): the lanes attached serve, every worker
+                // reaching them.
+                Err(Error::Refused(why)) if !lanes.is_empty() => {
+                    tracing::warn!(
+                        "the engine refused lane {} of {want}: {why}; serving on {}",
+                        lanes.len() + 1,
+                        lanes.len()
+                    );
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             if lanes.is_empty() {
                 want = usize::from(n).max(1);
             }
@@ -361,11 +375,13 @@ impl App {
             // last references to the regions and the doorbells go, so the
             // engine sees it leave.
             ends.push(EndsSession(session.clone()));
-            session.share_thread(want > 1);
             sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
             let sock = tokio::net::UnixStream::from_std(sock)
                 .map_err(|e| Error::Unreachable(e.to_string()))?;
             lanes.push((sock, session));
+        }
+        for (_, s) in &lanes {
+            s.share_thread(lanes.len() > 1);
         }
         // Compute units and outbound calls go through the first lane.
         self.units.inner.attach(&lanes[0].1);

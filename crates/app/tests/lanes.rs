@@ -4,7 +4,8 @@
 //!   each bound to a worker of its own;
 //! * every call stays on the worker its connection was given to: the
 //!   calls of each connection are counted on that worker's lane, exactly;
-//! * an application that attaches once is served from every worker.
+//! * an application that attaches once is served from every worker, and so
+//!   is one whose second lane the engine refuses (no seat left).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,7 +83,7 @@ async fn unary(ch: &Channel, n: u8) -> Result<u8, Status> {
 /// opens four client connections one after another (the workers take them
 /// in turn: 0, 1, 0, 1) and makes 3, 5, 7 and 11 calls on them; returns
 /// the calls each attachment was given, by worker.
-fn run(name: &str, lanes: bool) -> Vec<(Option<usize>, u64)> {
+fn run(name: &str, lanes: bool, seats: usize) -> Vec<(Option<usize>, u64)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let src = [ProtoSource { name: "lanes.proto", text: PROTO }];
     let schema = Arc::new(Schema::from_proto_sources(&src, &["lanes.proto"]).expect("schema"));
@@ -98,11 +99,13 @@ fn run(name: &str, lanes: bool) -> Vec<(Option<usize>, u64)> {
             workers: 2,
             ..protoplane_engine::Config::default()
         };
+        let mut config = config;
+        config.admission.max_applications = seats;
         let engine = protoplane_engine::start(config).await.expect("engine");
         let svc = Arc::new(Svc { schema: schema.clone() });
         let app = protoplane_app::attach(&sock).lanes(lanes);
         std::thread::spawn(move || app.serve(svc));
-        let want = if lanes { 2 } else { 1 };
+        let want = if lanes { seats.min(2) } else { 1 };
         let until = Instant::now() + BOUND;
         while engine.registry.attached("lanes.Svc") < want {
             assert!(Instant::now() < until, "the application did not attach");
@@ -139,10 +142,15 @@ fn run(name: &str, lanes: bool) -> Vec<(Option<usize>, u64)> {
 fn each_worker_posts_its_connections_calls_on_its_own_lane() {
     // Connections 0 and 2 on worker 0 (3 + 7 calls), 1 and 3 on worker 1
     // (5 + 11).
-    assert_eq!(run("two", true), vec![(Some(0), 10), (Some(1), 16)]);
+    assert_eq!(run("two", true, 64), vec![(Some(0), 10), (Some(1), 16)]);
 }
 
 #[test]
 fn an_application_that_attaches_once_is_served_from_every_worker() {
-    assert_eq!(run("one", false), vec![(Some(0), 26)]);
+    assert_eq!(run("one", false, 64), vec![(Some(0), 26)]);
+}
+
+#[test]
+fn an_application_whose_second_lane_is_refused_serves_on_its_first() {
+    assert_eq!(run("seat", true, 1), vec![(Some(0), 26)]);
 }

@@ -44,7 +44,8 @@
 //! stall_timeout_ms = 5000         # an application that takes no request this long is cut off
 //!
 //! [attach]                        # the attach socket: see `crate::admission`
-//! max_applications = 64           # attached at once
+//! max_applications = 64           # attached at once (an application attached once per
+//!                                 # engine worker takes one seat per worker)
 //! max_pending = 64                # handshakes waiting at once (the oldest is cut off)
 //! handshake_timeout_ms = 1000
 //!

@@ -8,7 +8,10 @@
 #   1. formatting and clippy (-D warnings)
 #   2. every Rust test (unit, integration, dataset round trips, CLI contract),
 #      and the loom model of the shared-memory ring protocol
-#   3. the cross-check against Python `protobuf` (random + non-canonical messages)
+#   3. the cross-check against Python `protobuf` (random + non-canonical messages),
+#      and Google's conformance runner (protobuf 27.1's, built once per
+#      machine from crates.io's protobuf-src and cached) against
+#      `protoplane conformance-testee`, its failure lists asserted
 #   4. gRPC interop against real peers: grpc-go's interop client and server,
 #      grpcurl through reflection, TLS; Python grpcio client and server; both
 #      clients also against `protoplane engine` (split mode), with a Rust
@@ -103,6 +106,9 @@ step "cross-check against Python protobuf"
 scripts/setup-python.sh
 if .venv/bin/python tests/conformance/crosscheck.py --protoplane target/release/protoplane \
     --out-dir tests/conformance/out; then ok; else bad "crosscheck"; fi
+
+step "Google's conformance suite (binary, JSON, text format, editions), failure lists asserted"
+if tests/conformance/run.sh target/release/protoplane; then ok; else bad "conformance suite"; fi
 
 step "gRPC interop: grpc-go client and server, grpcurl, TLS"
 if tests/interop/run.sh --protoplane target/release/protoplane; then ok; else bad "interop (grpc-go)"; fi

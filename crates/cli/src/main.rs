@@ -4,6 +4,7 @@
 //! message index, type, field number and byte offset), 2 usage errors
 //! (bad flags, unreadable schema, unknown type).
 
+mod conformance;
 mod demo;
 mod engine;
 mod external;
@@ -102,6 +103,11 @@ enum Command {
         #[command(flatten)]
         msg: MessageArgs,
     },
+    /// The testee Google's conformance runner drives
+    /// (`conformance_test_runner … protoplane-testee`): its pipe protocol
+    /// on stdin and stdout.
+    #[command(name = "conformance-testee")]
+    ConformanceTestee(conformance::TesteeArgs),
     /// Encode JSON lines from stdin to wire messages on stdout.
     Encode {
         #[command(flatten)]
@@ -196,6 +202,7 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
                 .map_err(|e| Failure::Usage(e.to_string()))?;
             write_stdout(report.as_bytes())
         }
+        Command::ConformanceTestee(args) => conformance::run(&args).map_err(Failure::Usage),
         Command::InteropServer(args) => interop::server::run(&args).map_err(Failure::Usage),
         Command::InteropClient(args) => interop::client::run(&args).map_err(Failure::Input),
         Command::Demo(args) => {

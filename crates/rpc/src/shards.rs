@@ -203,7 +203,8 @@ mod tests {
     #[test]
     fn connections_spread_over_the_workers_and_run_on_them() {
         let shards = Shards::start(2, "test-shard", None).expect("workers");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = l.local_addr().expect("address");
@@ -243,8 +244,9 @@ mod tests {
     fn a_task_on_a_worker_knows_which() {
         let shards = Shards::start(3, "test-shard", None).expect("workers");
         let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-        let seen: Vec<_> =
-            (0..3).map(|i| rt.block_on(shards.spawn_on(i, async { current() })).expect("ran")).collect();
+        let seen: Vec<_> = (0..3)
+            .map(|i| rt.block_on(shards.spawn_on(i, async { current() })).expect("ran"))
+            .collect();
         assert_eq!(seen, vec![Some(0), Some(1), Some(2)]);
     }
 }

@@ -3,13 +3,14 @@
 //!
 //! Properties, beyond "never panics": a message `from_json` accepts
 //! encodes, and its encoding decodes (required fields aside: JSON does not
-//! check them).
+//! check them); printing it back to JSON either works or says why (a
+//! well-known type out of range), and what it prints parses again.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use protoplane_fuzz::pick;
-use protoplane_wire::{decode, json, DecodeOptions, EncodeOptions, Encoder, Source};
+use protoplane_wire::{decode, json, DecodeOptions, EncodeOptions, Encoder, MessageView, Source};
 
 fuzz_target!(|data: &[u8]| {
     let Some((t, rest)) = pick(data) else { return };
@@ -30,5 +31,13 @@ fuzz_target!(|data: &[u8]| {
     let opts = DecodeOptions { check_required: false, ..DecodeOptions::default() };
     if let Err(e) = decode(t.tables, t.type_index, &wire, &opts) {
         panic!("{}: the encoding of a JSON message does not decode: {e}", t.name);
+    }
+    let mut text = String::new();
+    let printed = MessageView::new(t.tables, Source::owned(block.as_bytes()), t.type_index)
+        .and_then(|v| json::to_json(&v, &mut text));
+    if printed.is_ok() {
+        if let Err(e) = json::from_json(t.tables, t.type_index, &text) {
+            panic!("{}: printed JSON does not parse again: {e}\n{text}", t.name);
+        }
     }
 });

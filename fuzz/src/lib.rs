@@ -78,8 +78,46 @@ pub fn hostile() -> &'static TableSet {
     })
 }
 
+/// A message of every well-known type with a JSON form of its own (the
+/// JSON target's special cases), appended after the others so that the
+/// selectors of the older types stay as they were.
+const WKT_PROTO: &str = r#"
+syntax = "proto3";
+package fuzzwkt;
+import "google/protobuf/any.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+message W {
+  google.protobuf.Timestamp at = 1;
+  google.protobuf.Duration took = 2;
+  google.protobuf.FieldMask mask = 3;
+  google.protobuf.Struct doc = 4;
+  google.protobuf.Value value = 5;
+  google.protobuf.ListValue list = 6;
+  google.protobuf.Any any = 7;
+  google.protobuf.Int64Value count = 8;
+  google.protobuf.BytesValue blob = 9;
+  google.protobuf.FloatValue ratio = 10;
+  google.protobuf.NullValue nothing = 11;
+  repeated google.protobuf.Value values = 12;
+  map<string, google.protobuf.Value> by_name = 13;
+  repeated google.protobuf.Any anys = 14;
+  W child = 15;
+}
+"#;
+
+/// The well-known types' schema ([`WKT_PROTO`]).
+pub fn wkt() -> &'static TableSet {
+    static TABLES: OnceLock<TableSet> = OnceLock::new();
+    TABLES.get_or_init(|| load(&[ProtoSource { name: "fuzzwkt.proto", text: WKT_PROTO }]))
+}
+
 /// Every selectable type: all message types of the social-network schema
-/// (map entries included) in table order, then [`HOSTILE_TYPES`].
+/// (map entries included) in table order, then [`HOSTILE_TYPES`], then
+/// `fuzzwkt.W`.
 pub fn targets() -> &'static [Target] {
     static TARGETS: OnceLock<Vec<Target>> = OnceLock::new();
     TARGETS.get_or_init(|| {
@@ -92,6 +130,9 @@ pub fn targets() -> &'static [Target] {
             let i = hostile.message_by_name(name).unwrap_or_else(|| panic!("no type {name}"));
             all.push(Target { tables: hostile, type_index: i, name: hostile.message_name(i) });
         }
+        let wkt = wkt();
+        let i = wkt.message_by_name("fuzzwkt.W").unwrap_or_else(|| panic!("no type fuzzwkt.W"));
+        all.push(Target { tables: wkt, type_index: i, name: wkt.message_name(i) });
         assert!(all.len() <= 256, "a selector is one byte");
         all
     })

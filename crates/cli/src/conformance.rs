@@ -170,6 +170,9 @@ struct Request<'a> {
     output: i128,
     /// The payload's field number and bytes.
     payload: Option<(u32, &'a [u8])>,
+    /// `JSON_IGNORE_UNKNOWN_PARSING_TEST`: parse with
+    /// `ignore_unknown_fields`.
+    ignore_unknown: bool,
 }
 
 impl Testee {
@@ -219,7 +222,8 @@ impl Testee {
                 let Ok(text) = std::str::from_utf8(text) else {
                     return (PARSE_ERROR, b"the JSON payload is not UTF-8".to_vec());
                 };
-                match json::from_json(&self.suite, ty, text) {
+                let opts = json::JsonOptions { ignore_unknown_fields: req.ignore_unknown };
+                match json::from_json_with(&self.suite, ty, text, &opts) {
                     Ok(block) => block,
                     Err(e) => return (PARSE_ERROR, e.to_string().into_bytes()),
                 }
@@ -264,11 +268,12 @@ impl Testee {
 fn request<'a>(v: &MessageView<'a>) -> Result<Request<'a>, protoplane_wire::BlockError> {
     let message_type = v.by_number(4)?.and_then(|x| x.as_str()).unwrap_or("");
     let output = v.by_number(3)?.and_then(|x| x.as_i128()).unwrap_or(0);
+    let ignore_unknown = v.by_number(5)?.and_then(|x| x.as_i128()) == Some(3);
     let mut payload = None;
     for n in [1, 2, 7, 8] {
         if let Some(x) = v.by_number(n)? {
             payload = x.as_bytes().map(|b| (n, b));
         }
     }
-    Ok(Request { message_type, output, payload })
+    Ok(Request { message_type, output, payload, ignore_unknown })
 }

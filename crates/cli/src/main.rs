@@ -117,6 +117,10 @@ enum Command {
         /// Deterministic serialization (map entries sorted by key).
         #[arg(long)]
         deterministic: bool,
+        /// Skip members that name no field and enum names the enum does
+        /// not declare, instead of refusing the input.
+        #[arg(long)]
+        ignore_unknown_fields: bool,
     },
 }
 
@@ -278,7 +282,8 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
             }
             write_stdout(out.as_bytes())
         }
-        Command::Encode { schema, msg, deterministic } => {
+        Command::Encode { schema, msg, deterministic, ignore_unknown_fields } => {
+            let jopts = json::JsonOptions { ignore_unknown_fields };
             let (ts, ty) = load_type(&schema, &msg)?;
             let eopts =
                 EncodeOptions { deterministic, max_depth: msg.max_depth, ..Default::default() };
@@ -297,7 +302,7 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
                         "more than one JSON object: use --delimited for a stream".into(),
                     ));
                 }
-                let block = json::from_json(&ts, ty, line).map_err(|e| {
+                let block = json::from_json_with(&ts, ty, line, &jopts).map_err(|e| {
                     Failure::Input(format!("message {index}: type {}: {e}", msg.type_name))
                 })?;
                 encoded.clear();

@@ -9,11 +9,15 @@
 //! its last value). Unknown fields are not represented.
 //!
 //! Input accepts what protobuf's parsers accept: JSON or declared names,
-//! integers as numbers or strings, enums by name or number, standard or
-//! URL-safe base64 with or without padding, `null` for "absent".
+//! integers as numbers or strings (no spaces around them), enums by name or
+//! number, standard or URL-safe base64 with or without padding, `null` for
+//! "absent" (but for a `Value`, whose null is a value), and refuses what
+//! they refuse: two members of one oneof, `null` as a map value, a bool as
+//! a string.
 //!
-//! Well-known types (Timestamp, Duration, wrappers, Struct, Any, …) are
-//! printed and parsed as ordinary messages, not with their special forms.
+//! Well-known types (Timestamp, Duration, FieldMask, the wrappers, Struct,
+//! Value, ListValue, Any, NullValue) have JSON forms of their own: see
+//! [`wkt`].
 
 use std::fmt::Write as _;
 
@@ -24,6 +28,8 @@ use serde_json::Value as Json;
 use crate::builder::{BuildError, Builder, MessageBuilder};
 use crate::error::BlockError;
 use crate::view::{MessageView, Value};
+
+mod wkt;
 
 /// A JSON input that does not fit the schema.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +59,9 @@ fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result
         return Err(BlockError::TooDeep);
     }
     let ts = view.tables();
+    if let Some(w) = wkt::of(ts, view.type_index()) {
+        return wkt::write(w, view, out, depth);
+    }
     out.push('{');
     let mut first = true;
     for f in view.fields() {
@@ -151,6 +160,9 @@ fn write_value(
         }
         Value::F32(x) => write_float(out, x as f64, format!("{x}")),
         Value::F64(x) => write_float(out, x, format!("{x}")),
+        Value::Enum(_) if ts.str(ts.enum_type(f.sub).name) == wkt::NULL_VALUE => {
+            out.push_str("null")
+        }
         Value::Enum(n) => match ts.enum_value_name(ts.enum_type(f.sub), n) {
             Some(name) => write_str(out, name.as_bytes()),
             None => {
@@ -202,14 +214,43 @@ fn write_str(out: &mut String, s: &[u8]) {
 /// encoder's default depth limit, so whatever parses also encodes.
 const MAX_DEPTH: u32 = 100;
 
+/// How [`from_json_with`] reads its input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsonOptions {
+    /// Skip members that name no field, and enum values given by a name
+    /// the enum does not declare (a singular field stays absent, a
+    /// repeated field's element and a map's entry are left out), instead
+    /// of refusing the input: what protobuf's `ignore_unknown_fields` does,
+    /// for readers of JSON written by a newer schema.
+    pub ignore_unknown_fields: bool,
+}
+
 /// Builds a block of `type_index` from a JSON text.
 pub fn from_json(ts: &TableSet, type_index: u32, text: &str) -> Result<crate::Block, JsonError> {
+    from_json_with(ts, type_index, text, &JsonOptions::default())
+}
+
+/// [`from_json`] with options.
+pub fn from_json_with(
+    ts: &TableSet,
+    type_index: u32,
+    text: &str,
+    opts: &JsonOptions,
+) -> Result<crate::Block, JsonError> {
     let json: Json =
         serde_json::from_str(text).map_err(|e| JsonError(format!("invalid JSON: {e}")))?;
     let mut b = Builder::new(ts, type_index)?;
     let root = b.root();
-    fill(ts, &mut b, root, &json, 0)?;
+    fill(ts, &mut b, root, &json, 0, opts)?;
     Ok(b.finish())
+}
+
+/// Whether `v`, for field `f`, is an enum name the enum does not declare
+/// and `opts` says to skip such values.
+fn skipped_enum(ts: &TableSet, f: &Field, v: &Json, opts: &JsonOptions) -> bool {
+    opts.ignore_unknown_fields
+        && f.kind == Kind::Enum
+        && matches!(v, Json::String(name) if ts.enum_value_by_name(ts.enum_type(f.sub), name).is_none())
 }
 
 fn fill(
@@ -218,20 +259,40 @@ fn fill(
     at: MessageBuilder,
     json: &Json,
     depth: u32,
+    opts: &JsonOptions,
 ) -> Result<(), JsonError> {
     if depth > MAX_DEPTH {
         return Err(JsonError("nesting too deep".into()));
+    }
+    if let Some(w) = wkt::of(ts, at.type_index()) {
+        return wkt::parse(w, ts, b, at, json, depth, opts);
     }
     let msg = ts.message(at.type_index());
     let Json::Object(map) = json else {
         return Err(JsonError(format!("{}: expected an object", ts.message_name(at.type_index()))));
     };
+    // The oneofs a member was given for (two members of one is an error).
+    let mut oneofs: Vec<u32> = Vec::new();
     for (key, value) in map {
-        let f = ts.field_by_name(msg, key).ok_or_else(|| {
-            JsonError(format!("{}: no field named {key:?}", ts.message_name(at.type_index())))
-        })?;
-        if value.is_null() {
+        let Some(f) = ts.field_by_name(msg, key) else {
+            if opts.ignore_unknown_fields {
+                continue;
+            }
+            let name = ts.message_name(at.type_index());
+            return Err(JsonError(format!("{name}: no field named {key:?}")));
+        };
+        // `null` is "absent", but for a singular `Value` (or `NullValue`).
+        if value.is_null() && (f.is_repeated() || !wkt::takes_null(ts, f)) {
             continue;
+        }
+        if f.flags.has(FieldFlags::ONEOF) {
+            if oneofs.contains(&f.presence) {
+                return Err(JsonError(format!(
+                    "{}: two members of one oneof ({key:?} and another)",
+                    ts.message_name(at.type_index())
+                )));
+            }
+            oneofs.push(f.presence);
         }
         let ctx = |e: JsonError| JsonError(format!("field {key:?}: {}", e.0));
         if f.flags.has(FieldFlags::MAP) {
@@ -247,6 +308,9 @@ fn fill(
                 return Err(JsonError("nesting too deep".into()));
             }
             for (k, v) in entries {
+                if skipped_enum(ts, vf, v, opts) {
+                    continue;
+                }
                 let e = b.message(at, f.number)?;
                 let key_json = match kf.kind {
                     Kind::String => Json::String(k.clone()),
@@ -257,11 +321,12 @@ fn fill(
                     },
                     _ => Json::String(k.clone()),
                 };
-                set_one(ts, b, e, kf, &key_json, depth).map_err(ctx)?;
-                if !v.is_null() {
-                    // The entry is a message level of its own on the wire.
-                    set_one(ts, b, e, vf, v, depth + 1).map_err(ctx)?;
+                set_one(ts, b, e, kf, &key_json, depth, opts).map_err(ctx)?;
+                if v.is_null() && !wkt::takes_null(ts, vf) {
+                    return Err(ctx(JsonError(format!("null as the value of map key {k:?}"))));
                 }
+                // The entry is a message level of its own on the wire.
+                set_one(ts, b, e, vf, v, depth + 1, opts).map_err(ctx)?;
             }
         } else if f.is_repeated() {
             let Json::Array(items) = value else {
@@ -270,14 +335,14 @@ fn fill(
             for item in items {
                 if f.kind.is_message() {
                     let sub = b.message(at, f.number)?;
-                    fill(ts, b, sub, item, depth + 1).map_err(ctx)?;
-                } else {
+                    fill(ts, b, sub, item, depth + 1, opts).map_err(ctx)?;
+                } else if !skipped_enum(ts, f, item, opts) {
                     let v = scalar(ts, f, item).map_err(ctx)?;
                     b.push(at, f.number, v.as_value())?;
                 }
             }
         } else {
-            set_one(ts, b, at, f, value, depth).map_err(ctx)?;
+            set_one(ts, b, at, f, value, depth, opts).map_err(ctx)?;
         }
     }
     Ok(())
@@ -290,10 +355,14 @@ fn set_one(
     f: &Field,
     v: &Json,
     depth: u32,
+    opts: &JsonOptions,
 ) -> Result<(), JsonError> {
     if f.kind.is_message() {
         let sub = b.message(at, f.number)?;
-        return fill(ts, b, sub, v, depth + 1);
+        return fill(ts, b, sub, v, depth + 1, opts);
+    }
+    if skipped_enum(ts, f, v, opts) {
+        return Ok(());
     }
     let owned = scalar(ts, f, v)?;
     b.set(at, f.number, owned.as_value())?;
@@ -333,7 +402,7 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
                     f as i128
                 }
             }
-            Json::String(s) => s.trim().parse::<i128>().map_err(|_| bad())?,
+            Json::String(s) => s.parse::<i128>().map_err(|_| bad())?,
             _ => return Err(bad()),
         };
         if x < lo || x > hi {
@@ -356,8 +425,6 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
     Ok(Owned::V(match f.kind {
         Kind::Bool => match v {
             Json::Bool(b) => Value::Bool(*b),
-            Json::String(s) if s == "true" => Value::Bool(true),
-            Json::String(s) if s == "false" => Value::Bool(false),
             _ => return Err(bad()),
         },
         Kind::Int32 | Kind::SInt32 | Kind::SFixed32 => {
@@ -379,6 +446,7 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
         Kind::Enum => {
             let e = ts.enum_type(f.sub);
             match v {
+                Json::Null if ts.str(e.name) == wkt::NULL_VALUE => Value::Enum(0),
                 Json::String(name) => Value::Enum(ts.enum_value_by_name(e, name).ok_or_else(bad)?),
                 _ => Value::Enum(int(i32::MIN as i128, i32::MAX as i128)? as i32),
             }
@@ -397,8 +465,11 @@ fn scalar(ts: &TableSet, f: &Field, v: &Json) -> Result<Owned, JsonError> {
 
 fn decode_base64(s: &str) -> Option<Vec<u8>> {
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-    let lenient =
-        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    // Padding or not, and the unused low bits of the last character
+    // ignored, as protobuf's parsers do.
+    let lenient = GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true);
     let std = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
     let url = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
     std.decode(s).ok().or_else(|| url.decode(s).ok())

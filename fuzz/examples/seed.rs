@@ -50,7 +50,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use protoplane_fuzz::{generated, hostile, selector, social, targets};
+use protoplane_fuzz::{generated, hostile, selector, social, targets, wkt};
 use protoplane_schema::TableSet;
 use protoplane_wire::{decode, json, DecodeOptions, MessageView, Source};
 
@@ -199,6 +199,23 @@ fn main() {
     }
     tables.put("social", &social().to_bytes());
     tables.put("hostile", &hostile().to_bytes());
+    // The well-known types' JSON forms, each and all at once.
+    let w = sel("fuzzwkt.W");
+    for (name, json) in [
+        ("wkt-time", r#"{"at":"1970-01-01T00:00:00.5+01:00","took":"-1.000000001s"}"#),
+        ("wkt-mask", r#"{"mask":"fooBar,baz.quxQuux"}"#),
+        ("wkt-struct", r#"{"doc":{"a":[1,null,"x",{"b":true}],"c":{}},"value":null}"#),
+        ("wkt-list", r#"{"list":[1.5,"y",[],{}],"values":[null,2],"byName":{"k":{"z":1}}}"#),
+        ("wkt-wrappers", r#"{"count":"-5","blob":"AAE-_w","ratio":"NaN","nothing":null}"#),
+        (
+            "wkt-any",
+            r#"{"any":{"@type":"type.googleapis.com/google.protobuf.Duration","value":"2s"},"anys":[{"@type":"type.googleapis.com/fuzzwkt.W","at":"9999-12-31T23:59:59Z"},{}]}"#,
+        ),
+        ("wkt-nested", r#"{"child":{"child":{"doc":{"k":{"k":{"k":[[[]]]}}}}}}"#),
+    ] {
+        text.put_selected(name, w, json.as_bytes());
+    }
+    tables.put("wkt", &wkt().to_bytes());
 
     if let Some(shared) = shared {
         let sn = shared.join("datasets/socialnetwork");
@@ -435,8 +452,9 @@ fn xds_seeds(corpus: &Path) -> Dir {
         any.set_value(&hcm).expect("value");
     }
     let block = b.finish();
-    let listener =
-        Listener::encode(&mut enc, Source::owned(block.as_bytes()), &opts).expect("encodes").to_vec();
+    let listener = Listener::encode(&mut enc, Source::owned(block.as_bytes()), &opts)
+        .expect("encodes")
+        .to_vec();
     dir.put_selected("listener", 0, &listener);
 
     let mut b = Cluster::builder();
@@ -449,8 +467,9 @@ fn xds_seeds(corpus: &Path) -> Dir {
         eds.set_service_name("c1-eds").expect("service");
     }
     let block = b.finish();
-    let cluster =
-        Cluster::encode(&mut enc, Source::owned(block.as_bytes()), &opts).expect("encodes").to_vec();
+    let cluster = Cluster::encode(&mut enc, Source::owned(block.as_bytes()), &opts)
+        .expect("encodes")
+        .to_vec();
     dir.put_selected("cluster", 2, &cluster);
 
     let mut b = ClusterLoadAssignment::builder();
@@ -466,7 +485,11 @@ fn xds_seeds(corpus: &Path) -> Dir {
             e.load_balancing_weight().expect("w").set_value(2);
             let mut ep = e.endpoint().expect("ep");
             let mut a = ep.address().expect("address");
-            a.socket_address().expect("sa").set_address("127.0.0.1").expect("ip").set_port_value(50051);
+            a.socket_address()
+                .expect("sa")
+                .set_address("127.0.0.1")
+                .expect("ip")
+                .set_port_value(50051);
         }
     }
     let block = b.finish();
@@ -482,9 +505,18 @@ fn xds_seeds(corpus: &Path) -> Dir {
 fn service_config_seeds(corpus: &Path) -> Dir {
     let mut dir = Dir::new(corpus, "service_config");
     for (name, json) in [
-        ("retry", r#"{"methodConfig":[{"name":[{"service":"pkg.Svc","method":"M"}],"timeout":"1.5s","waitForReady":true,"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE",10]}}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}"#),
-        ("hedging", r#"{"methodConfig":[{"name":[{}],"hedgingPolicy":{"maxAttempts":4,"hedgingDelay":"0.5s","nonFatalStatusCodes":["UNAVAILABLE"]}}]}"#),
-        ("lb", r#"{"loadBalancingConfig":[{"grpclb":{}},{"weighted_round_robin":{"blackoutPeriod":"1s","weightUpdatePeriod":"0.2s","errorUtilizationPenalty":1.5}},{"round_robin":{}}]}"#),
+        (
+            "retry",
+            r#"{"methodConfig":[{"name":[{"service":"pkg.Svc","method":"M"}],"timeout":"1.5s","waitForReady":true,"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE",10]}}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}"#,
+        ),
+        (
+            "hedging",
+            r#"{"methodConfig":[{"name":[{}],"hedgingPolicy":{"maxAttempts":4,"hedgingDelay":"0.5s","nonFatalStatusCodes":["UNAVAILABLE"]}}]}"#,
+        ),
+        (
+            "lb",
+            r#"{"loadBalancingConfig":[{"grpclb":{}},{"weighted_round_robin":{"blackoutPeriod":"1s","weightUpdatePeriod":"0.2s","errorUtilizationPenalty":1.5}},{"round_robin":{}}]}"#,
+        ),
         ("old-lb", r#"{"loadBalancingPolicy":"ROUND_ROBIN"}"#),
     ] {
         dir.put(name, json.as_bytes());
@@ -555,13 +587,83 @@ fn attach_seeds(corpus: &Path) -> Dir {
         }]
     };
     let hellos = [
-        ("hello", Hello { version: VERSION, pid: 1, services: services(&["a.S", "b.T"]), schemas: false, channels: none(), lanes: false }),
-        ("twice", Hello { version: VERSION, pid: 1, services: services(&["b.T", "b.T"]), schemas: false, channels: none(), lanes: false }),
-        ("old", Hello { version: VERSION - 1, pid: 1, services: services(&["b.T"]), schemas: false, channels: none(), lanes: false }),
-        ("schemas", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: none(), lanes: false }),
-        ("channels", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: true, channels: out(), lanes: false }),
-        ("caller", Hello { version: VERSION, pid: 1, services: services(&[]), schemas: false, channels: out(), lanes: false }),
-        ("lanes", Hello { version: VERSION, pid: 1, services: services(&["a.S"]), schemas: false, channels: none(), lanes: true }),
+        (
+            "hello",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&["a.S", "b.T"]),
+                schemas: false,
+                channels: none(),
+                lanes: false,
+            },
+        ),
+        (
+            "twice",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&["b.T", "b.T"]),
+                schemas: false,
+                channels: none(),
+                lanes: false,
+            },
+        ),
+        (
+            "old",
+            Hello {
+                version: VERSION - 1,
+                pid: 1,
+                services: services(&["b.T"]),
+                schemas: false,
+                channels: none(),
+                lanes: false,
+            },
+        ),
+        (
+            "schemas",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&["a.S"]),
+                schemas: true,
+                channels: none(),
+                lanes: false,
+            },
+        ),
+        (
+            "channels",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&["a.S"]),
+                schemas: true,
+                channels: out(),
+                lanes: false,
+            },
+        ),
+        (
+            "caller",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&[]),
+                schemas: false,
+                channels: out(),
+                lanes: false,
+            },
+        ),
+        (
+            "lanes",
+            Hello {
+                version: VERSION,
+                pid: 1,
+                services: services(&["a.S"]),
+                schemas: false,
+                channels: none(),
+                lanes: true,
+            },
+        ),
     ];
     for (name, h) in hellos {
         for (uid, gid) in [(0, 0), (1000, 7)] {

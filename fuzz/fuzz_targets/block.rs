@@ -49,7 +49,8 @@ fuzz_target!(|data: &[u8]| {
         let mut text = String::new();
         let _ = json::to_json(&view, &mut text);
         let whole = Encoder::new().encode(ts, ty, src, &opts).map(<[u8]>::to_vec);
-        let at_root = Encoder::new().encode_at(ts, ty, src, view.offset(), &opts).map(<[u8]>::to_vec);
+        let at_root =
+            Encoder::new().encode_at(ts, ty, src, view.offset(), &opts).map(<[u8]>::to_vec);
         assert_eq!(whole, at_root, "{}: encode_at the root differs from encode", t.name);
     }
     let n = block.len();

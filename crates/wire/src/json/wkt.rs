@@ -138,17 +138,17 @@ pub(super) fn write(
         Wkt::FieldMask => {
             let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
             let paths = view.repeated(f)?;
-            out.push('"');
+            let mut joined = String::new();
             for i in 0..paths.len() {
                 if i > 0 {
-                    out.push(',');
+                    joined.push(',');
                 }
                 let p = paths.get(i)?;
                 let p = std::str::from_utf8(p.as_bytes().unwrap_or_default())
                     .map_err(|_| unrepresentable(NoJsonForm::FieldMaskPath))?;
-                out.push_str(&camel(p).ok_or(unrepresentable(NoJsonForm::FieldMaskPath))?);
+                joined.push_str(&camel(p).ok_or(unrepresentable(NoJsonForm::FieldMaskPath))?);
             }
-            out.push('"');
+            write_str(out, joined.as_bytes());
         }
         Wkt::Wrapper => {
             let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
@@ -261,13 +261,13 @@ fn type_of_url(ts: &TableSet, url: &str) -> Option<u32> {
 
 /// `foo_bar.baz_qux` as `fooBar.bazQux`; `None` when the result would not
 /// convert back to the same path (upper-case letters, `_` not followed by a
-/// lower-case letter).
+/// lower-case letter, a `,`, which separates paths).
 fn camel(path: &str) -> Option<String> {
     let mut out = String::with_capacity(path.len());
-    let mut chars = path.chars().peekable();
+    let mut chars = path.chars();
     while let Some(c) = chars.next() {
         match c {
-            'A'..='Z' => return None,
+            'A'..='Z' | ',' => return None,
             '_' => match chars.next() {
                 Some(n @ 'a'..='z') => out.push(n.to_ascii_uppercase()),
                 _ => return None,
@@ -627,7 +627,7 @@ mod tests {
     fn field_mask_paths_convert_only_when_they_come_back() {
         assert_eq!(camel("foo_bar.baz").as_deref(), Some("fooBar.baz"));
         assert_eq!(snake("fooBar.baz").as_deref(), Some("foo_bar.baz"));
-        for bad in ["fooBar", "foo__bar", "foo_3", "foo_"] {
+        for bad in ["fooBar", "foo__bar", "foo_3", "foo_", "a,b"] {
             assert_eq!(camel(bad), None, "{bad}");
         }
         assert_eq!(snake("foo_bar"), None);

@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut text = String::new();
     let printed = MessageView::new(t.tables, Source::owned(block.as_bytes()), t.type_index)
+        .map_err(json::PrintError::from)
         .and_then(|v| json::to_json(&v, &mut text));
     if printed.is_ok() {
         if let Err(e) = json::from_json(t.tables, t.type_index, &text) {

@@ -251,6 +251,7 @@ impl Testee {
             JSON => {
                 let mut out = String::new();
                 let printed = MessageView::new(&self.suite, Source::owned(message.as_bytes()), ty)
+                    .map_err(json::PrintError::from)
                     .and_then(|v| json::to_json(&v, &mut out));
                 match printed {
                     Ok(()) => (JSON_PAYLOAD, out.into_bytes()),

@@ -275,6 +275,7 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
                 dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
                     .map_err(|e| input_error(index, at, &e))?;
                 let view = MessageView::new(&ts, Source::viewing(block.as_bytes(), bytes), ty)
+                    .map_err(json::PrintError::from)
                     .and_then(|v| json::to_json(&v, &mut out))
                     .map_err(|e| Failure::Input(format!("message {index}: {e}")));
                 view?;

@@ -32,6 +32,6 @@ pub use builder::{BuildError, Builder, MessageBuilder};
 pub use count::WriteStats;
 pub use decode::{decode, DecodeOptions, Decoder};
 pub use encode::{encode, EncodeOptions, Encoder, Source};
-pub use error::{BlockError, DecodeError, DecodeErrorKind, NoJsonForm};
+pub use error::{BlockError, DecodeError, DecodeErrorKind};
 pub use sink::SgList;
 pub use view::{MessageView, RepeatedView, Value};

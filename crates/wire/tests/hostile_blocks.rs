@@ -99,18 +99,6 @@ fn shared_sub_objects_fail_instead_of_exploding() {
 
 #[test]
 fn reference_cycles_fail() {
-    // Every encoder follows the cycle to its depth limit (100 levels): in
-    // an unoptimized build that is about 2 MiB of stack, the whole of a
-    // test thread's default, so the check runs on a thread with room.
-    std::thread::Builder::new()
-        .stack_size(16 << 20)
-        .spawn(reference_cycles_fail_here)
-        .expect("thread")
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-}
-
-fn reference_cycles_fail_here() {
     // The first kid of the innermost level points back at the root.
     let ts = tables();
     let ty = ts.message_by_name("hostile.R").unwrap_or(u32::MAX);

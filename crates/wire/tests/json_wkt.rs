@@ -2,8 +2,10 @@
 //! their parse back, and the values that have no JSON form.
 
 use protoplane_schema::{ProtoSource, TableSet};
-use protoplane_wire::json::{from_json, from_json_with, to_json, JsonOptions};
-use protoplane_wire::{BlockError, Builder, MessageView, NoJsonForm, Source, Value};
+use protoplane_wire::json::{
+    from_json, from_json_with, to_json, JsonOptions, NoJsonForm, PrintError,
+};
+use protoplane_wire::{Builder, MessageView, Source, Value};
 
 const PROTO: &str = r#"
 syntax = "proto3";
@@ -34,7 +36,7 @@ fn tables() -> TableSet {
     TableSet::from_proto_sources(&src, &["wk.proto"]).expect("schema")
 }
 
-fn print(ts: &TableSet, block: &protoplane_wire::Block) -> Result<String, BlockError> {
+fn print(ts: &TableSet, block: &protoplane_wire::Block) -> Result<String, PrintError> {
     let ty = ts.message_by_name("wk.M").expect("wk.M");
     let mut out = String::new();
     let view = MessageView::new(ts, Source::owned(block.as_bytes()), ty)?;
@@ -117,25 +119,25 @@ fn values_with_no_json_form_are_refused() {
         let at = b.message(b.root(), 1).expect("at");
         b.set(at, 1, Value::I64(253_402_300_800)).expect("seconds");
     });
-    assert_eq!(too_late, Err(BlockError::NoJsonForm(NoJsonForm::Timestamp)));
+    assert_eq!(too_late, Err(PrintError::NoJsonForm(NoJsonForm::Timestamp)));
     let mixed = with(&|b| {
         let d = b.message(b.root(), 2).expect("took");
         b.set(d, 1, Value::I64(1)).expect("seconds");
         b.set(d, 2, Value::I32(-1)).expect("nanos");
     });
-    assert_eq!(mixed, Err(BlockError::NoJsonForm(NoJsonForm::Duration)));
+    assert_eq!(mixed, Err(PrintError::NoJsonForm(NoJsonForm::Duration)));
     let nan = with(&|b| {
         let v = b.message(b.root(), 5).expect("value");
         b.set(v, 2, Value::F64(f64::NAN)).expect("number");
     });
-    assert_eq!(nan, Err(BlockError::NoJsonForm(NoJsonForm::NonFiniteValue)));
+    assert_eq!(nan, Err(PrintError::NoJsonForm(NoJsonForm::NonFiniteValue)));
     // A path that would come back different, and one with a control
     // character (printed escaped: the output stays JSON).
     let upper = with(&|b| {
         let m = b.message(b.root(), 3).expect("mask");
         b.push(m, 1, Value::String(b"fooBar")).expect("path");
     });
-    assert_eq!(upper, Err(BlockError::NoJsonForm(NoJsonForm::FieldMaskPath)));
+    assert_eq!(upper, Err(PrintError::NoJsonForm(NoJsonForm::FieldMaskPath)));
     let control = with(&|b| {
         let m = b.message(b.root(), 3).expect("mask");
         b.push(m, 1, Value::String(b"a\x01b")).expect("path");

@@ -1079,18 +1079,6 @@ fn detonate(
 
 #[test]
 fn nesting_limit_is_100_by_default() {
-    // 100 levels through the decoder and each encoder: in an unoptimized
-    // build about a test thread's whole default stack (2 MiB), so on a
-    // thread with room.
-    std::thread::Builder::new()
-        .stack_size(16 << 20)
-        .spawn(nesting_limit_is_100_by_default_here)
-        .expect("thread")
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-}
-
-fn nesting_limit_is_100_by_default_here() {
     let d = DecodeOptions::default();
     assert_eq!(
         (d.max_depth, d.max_block, d.view, d.check_required),

@@ -49,14 +49,77 @@ impl From<BuildError> for JsonError {
     }
 }
 
+/// Why a message could not be printed as JSON.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrintError {
+    /// The block is malformed.
+    Block(BlockError),
+    /// A value with no JSON form (a well-known type out of its range).
+    NoJsonForm(NoJsonForm),
+}
+
+impl From<BlockError> for PrintError {
+    fn from(e: BlockError) -> Self {
+        PrintError::Block(e)
+    }
+}
+
+impl std::fmt::Display for PrintError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrintError::Block(e) => e.fmt(f),
+            PrintError::NoJsonForm(why) => write!(f, "no JSON form: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for PrintError {}
+
+/// Why a value has no JSON form ([`PrintError::NoJsonForm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoJsonForm {
+    /// A Timestamp outside 0001-01-01 … 9999-12-31, or nanoseconds outside
+    /// 0 … 999,999,999.
+    Timestamp,
+    /// A Duration past ±315,576,000,000 s, nanoseconds past ±999,999,999 or
+    /// of the other sign than the seconds.
+    Duration,
+    /// A FieldMask path that would not come back the same from its
+    /// lowerCamelCase form.
+    FieldMaskPath,
+    /// A Value with no kind set.
+    ValueKind,
+    /// A Value holding NaN or an infinity.
+    NonFiniteValue,
+    /// An Any whose type URL names no loaded message.
+    AnyType,
+    /// An Any whose bytes do not decode as the message its URL names.
+    AnyValue,
+}
+
+impl std::fmt::Display for NoJsonForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NoJsonForm::Timestamp => "a Timestamp outside 0001-01-01 … 9999-12-31",
+            NoJsonForm::Duration => "a Duration out of range or of mixed sign",
+            NoJsonForm::FieldMaskPath => "a FieldMask path with no lowerCamelCase form",
+            NoJsonForm::ValueKind => "a Value with no kind set",
+            NoJsonForm::NonFiniteValue => "a Value holding NaN or an infinity",
+            NoJsonForm::AnyType => "an Any of a type that is not loaded",
+            NoJsonForm::AnyValue => "an Any whose value does not decode as its type",
+        })
+    }
+}
+
 /// Appends the JSON form of a message to `out`.
-pub fn to_json(view: &MessageView<'_>, out: &mut String) -> Result<(), BlockError> {
+pub fn to_json(view: &MessageView<'_>, out: &mut String) -> Result<(), PrintError> {
     write_message(view, out, 0)
 }
 
-fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result<(), BlockError> {
+fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result<(), PrintError> {
     if depth > 200 {
-        return Err(BlockError::TooDeep);
+        return Err(BlockError::TooDeep.into());
     }
     let ts = view.tables();
     if let Some(w) = wkt::of(ts, view.type_index()) {
@@ -99,12 +162,12 @@ fn write_map(
     f: &Field,
     out: &mut String,
     depth: u32,
-) -> Result<(), BlockError> {
+) -> Result<(), PrintError> {
     let ts = view.tables();
     let rep = view.repeated(f)?;
     let entry = ts.message(f.sub);
     let (Some(kf), Some(vf)) = (ts.field_by_number(entry, 1), ts.field_by_number(entry, 2)) else {
-        return Err(BlockError::WrongType);
+        return Err(BlockError::WrongType.into());
     };
     // Last occurrence of a key wins: collect keys, keep the last index of each.
     let mut entries: Vec<(String, MessageView<'_>)> = Vec::with_capacity(rep.len());
@@ -143,7 +206,7 @@ fn write_value(
     v: Value<'_>,
     out: &mut String,
     depth: u32,
-) -> Result<(), BlockError> {
+) -> Result<(), PrintError> {
     match v {
         Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
         Value::I32(x) => {

@@ -20,10 +20,11 @@ use protoplane_schema::TableSet;
 use serde_json::Value as Json;
 
 use super::{
-    fill, scalar, write_map, write_message, write_str, write_value, JsonError, JsonOptions, Owned,
+    fill, scalar, write_map, write_message, write_str, write_value, JsonError, JsonOptions,
+    NoJsonForm, Owned, PrintError,
 };
 use crate::builder::{Builder, MessageBuilder};
-use crate::error::{BlockError, NoJsonForm};
+use crate::error::BlockError;
 use crate::view::{MessageView, Value};
 
 /// A well-known type with a JSON form of its own.
@@ -71,8 +72,8 @@ pub(super) fn takes_null(ts: &TableSet, f: &protoplane_schema::Field) -> bool {
     }
 }
 
-fn unrepresentable(why: NoJsonForm) -> BlockError {
-    BlockError::NoJsonForm(why)
+fn unrepresentable(why: NoJsonForm) -> PrintError {
+    PrintError::NoJsonForm(why)
 }
 
 fn int_field(view: &MessageView<'_>, number: u32) -> Result<i128, BlockError> {
@@ -96,7 +97,7 @@ pub(super) fn write(
     view: &MessageView<'_>,
     out: &mut String,
     depth: u32,
-) -> Result<(), BlockError> {
+) -> Result<(), PrintError> {
     let ts = view.tables();
     match w {
         Wkt::Timestamp => {
@@ -136,7 +137,7 @@ pub(super) fn write(
             out.push_str("s\"");
         }
         Wkt::FieldMask => {
-            let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
+            let Some(f) = view.field(1) else { return Err(BlockError::WrongType.into()) };
             let paths = view.repeated(f)?;
             let mut joined = String::new();
             for i in 0..paths.len() {
@@ -151,18 +152,18 @@ pub(super) fn write(
             write_str(out, joined.as_bytes());
         }
         Wkt::Wrapper => {
-            let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
+            let Some(f) = view.field(1) else { return Err(BlockError::WrongType.into()) };
             match view.get_or_default(f)? {
                 Some(v) => write_value(ts, f, v, out, depth)?,
-                None => return Err(BlockError::WrongType),
+                None => return Err(BlockError::WrongType.into()),
             }
         }
         Wkt::Struct => {
-            let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
+            let Some(f) = view.field(1) else { return Err(BlockError::WrongType.into()) };
             write_map(view, f, out, depth)?;
         }
         Wkt::ListValue => {
-            let Some(f) = view.field(1) else { return Err(BlockError::WrongType) };
+            let Some(f) = view.field(1) else { return Err(BlockError::WrongType.into()) };
             let items = view.repeated(f)?;
             out.push('[');
             for i in 0..items.len() {
@@ -171,7 +172,7 @@ pub(super) fn write(
                 }
                 match items.get(i)? {
                     Value::Message(m) => write_message(&m, out, depth + 1)?,
-                    _ => return Err(BlockError::WrongType),
+                    _ => return Err(BlockError::WrongType.into()),
                 }
             }
             out.push(']');
@@ -187,7 +188,7 @@ pub(super) fn write(
                     return Err(unrepresentable(NoJsonForm::NonFiniteValue))
                 }
                 (_, Some(v)) => write_value(ts, f, v, out, depth)?,
-                (_, None) => return Err(BlockError::WrongType),
+                (_, None) => return Err(BlockError::WrongType.into()),
             }
         }
         Wkt::Any => write_any(view, out, depth)?,
@@ -213,7 +214,7 @@ fn in_value_member(ts: &TableSet, ty: u32) -> bool {
     of(ts, ty).is_some() || ts.message_name(ty) == "google.protobuf.Empty"
 }
 
-fn write_any(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result<(), BlockError> {
+fn write_any(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result<(), PrintError> {
     let ts = view.tables();
     let url = match view.field(1).map(|f| view.get_or_default(f)).transpose()? {
         Some(Some(v)) => v.as_bytes().unwrap_or_default(),

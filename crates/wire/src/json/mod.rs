@@ -17,7 +17,7 @@
 //!
 //! Well-known types (Timestamp, Duration, FieldMask, the wrappers, Struct,
 //! Value, ListValue, Any, NullValue) have JSON forms of their own: see
-//! [`wkt`].
+//! `json/wkt.rs`.
 
 use std::fmt::Write as _;
 

@@ -334,8 +334,12 @@ impl App {
         // it shards connections over, each with its own region and rings
         // and served by that worker alone (`protoplane_shm::attach`).
         let (hello, sets) = (Arc::new(hello), Arc::new(sets));
-        let mut lanes: Vec<(tokio::net::UnixStream, Arc<Session>)> = Vec::new();
-        let mut ends = Vec::new();
+        // Each lane's socket and session; however this attachment ends (the
+        // engine gone, or this future dropped: an aborted task), the
+        // sessions end with it (`EndsSession`): handlers stop, posters
+        // waiting for room give up, and the last references to the regions
+        // and the doorbells go, so the engine sees it leave.
+        let mut lanes: Vec<(tokio::net::UnixStream, EndsSession)> = Vec::new();
         let mut want = 1;
         while lanes.len() < want {
             let (path, hello, sets) = (self.path.clone(), hello.clone(), sets.clone());
@@ -369,23 +373,19 @@ impl App {
                 self.units.inner.clone(),
             )
             .map_err(Error::Unreachable)?;
-            // However this attachment ends (the engine gone, or this
-            // future dropped: an aborted task), its sessions end with it:
-            // handlers stop, posters waiting for room give up, and the
-            // last references to the regions and the doorbells go, so the
-            // engine sees it leave.
-            ends.push(EndsSession(session.clone()));
+            let session = EndsSession(session);
             sock.set_nonblocking(true).map_err(|e| Error::Unreachable(e.to_string()))?;
             let sock = tokio::net::UnixStream::from_std(sock)
                 .map_err(|e| Error::Unreachable(e.to_string()))?;
             lanes.push((sock, session));
         }
         for (_, s) in &lanes {
-            s.share_thread(lanes.len() > 1);
+            s.0.share_thread(lanes.len() > 1);
         }
         // Compute units and outbound calls go through the first lane.
-        self.units.inner.attach(&lanes[0].1);
-        self.outbound.attach(&lanes[0].1);
+        let (_, EndsSession(first)) = &lanes[0];
+        self.units.inner.attach(first);
+        self.outbound.attach(first);
         tracing::info!(
             "attached to {} ({}{})",
             self.path.display(),
@@ -413,7 +413,7 @@ impl App {
                 }
             })
         });
-        let drains = lanes.iter().map(|(_, s)| Box::pin(s.clone().drain(self.spin)));
+        let drains = lanes.iter().map(|(_, s)| Box::pin(s.0.clone().drain(self.spin)));
         tokio::select! {
             _ = futures_util::future::select_all(gone) => {}
             _ = futures_util::future::select_all(drains) => {}
@@ -427,10 +427,7 @@ impl App {
                 tell_moved();
             }
         }
-        for (_, session) in &lanes {
-            session.end();
-        }
-        drop(ends);
+        drop(lanes);
         self.units.inner.fail_all();
         Ok(Ended::EngineGone)
     }

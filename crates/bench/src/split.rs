@@ -626,6 +626,11 @@ fn social_server(plan: &Plan<'_>, mode: &str) -> Result<Servers, String> {
 /// The social-network service attached to an engine started with
 /// `engine_extra` flags.
 fn split_social(plan: &Plan<'_>, engine_extra: &[String]) -> Result<Servers, String> {
+    split_social_on(plan, plan.engine(engine_extra))
+}
+
+/// The social-network service attached to the engine `engine` starts.
+fn split_social_on(plan: &Plan<'_>, engine: Command) -> Result<Servers, String> {
     let app = plan.app(&[
         "serve".into(),
         "--attach".into(),
@@ -633,7 +638,7 @@ fn split_social(plan: &Plan<'_>, engine_extra: &[String]) -> Result<Servers, Str
         "--spin-us".into(),
         plan.args.spin_us.to_string(),
     ]);
-    Ok(split(plan.engine(engine_extra), app)?)
+    Ok(split(engine, app)?)
 }
 
 /// The co-tenant: `bench-cotenant` on the application's core, stopped
@@ -884,14 +889,7 @@ fn workers(
                     let mine: Vec<usize> = (0..w).map(|i| cpus[i % cpus.len()]).collect();
                     let list = mine.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
                     let engine = plan.engine_on(&list, &["--workers".to_string(), w.to_string()]);
-                    let app = plan.app(&[
-                        "serve".into(),
-                        "--attach".into(),
-                        plan.sock(),
-                        "--spin-us".into(),
-                        a.spin_us.to_string(),
-                    ]);
-                    split(engine, app)?
+                    split_social_on(plan, engine)?
                 };
                 let m = load(plan, &servers, transport, &load_args, 64, None);
                 drop(servers);

@@ -32,25 +32,7 @@ fn a_killed_application_fails_its_calls_and_a_restarted_one_serves() {
     let rt = rt();
     assert_eq!(rt.block_on(empty_call(&addr)), Code::Ok);
 
-    // A call the application holds open: a full-duplex call that had one
-    // answer (so its handler runs) and waits for its next request.
-    let status = rt.block_on(async {
-        let ch = Channel::connect(&addr).await.expect("connect");
-        let mut call = ch
-            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
-            .await
-            .expect("start");
-        // StreamingOutputCallRequest { response_parameters: [{ size: 1 }] }
-        call.send(&[0x12, 0x02, 0x08, 0x01]).await.expect("send");
-        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
-        assert!(matches!(first, Ok(Ok(Some(_)))), "the handler answers: {first:?}");
-        let killed = Instant::now();
-        a.kill();
-        let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())
-            .await
-            .expect("the call ends within a bounded time");
-        (st, killed.elapsed())
-    });
+    let status = kill_mid_call(&rt, &addr, &mut a);
     assert_eq!(status.0.code, Code::Unavailable, "{:?}", status.0);
     assert!(status.1 < Duration::from_secs(2), "took {:?}", status.1);
     engine.wait_for("detached");
@@ -348,14 +330,7 @@ fn sigterm_drains_the_engine_and_tells_the_application() {
     // ...then the engine stops by itself, having told the application.
     let stopped = engine.wait_for("stopped: ");
     assert!(stopped.contains("every call answered") && stopped.contains("1 application(s) told"));
-    let until = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = engine.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < until, "the engine did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_status(&mut engine);
     assert!(status.success(), "{status}");
     drop(a);
 }
@@ -443,22 +418,7 @@ fn an_engine_with_workers_serves_from_each_and_outlives_its_application() {
     assert!(codes.iter().all(|c| *c == Code::Ok), "{codes:?}");
 
     // Killed mid-call: the call fails in a bounded time, both lanes go.
-    let (st, took) = rt.block_on(async {
-        let ch = Channel::connect(&addr).await.expect("connect");
-        let mut call = ch
-            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
-            .await
-            .expect("start");
-        call.send(&[0x12, 0x02, 0x08, 0x01]).await.expect("send");
-        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
-        assert!(matches!(first, Ok(Ok(Some(_)))), "the handler answers: {first:?}");
-        let killed = Instant::now();
-        a.kill();
-        let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())
-            .await
-            .expect("the call ends within a bounded time");
-        (st, killed.elapsed())
-    });
+    let (st, took) = kill_mid_call(&rt, &addr, &mut a);
     assert_eq!(st.code, Code::Unavailable, "{st:?}");
     assert!(took < Duration::from_secs(2), "took {took:?}");
     e.wait_for("detached");
@@ -477,14 +437,47 @@ fn an_engine_with_workers_serves_from_each_and_outlives_its_application() {
     let stopped = e.wait_for("stopped: ");
     assert!(stopped.contains("2 application(s) told"), "{stopped}");
     let mut e = e;
-    let until = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = e.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < until, "the engine did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_status(&mut e);
     assert!(status.success(), "{status}");
     drop(a2);
+}
+
+/// Opens a call the application holds open (a full-duplex call that had
+/// one answer, so its handler runs, and waits for its next request), kills
+/// the application, and returns how the call ended and how long after the
+/// kill.
+fn kill_mid_call(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    app: &mut Proc,
+) -> (protoplane_grpc::Status, Duration) {
+    rt.block_on(async {
+        let ch = Channel::connect(addr).await.expect("connect");
+        let mut call = ch
+            .start("/grpc.testing.TestService/FullDuplexCall", CallOptions::default())
+            .await
+            .expect("start");
+        // StreamingOutputCallRequest { response_parameters: [{ size: 1 }] }
+        call.send(&[0x12, 0x02, 0x08, 0x01]).await.expect("send");
+        let first = tokio::time::timeout(Duration::from_secs(10), call.recv()).await;
+        assert!(matches!(first, Ok(Ok(Some(_)))), "the handler answers: {first:?}");
+        let killed = Instant::now();
+        app.kill();
+        let st = tokio::time::timeout(Duration::from_secs(5), call.finish_status())
+            .await
+            .expect("the call ends within a bounded time");
+        (st, killed.elapsed())
+    })
+}
+
+/// How a process exits, waiting up to 20 s for it.
+fn exit_status(p: &mut Proc) -> std::process::ExitStatus {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = p.child.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(Instant::now() < until, "the process did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

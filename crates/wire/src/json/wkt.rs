@@ -335,8 +335,7 @@ pub(super) fn parse(
     depth: u32,
     opts: &JsonOptions,
 ) -> Result<(), JsonError> {
-    let name = ts.message_name(at.type_index()).to_string();
-    let bad = |why: &str| JsonError(format!("{name}: {why}"));
+    let bad = |why: &str| JsonError(format!("{}: {why}", ts.message_name(at.type_index())));
     match w {
         Wkt::Timestamp => {
             let Json::String(s) = json else { return Err(bad("expected an RFC 3339 string")) };

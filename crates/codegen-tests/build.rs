@@ -1,5 +1,5 @@
 //! Generates the typed views and builders the tests exercise, exactly as a
-//! user's build script would: four `compile` calls (four independent table
+//! user's build script would: five `compile` calls (five independent table
 //! sets), no `protoc`.
 
 use std::path::PathBuf;
@@ -22,5 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Device placement from the `(protoplane.placement)` option; the include
     // root does not hold `protoplane/options.proto` (it is built in).
     protoplane_codegen::configure().compile(&["protos/placed/placed.proto"], &["protos"])?;
+    // Edition 2023: features in place of proto2's and proto3's syntax.
+    protoplane_codegen::configure().compile(&["protos/editions/ed.proto"], &["protos"])?;
     Ok(())
 }

@@ -67,9 +67,15 @@ message ConformanceRequest {
 }
 "#;
 
-/// The suite's message files, under `--include`.
-const SUITE: [&str; 2] =
-    ["google/protobuf/test_messages_proto2.proto", "google/protobuf/test_messages_proto3.proto"];
+/// The suite's message files, under `--include`: proto2, proto3, and the
+/// same messages declared in edition 2023.
+const SUITE: [&str; 5] = [
+    "google/protobuf/test_messages_proto2.proto",
+    "google/protobuf/test_messages_proto3.proto",
+    "editions/golden/test_messages_proto2_editions.proto",
+    "editions/golden/test_messages_proto3_editions.proto",
+    "conformance/test_protos/test_messages_edition2023.proto",
+];
 
 /// Largest request the testee reads (the suite's largest is a few MiB).
 const MAX_REQUEST: usize = 64 << 20;

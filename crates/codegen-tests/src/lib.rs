@@ -25,6 +25,11 @@ pub mod placed {
     include!(concat!(env!("OUT_DIR"), "/codegen.placed.rs"));
 }
 
+/// `codegen.ed` (protos/editions/ed.proto): an edition 2023 schema.
+pub mod ed {
+    include!(concat!(env!("OUT_DIR"), "/codegen.ed.rs"));
+}
+
 /// `grpc.testing` (protos/interop/grpc_testing.proto), with services.
 pub mod grpc {
     /// `grpc.testing`

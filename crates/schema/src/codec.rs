@@ -3,21 +3,25 @@
 //! a version, every record a fixed number of `u32` words:
 //!
 //! ```text
-//! "PPTS" | version u32 | messages | fields | oneofs | enums | enum_values | dense | words | strings
+//! "PPTS" | version u32 | messages | fields | oneofs | enums | enum_values | dense | words
+//!        | extensions | strings
 //! each section: count u32, then count records (strings: count bytes)
 //! ```
+//!
+//! Version 2 added `extensions` (an extendee index, then a field record);
+//! version 1 bytes, which have none, still read.
 //!
 //! Reading validates every index, span and offset, so a table set read from
 //! an untrusted peer cannot make the decoder index out of bounds.
 
 use crate::table::{
-    Enum, EnumValue, Field, FieldFlags, Kind, Label, Message, MessageFlags, Oneof, Span, TableSet,
-    NONE,
+    Enum, EnumValue, Extension, Field, FieldFlags, Kind, Label, Message, MessageFlags, Oneof, Span,
+    TableSet, NONE,
 };
 use crate::SchemaError;
 
 const MAGIC: &[u8; 4] = b"PPTS";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 struct W(Vec<u8>);
 
@@ -28,6 +32,17 @@ impl W {
     fn span(&mut self, s: Span) {
         self.u32(s.start);
         self.u32(s.len);
+    }
+    /// A field record: 11 words.
+    fn field(&mut self, f: &Field) {
+        for v in [f.number, f.offset, f.sub, f.presence] {
+            self.u32(v);
+        }
+        self.span(f.name);
+        self.span(f.json_name);
+        self.u32(f.default as u32);
+        self.u32((f.default >> 32) as u32);
+        self.u32(f.kind as u32 | (f.label as u32) << 8 | (f.flags.0 as u32) << 16);
     }
 }
 
@@ -48,6 +63,24 @@ impl R<'_> {
     fn span(&mut self) -> Result<Span, SchemaError> {
         Ok(Span { start: self.u32()?, len: self.u32()? })
     }
+    /// A field record (see [`W::field`]).
+    fn field(&mut self) -> Result<Field, SchemaError> {
+        let (number, offset, sub, presence) = (self.u32()?, self.u32()?, self.u32()?, self.u32()?);
+        let (name, json_name) = (self.span()?, self.span()?);
+        let default = self.u32()? as u64 | (self.u32()? as u64) << 32;
+        let packed = self.u32()?;
+        let kind = Kind::from_u8(packed as u8)
+            .ok_or_else(|| SchemaError::Corrupt("bad field kind".into()))?;
+        let label = match (packed >> 8) as u8 {
+            1 => Label::Optional,
+            2 => Label::Required,
+            3 => Label::Repeated,
+            _ => return Err(SchemaError::Corrupt("bad field label".into())),
+        };
+        let flags = FieldFlags((packed >> 16) as u16);
+        Ok(Field { number, offset, sub, presence, name, json_name, default, kind, label, flags })
+    }
+
     fn count(&mut self, record_words: usize) -> Result<usize, SchemaError> {
         let n = self.u32()? as usize;
         // Bound the count by what is left, so a forged count cannot make us allocate.
@@ -85,14 +118,7 @@ impl TableSet {
         }
         w.u32(self.fields.len() as u32);
         for f in &self.fields {
-            for v in [f.number, f.offset, f.sub, f.presence] {
-                w.u32(v);
-            }
-            w.span(f.name);
-            w.span(f.json_name);
-            w.u32(f.default as u32);
-            w.u32((f.default >> 32) as u32);
-            w.u32(f.kind as u32 | (f.label as u32) << 8 | (f.flags.0 as u32) << 16);
+            w.field(f);
         }
         w.u32(self.oneofs.len() as u32);
         for o in &self.oneofs {
@@ -119,6 +145,11 @@ impl TableSet {
         for d in &self.words {
             w.u32(*d);
         }
+        w.u32(self.extensions.len() as u32);
+        for x in &self.extensions {
+            w.u32(x.extendee);
+            w.field(&x.field);
+        }
         w.u32(self.strings.len() as u32);
         w.0.extend_from_slice(&self.strings);
         w.0
@@ -130,7 +161,8 @@ impl TableSet {
             return Err(SchemaError::Corrupt("bad magic".into()));
         }
         let mut r = R { b: bytes, pos: 4 };
-        if r.u32()? != VERSION {
+        let version = r.u32()?;
+        if version != VERSION && version != 1 {
             return Err(SchemaError::Corrupt("unsupported version".into()));
         }
         let mut ts = TableSet::default();
@@ -150,31 +182,8 @@ impl TableSet {
             });
         }
         for _ in 0..r.count(11)? {
-            let (number, offset, sub, presence) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
-            let (name, json_name) = (r.span()?, r.span()?);
-            let default = r.u32()? as u64 | (r.u32()? as u64) << 32;
-            let packed = r.u32()?;
-            let kind = Kind::from_u8(packed as u8)
-                .ok_or_else(|| SchemaError::Corrupt("bad field kind".into()))?;
-            let label = match (packed >> 8) as u8 {
-                1 => Label::Optional,
-                2 => Label::Required,
-                3 => Label::Repeated,
-                _ => return Err(SchemaError::Corrupt("bad field label".into())),
-            };
-            let flags = FieldFlags((packed >> 16) as u16);
-            ts.fields.push(Field {
-                number,
-                offset,
-                sub,
-                presence,
-                name,
-                json_name,
-                default,
-                kind,
-                label,
-                flags,
-            });
+            let f = r.field()?;
+            ts.fields.push(f);
         }
         for _ in 0..r.count(4)? {
             ts.oneofs.push(Oneof { name: r.span()?, case_offset: r.u32()?, data_offset: r.u32()? });
@@ -191,6 +200,13 @@ impl TableSet {
         }
         for _ in 0..r.count(1)? {
             ts.words.push(r.u32()?);
+        }
+        if version >= 2 {
+            for _ in 0..r.count(12)? {
+                let extendee = r.u32()?;
+                let field = r.field()?;
+                ts.extensions.push(Extension { extendee, field });
+            }
         }
         let n = r.u32()? as usize;
         ts.strings = bytes
@@ -353,10 +369,40 @@ impl TableSet {
                 return bad(format!("enum {ei}: span out of range"));
             }
             let values = &self.enum_values[e.values.range()];
-            if values.windows(2).any(|w| w[0].number >= w[1].number)
+            if values.windows(2).any(|w| w[0].number > w[1].number)
                 || values.iter().any(|v| !within(v.name, strings))
             {
                 return bad(format!("enum {ei}: values malformed"));
+            }
+        }
+        // Extensions: sorted, one per (extendee, number), each a slotless
+        // field whose references and flags hold.
+        let key = |x: &Extension| (x.extendee, x.field.number);
+        if self.extensions.windows(2).any(|w| key(&w[0]) >= key(&w[1])) {
+            return bad("extensions not sorted".to_owned());
+        }
+        for x in &self.extensions {
+            let f = &x.field;
+            let sub_ok = match f.kind {
+                Kind::Message | Kind::Group => (f.sub as usize) < self.messages.len(),
+                Kind::Enum => (f.sub as usize) < self.enums.len(),
+                _ => true,
+            };
+            let flags = f.flags;
+            let only = FieldFlags::CLOSED_ENUM | FieldFlags::UTF8 | FieldFlags::PACKED;
+            let ok = (x.extendee as usize) < self.messages.len()
+                && (1..=536_870_911).contains(&f.number)
+                && f.offset == 0
+                && f.presence == NONE
+                && sub_ok
+                && within(f.name, strings)
+                && within(f.json_name, strings)
+                && flags.0 & !only == 0
+                && (!flags.has(FieldFlags::CLOSED_ENUM) || f.kind == Kind::Enum)
+                && (!flags.has(FieldFlags::UTF8) || f.kind == Kind::String)
+                && (!flags.has(FieldFlags::PACKED) || (f.is_repeated() && f.kind.is_scalar()));
+            if !ok {
+                return bad(format!("extension {} of message {}: malformed", f.number, x.extendee));
             }
         }
         Ok(())

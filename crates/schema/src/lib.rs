@@ -12,6 +12,7 @@
 //! into tables; `layout.rs` assigns slot offsets; `codec.rs` is the byte form.
 
 mod codec;
+mod editions;
 mod error;
 mod layout;
 mod load;
@@ -25,6 +26,6 @@ pub use load::{compile_proto_sources, compile_protos, decode_descriptor_set, Pro
 pub use options::{OPTIONS_PROTO, OPTIONS_PROTO_NAME, PLACEMENT_EXTENSION, PLACEMENT_OPTION};
 pub use placement::{apply_placements, parse_placement, PlacementSpec, PlacementTable};
 pub use table::{
-    Card, Enum, EnumValue, Field, FieldFlags, FieldOp, Kind, Label, Message, MessageFlags, Oneof,
-    Placement, Span, TableSet, ValueOp, WireType, NONE,
+    Card, Enum, EnumValue, Extension, Field, FieldFlags, FieldOp, Kind, Label, Message,
+    MessageFlags, Oneof, Placement, Span, TableSet, ValueOp, WireType, NONE,
 };

@@ -1,11 +1,14 @@
 //! Entry points: `.proto` files (compiled in-process by `protox`, no `protoc`
 //! binary needed), in-memory sources, or a serialized `FileDescriptorSet`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use prost::Message as _;
 use prost_types::FileDescriptorSet;
 
+use crate::editions;
 use crate::lower::lower;
 use crate::options::{annotate, scan_descriptor_set, OPTIONS_PROTO, OPTIONS_PROTO_NAME};
 use crate::{SchemaError, TableSet};
@@ -43,18 +46,23 @@ pub fn compile_protos(
     }
     // What `protox::Compiler::new` builds, plus the built-in options file
     // (after the user's roots: a copy of it there wins, like for google's).
+    let editions = Editions::default();
     let mut resolver = protox::file::ChainFileResolver::new();
     for include in includes {
-        resolver.add(protox::file::IncludeFileResolver::new(include));
+        resolver.add(Include {
+            inner: protox::file::IncludeFileResolver::new(include.clone()),
+            dir: include,
+            editions: editions.clone(),
+        });
     }
-    resolver.add(builtin());
+    resolver.add(builtin(&editions));
     resolver.add(protox::file::GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
     for f in files {
-        compiler.open_file(f.as_ref()).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
+        compiler.open_file(f.as_ref()).map_err(|e| compile_error(e, &editions))?;
     }
-    finish(&compiler)
+    finish(&compiler, &editions)
 }
 
 /// Compiles `.proto` files held in memory into a `FileDescriptorSet` (with
@@ -64,31 +72,112 @@ pub fn compile_proto_sources(
     sources: &[ProtoSource<'_>],
     root: &[&str],
 ) -> Result<FileDescriptorSet, SchemaError> {
+    let editions = Editions::default();
     let mut resolver = protox::file::ChainFileResolver::new();
-    resolver.add(Sources(sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect()));
-    resolver.add(builtin());
+    resolver.add(Sources {
+        files: sources.iter().map(|s| (s.name.to_owned(), s.text.to_owned())).collect(),
+        editions: editions.clone(),
+    });
+    resolver.add(builtin(&editions));
     resolver.add(protox::file::GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
     for name in root {
-        compiler.open_file(name).map_err(|e| SchemaError::Compile(format!("{e:?}")))?;
+        compiler.open_file(name).map_err(|e| compile_error(e, &editions))?;
     }
-    finish(&compiler)
+    finish(&compiler, &editions)
 }
 
 /// The built-in files (`protoplane/options.proto`).
-fn builtin() -> Sources {
-    Sources(vec![(OPTIONS_PROTO_NAME.to_owned(), OPTIONS_PROTO.to_owned())])
+fn builtin(editions: &Editions) -> Sources {
+    Sources {
+        files: vec![(OPTIONS_PROTO_NAME.to_owned(), OPTIONS_PROTO.to_owned())],
+        editions: editions.clone(),
+    }
 }
 
-/// The compiled set, with every `(protoplane.placement)` (which
-/// `prost_types` would drop with the other extension options) rewritten as
-/// an uninterpreted option.
-fn finish(compiler: &protox::Compiler) -> Result<FileDescriptorSet, SchemaError> {
+/// The compiled set, with every `(protoplane.placement)` and every
+/// `features` option (which `prost_types` would drop with the other
+/// options it does not declare) rewritten as an uninterpreted option, and
+/// the editions files marked as such again (protox compiled them as the
+/// proto2 text [`editions::to_proto2`] made of them).
+fn finish(
+    compiler: &protox::Compiler,
+    editions: &Editions,
+) -> Result<FileDescriptorSet, SchemaError> {
     let mut set = compiler.file_descriptor_set();
-    let found = scan_descriptor_set(&compiler.encode_file_descriptor_set())?;
+    let bytes = compiler.encode_file_descriptor_set();
+    let found = scan_descriptor_set(&bytes)?;
     annotate(&mut set, &found);
+    let rewritten = editions.lock().map(|seen| seen.files.clone()).unwrap_or_default();
+    editions::annotate(&mut set, &editions::scan(&bytes, &rewritten)?);
     Ok(set)
+}
+
+/// What a compilation's resolvers learn of editions files: each one read,
+/// with its edition, and the first that could not be read as one.
+#[derive(Default)]
+struct EditionsSeen {
+    files: HashMap<String, u64>,
+    error: Option<String>,
+}
+
+type Editions = Arc<Mutex<EditionsSeen>>;
+
+/// A compile error: the editions front end's own if it had one (protox
+/// then only says the file could not be opened).
+fn compile_error(e: protox::Error, editions: &Editions) -> SchemaError {
+    let own = editions.lock().ok().and_then(|mut s| s.error.take());
+    SchemaError::Compile(own.unwrap_or_else(|| format!("{e:?}")))
+}
+
+/// A file's text as protox should parse it: an editions file rewritten into
+/// proto2 (and noted in `editions`), any other as it is.
+fn parse(name: &str, text: &str, editions: &Editions) -> Result<protox::file::File, protox::Error> {
+    match editions::to_proto2(text) {
+        Ok(None) => protox::file::File::from_source(name, text),
+        Ok(Some((proto2, edition))) => {
+            if let Ok(mut seen) = editions.lock() {
+                seen.files.insert(name.to_owned(), edition);
+            }
+            protox::file::File::from_source(name, &proto2)
+        }
+        Err(e) => {
+            let message = format!("{name}: {e}");
+            if let Ok(mut seen) = editions.lock() {
+                seen.error.get_or_insert_with(|| message.clone());
+            }
+            Err(protox::Error::new(std::io::Error::other(message)))
+        }
+    }
+}
+
+/// protox's include-directory resolver, reading editions files too.
+struct Include {
+    inner: protox::file::IncludeFileResolver,
+    dir: PathBuf,
+    editions: Editions,
+}
+
+impl protox::file::FileResolver for Include {
+    fn resolve_path(&self, path: &Path) -> Option<String> {
+        self.inner.resolve_path(path)
+    }
+
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        let path = self.dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(protox::Error::file_not_found(name))
+            }
+            Ok(text) if matches!(editions::to_proto2(&text), Ok(Some(_)) | Err(_)) => {
+                parse(name, &text, &self.editions)
+            }
+            // proto2 and proto3 files: protox's own reading (and errors,
+            // with the file's path).
+            _ => self.inner.open_file(name),
+        }
+    }
 }
 
 /// Decodes a serialized `FileDescriptorSet` (e.g. `protoc --include_imports
@@ -102,6 +191,7 @@ pub fn decode_descriptor_set(bytes: &[u8]) -> Result<FileDescriptorSet, SchemaEr
     let mut set =
         FileDescriptorSet::decode(bytes).map_err(|e| SchemaError::Descriptor(e.to_string()))?;
     annotate(&mut set, &scan_descriptor_set(bytes)?);
+    editions::annotate(&mut set, &editions::scan(bytes, &HashMap::new())?);
     Ok(set)
 }
 
@@ -141,12 +231,15 @@ impl TableSet {
     }
 }
 
-struct Sources(Vec<(String, String)>);
+struct Sources {
+    files: Vec<(String, String)>,
+    editions: Editions,
+}
 
 impl protox::file::FileResolver for Sources {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
-        match self.0.iter().find(|(n, _)| n == name) {
-            Some((n, text)) => protox::file::File::from_source(n, text),
+        match self.files.iter().find(|(n, _)| n == name) {
+            Some((n, text)) => parse(n, text, &self.editions),
             None => Err(protox::Error::file_not_found(name)),
         }
     }

@@ -5,12 +5,14 @@
 use std::collections::HashMap;
 
 use prost_types::field_descriptor_proto::Label as PLabel;
-use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};
+use prost_types::{DescriptorProto, EnumDescriptorProto, FieldDescriptorProto, FileDescriptorSet};
 
+use crate::editions::{Features, Presence};
 use crate::layout;
 use crate::options::{uninterpreted_placement, PLACEMENT_OPTION};
 use crate::table::{
-    Enum, EnumValue, Field, FieldFlags, Kind, Label, MessageFlags, Placement, Span, TableSet, NONE,
+    Enum, EnumValue, Extension, Field, FieldFlags, Kind, Label, MessageFlags, Placement, Span,
+    TableSet, NONE,
 };
 use crate::SchemaError;
 
@@ -18,6 +20,26 @@ struct MsgSrc<'a> {
     name: String,
     desc: &'a DescriptorProto,
     proto3: bool,
+    /// The message's resolved features in an editions file (`None`: proto2
+    /// or proto3, whose rules the field loop applies directly).
+    features: Option<Features>,
+}
+
+/// An `extend` block's field, with where it was declared.
+struct ExtSrc<'a> {
+    /// The declaring scope (package or message full name).
+    scope: String,
+    desc: &'a FieldDescriptorProto,
+    proto3: bool,
+    features: Option<Features>,
+}
+
+/// What [`collect`] gathers, in declaration order.
+#[derive(Default)]
+struct Collected<'a> {
+    msgs: Vec<MsgSrc<'a>>,
+    enums: Vec<EnumSrc<'a>>,
+    exts: Vec<ExtSrc<'a>>,
 }
 
 struct EnumSrc<'a> {
@@ -45,22 +67,56 @@ impl Pool {
     }
 }
 
+/// Collects the messages and enums of one scope, nested ones after their
+/// parent. `features`: the scope's resolved features in an editions file.
 fn collect<'a>(
     prefix: &str,
+    parent: Option<&'a DescriptorProto>,
     msgs: &'a [DescriptorProto],
     enums: &'a [EnumDescriptorProto],
     proto3: bool,
-    out_m: &mut Vec<MsgSrc<'a>>,
-    out_e: &mut Vec<EnumSrc<'a>>,
-) {
+    features: Option<Features>,
+    out: &mut Collected<'a>,
+) -> Result<(), SchemaError> {
     for e in enums {
-        out_e.push(EnumSrc { name: join(prefix, e.name()), desc: e, closed: !proto3 });
+        let name = join(prefix, e.name());
+        let closed = match features {
+            None => !proto3,
+            Some(f) => {
+                let opts = e.options.as_ref().map(|o| &o.uninterpreted_option[..]).unwrap_or(&[]);
+                f.with(opts, &|| name.clone())?.closed_enum
+            }
+        };
+        out.enums.push(EnumSrc { name, desc: e, closed });
     }
     for m in msgs {
         let name = join(prefix, m.name());
-        out_m.push(MsgSrc { name: name.clone(), desc: m, proto3 });
-        collect(&name, &m.nested_type, &m.enum_type, proto3, out_m, out_e);
+        let mut own = None;
+        if let Some(f) = features {
+            let opts = m.options.as_ref().map(|o| &o.uninterpreted_option[..]).unwrap_or(&[]);
+            let mut f = f.with(opts, &|| name.clone())?;
+            // A map's entry message is the map field's: it takes the
+            // field's features (UTF-8 checks of its key and value).
+            if m.options.as_ref().and_then(|o| o.map_entry) == Some(true) {
+                let suffix = format!(".{}", m.name());
+                let field = parent.and_then(|p| {
+                    p.field
+                        .iter()
+                        .find(|x| x.label() == PLabel::Repeated && x.type_name().ends_with(&suffix))
+                });
+                if let Some(opts) = field.and_then(|x| x.options.as_ref()) {
+                    f = f.with(&opts.uninterpreted_option, &|| name.clone())?;
+                }
+            }
+            own = Some(f);
+        }
+        out.msgs.push(MsgSrc { name: name.clone(), desc: m, proto3, features: own });
+        for x in &m.extension {
+            out.exts.push(ExtSrc { scope: name.clone(), desc: x, proto3, features: own });
+        }
+        collect(&name, Some(m), &m.nested_type, &m.enum_type, proto3, own, out)?;
     }
+    Ok(())
 }
 
 fn join(prefix: &str, name: &str) -> String {
@@ -90,25 +146,44 @@ pub(crate) fn json_name(name: &str) -> String {
 
 /// Builds the table set of every file in `set` (imports must be included).
 pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
-    let mut msgs = Vec::new();
-    let mut enums = Vec::new();
+    let mut all = Collected::default();
     let mut seen_files = std::collections::HashSet::new();
     for file in &set.file {
         if !seen_files.insert(file.name()) {
             continue; // the same file listed twice (merged sets): keep the first
         }
-        let proto3 = match file.syntax() {
-            "" | "proto2" => false,
-            "proto3" => true,
+        let (proto3, features) = match file.syntax() {
+            "" | "proto2" => (false, None),
+            "proto3" => (true, None),
+            // See `editions.rs`: the loaders mark editions files so, with
+            // their features as uninterpreted options.
+            "editions" => {
+                let opts =
+                    file.options.as_ref().map(|o| &o.uninterpreted_option[..]).unwrap_or(&[]);
+                let f = Features::EDITION_DEFAULTS.with(opts, &|| file.name().to_owned())?;
+                (false, Some(f))
+            }
             other => {
                 return Err(SchemaError::Unsupported(format!(
-                    "{}: syntax \"{other}\" (editions are not supported yet)",
+                    "{}: syntax \"{other}\" (protoplane reads proto2, proto3 and editions)",
                     file.name()
                 )))
             }
         };
-        collect(file.package(), &file.message_type, &file.enum_type, proto3, &mut msgs, &mut enums);
+        for x in &file.extension {
+            all.exts.push(ExtSrc { scope: file.package().to_owned(), desc: x, proto3, features });
+        }
+        collect(
+            file.package(),
+            None,
+            &file.message_type,
+            &file.enum_type,
+            proto3,
+            features,
+            &mut all,
+        )?;
     }
+    let Collected { msgs, enums, exts } = all;
     let msg_idx: HashMap<&str, u32> =
         msgs.iter().enumerate().map(|(i, m)| (m.name.as_str(), i as u32)).collect();
     let enum_idx: HashMap<&str, u32> =
@@ -125,10 +200,10 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         for v in &e.desc.value {
             values.push(EnumValue { number: v.number(), name: pool.add(v.name().as_bytes()) });
         }
-        // Stable sort keeps the first declared name of aliased numbers first;
-        // dedup then drops the aliases so lookups by number are unambiguous.
+        // Stable sort keeps the first declared name of aliased numbers
+        // (`allow_alias`) first: a lookup by number finds that one, a lookup
+        // by name any of them (JSON input may spell any alias).
         values.sort_by_key(|v| v.number);
-        values.dedup_by_key(|v| v.number);
         let start = ts.enum_values.len() as u32;
         ts.enum_values.extend_from_slice(&values);
         ts.enums.push(Enum {
@@ -147,12 +222,34 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         for f in &m.desc.field {
             let err =
                 |what: &str| SchemaError::Unsupported(format!("{}.{}: {what}", m.name, f.name()));
-            let kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
+            let mut kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
             let number = f.number();
             if !(1..=536_870_911).contains(&number) {
                 return Err(err("field number out of range"));
             }
+            // An editions field's features: its message's, its oneof's, its own.
+            let features = match m.features {
+                None => None,
+                Some(mut ff) => {
+                    let what = || format!("{}.{}", m.name, f.name());
+                    if let Some(o) = f.oneof_index.and_then(|i| m.desc.oneof_decl.get(i as usize)) {
+                        if let Some(opts) = &o.options {
+                            ff = ff.with(&opts.uninterpreted_option, &what)?;
+                        }
+                    }
+                    if let Some(opts) = &f.options {
+                        ff = ff.with(&opts.uninterpreted_option, &what)?;
+                    }
+                    Some(ff)
+                }
+            };
             let label = match f.label() {
+                PLabel::Optional
+                    if features.is_some_and(|ff| ff.presence == Presence::LegacyRequired) =>
+                {
+                    has_required = true;
+                    Label::Required
+                }
                 PLabel::Optional => Label::Optional,
                 PLabel::Required => {
                     has_required = true;
@@ -161,6 +258,18 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                 PLabel::Repeated => Label::Repeated,
             };
             let type_name = f.type_name().strip_prefix('.').unwrap_or(f.type_name());
+            // Editions spell a group as a message field encoded DELIMITED
+            // (never a map, nor a map's value: entries are always
+            // length-prefixed, whatever the file says).
+            let in_entry = m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true);
+            if kind == Kind::Message && !in_entry && features.is_some_and(|ff| ff.delimited) {
+                let entry = msg_idx.get(type_name).is_some_and(|&i| {
+                    msgs[i as usize].desc.options.as_ref().and_then(|o| o.map_entry) == Some(true)
+                });
+                if !entry {
+                    kind = Kind::Group;
+                }
+            }
             let mut flags = 0u16;
             let sub = match kind {
                 Kind::Message | Kind::Group => *msg_idx
@@ -180,7 +289,11 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
             if label == Label::Repeated {
                 let packable = kind.is_scalar();
                 let explicit = f.options.as_ref().and_then(|o| o.packed);
-                if packable && explicit.unwrap_or(m.proto3) {
+                let packed = match features {
+                    Some(ff) => ff.packed,
+                    None => explicit.unwrap_or(m.proto3),
+                };
+                if packable && packed {
                     flags |= FieldFlags::PACKED;
                 }
                 if kind == Kind::Message
@@ -201,7 +314,7 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                     next
                 });
                 flags |= FieldFlags::ONEOF;
-            } else if m.proto3
+            } else if (m.proto3 || features.is_some_and(|ff| ff.presence == Presence::Implicit))
                 && label == Label::Optional
                 && !synthetic
                 && !kind.is_message()
@@ -211,7 +324,7 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                 // (map-entry key and value are always written instead).
                 flags |= FieldFlags::IMPLICIT;
             }
-            if m.proto3 && kind == Kind::String {
+            if kind == Kind::String && features.map_or(m.proto3, |ff| ff.utf8) {
                 flags |= FieldFlags::UTF8;
             }
             if is_entry {
@@ -277,7 +390,9 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         if m.desc.options.as_ref().and_then(|o| o.map_entry) == Some(true) {
             mflags |= MessageFlags::MAP_ENTRY;
         }
-        if m.proto3 {
+        // Editions: a message whose fields default to implicit presence
+        // writes a map entry it keeps as unknown the proto3 way.
+        if m.proto3 || m.features.is_some_and(|f| f.presence == Presence::Implicit) {
             mflags |= MessageFlags::PROTO3;
         }
         if has_required {
@@ -287,6 +402,86 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         let names: Vec<Span> = oneof_names.iter().map(|n| pool.add(n.as_bytes())).collect();
         let message = layout::lay_out(&mut ts, name, fields, &names, MessageFlags(mflags));
         ts.messages.push(message);
+    }
+    for x in &exts {
+        let f = x.desc;
+        let full = join(&x.scope, f.name());
+        let err = |what: &str| SchemaError::Unsupported(format!("extension {full}: {what}"));
+        let extendee = f.extendee().strip_prefix('.').unwrap_or(f.extendee());
+        let extendee = *msg_idx
+            .get(extendee)
+            .ok_or_else(|| err(&format!("unresolved extendee {extendee}")))?;
+        let mut kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
+        let number = u32::try_from(f.number())
+            .ok()
+            .filter(|n| (1..=536_870_911).contains(n))
+            .ok_or_else(|| err("field number out of range"))?;
+        let features = match x.features {
+            Some(ff) => Some(match &f.options {
+                Some(o) => ff.with(&o.uninterpreted_option, &|| full.clone())?,
+                None => ff,
+            }),
+            None => None,
+        };
+        let label = match f.label() {
+            PLabel::Repeated => Label::Repeated,
+            PLabel::Required => return Err(err("an extension cannot be required")),
+            PLabel::Optional => Label::Optional,
+        };
+        let type_name = f.type_name().strip_prefix('.').unwrap_or(f.type_name());
+        let mut flags = 0u16;
+        let sub = match kind {
+            Kind::Message | Kind::Group => *msg_idx
+                .get(type_name)
+                .ok_or_else(|| err(&format!("unresolved message type {type_name}")))?,
+            Kind::Enum => {
+                let i = *enum_idx
+                    .get(type_name)
+                    .ok_or_else(|| err(&format!("unresolved enum type {type_name}")))?;
+                if enums[i as usize].closed {
+                    flags |= FieldFlags::CLOSED_ENUM;
+                }
+                i
+            }
+            _ => NONE,
+        };
+        if kind == Kind::Message && features.is_some_and(|ff| ff.delimited) {
+            kind = Kind::Group;
+        }
+        let packed = match features {
+            Some(ff) => ff.packed,
+            None => f.options.as_ref().and_then(|o| o.packed).unwrap_or(x.proto3),
+        };
+        if label == Label::Repeated && kind.is_scalar() && packed {
+            flags |= FieldFlags::PACKED;
+        }
+        if kind == Kind::String && features.map_or(x.proto3, |ff| ff.utf8) {
+            flags |= FieldFlags::UTF8;
+        }
+        let name = pool.add(full.as_bytes());
+        ts.extensions.push(Extension {
+            extendee,
+            field: Field {
+                number,
+                offset: 0,
+                sub,
+                presence: NONE,
+                name,
+                json_name: name,
+                default: 0,
+                kind,
+                label,
+                flags: FieldFlags(flags),
+            },
+        });
+    }
+    ts.extensions.sort_by_key(|x| (x.extendee, x.field.number));
+    let key = |x: &Extension| (x.extendee, x.field.number);
+    if let Some(w) = ts.extensions.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+        return Err(SchemaError::Unsupported(format!(
+            "{}: extension number {} declared twice",
+            msgs[w[0].extendee as usize].name, w[0].field.number
+        )));
     }
     ts.strings = pool.bytes;
     ts.rebuild_index();

@@ -56,20 +56,20 @@ fn placement_of(value: u64) -> Option<Placement> {
 
 /// A minimal protobuf reader over descriptor bytes (no groups: descriptors
 /// do not use them).
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 /// One field of an encoded message.
-enum Item<'a> {
+pub(crate) enum Item<'a> {
     Varint(u64),
     Len(&'a [u8]),
     Other,
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
@@ -94,7 +94,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `(field number, value)`, `Ok(None)` at the end.
-    fn next(&mut self) -> Result<Option<(u64, Item<'a>)>, SchemaError> {
+    pub(crate) fn next(&mut self) -> Result<Option<(u64, Item<'a>)>, SchemaError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
         }

@@ -531,8 +531,8 @@ pub struct Oneof {
 pub struct Enum {
     /// Fully qualified name.
     pub name: Span,
-    /// Values sorted by number (duplicates from `allow_alias` keep the first
-    /// declared name), in [`TableSet::enum_values`].
+    /// Values sorted by number, in [`TableSet::enum_values`]. Aliases
+    /// (`allow_alias`) share a number: the first declared comes first.
     pub values: Span,
     /// proto2 closed enum.
     pub closed: bool,
@@ -545,6 +545,23 @@ pub struct EnumValue {
     pub number: i32,
     /// Declared name.
     pub name: Span,
+}
+
+/// A proto2 or editions extension: a field of the `extendee` message
+/// declared outside it (`extend Foo { ... }`).
+///
+/// Extendees get no slots for their extensions: the decoder keeps an
+/// extension's values where it keeps any field it has no slot for, in the
+/// message's unknown-field bytes, and the encoder writes them back from
+/// there unchanged. The table names them for the formats that spell them
+/// by name (JSON's and text format's `[full.name]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extension {
+    /// Index of the extended message.
+    pub extendee: u32,
+    /// The field: `name` and `json_name` are the extension's full name
+    /// (`pkg.Scope.name`); `offset` is 0 and `presence` [`NONE`] (no slot).
+    pub field: Field,
 }
 
 /// A complete, pointer-free schema: all message and enum types of a set of
@@ -560,6 +577,8 @@ pub struct TableSet {
     pub(crate) enum_values: Vec<EnumValue>,
     pub(crate) dense: Vec<u16>,
     pub(crate) words: Vec<u32>,
+    /// Sorted by extendee, then number.
+    pub(crate) extensions: Vec<Extension>,
     pub(crate) strings: Vec<u8>,
     /// Derived, never serialized: full name -> message / enum index.
     pub(crate) message_index: HashMap<String, u32>,
@@ -621,7 +640,8 @@ impl TableSet {
         &self.oneofs[message.oneofs.range()]
     }
 
-    /// The values of an enum, sorted by number.
+    /// The values of an enum, sorted by number (aliases side by side, the
+    /// first declared first).
     #[inline]
     pub fn enum_values(&self, e: &Enum) -> &[EnumValue] {
         &self.enum_values[e.values.range()]
@@ -682,6 +702,19 @@ impl TableSet {
         scored.into_iter().take(n).map(|(_, c)| c).collect()
     }
 
+    /// The extensions of a message, by number.
+    pub fn extensions(&self, message_index: u32) -> &[Extension] {
+        let start = self.extensions.partition_point(|x| x.extendee < message_index);
+        let len = self.extensions[start..].partition_point(|x| x.extendee == message_index);
+        &self.extensions[start..start + len]
+    }
+
+    /// An extension of a message by its full name (a leading dot is accepted).
+    pub fn extension_by_name(&self, message_index: u32, name: &str) -> Option<&Extension> {
+        let name = name.strip_prefix('.').unwrap_or(name);
+        self.extensions(message_index).iter().find(|x| self.str(x.field.name) == name)
+    }
+
     /// Looks up an enum by fully qualified name (a leading dot is accepted).
     pub fn enum_by_name(&self, name: &str) -> Option<u32> {
         self.enum_index.get(name.strip_prefix('.').unwrap_or(name)).copied()
@@ -712,10 +745,12 @@ impl TableSet {
             .or_else(|| self.fields(message).iter().find(|f| self.str(f.json_name) == name))
     }
 
-    /// Name of an enum value, if the value is declared.
+    /// Name of an enum value, if the value is declared (of aliases, the
+    /// first declared).
     pub fn enum_value_name(&self, e: &Enum, number: i32) -> Option<&str> {
         let values = self.enum_values(e);
-        values.binary_search_by_key(&number, |v| v.number).ok().map(|i| self.str(values[i].name))
+        let i = values.partition_point(|v| v.number < number);
+        values.get(i).filter(|v| v.number == number).map(|v| self.str(v.name))
     }
 
     /// Number of an enum value by name.

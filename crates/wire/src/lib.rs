@@ -16,6 +16,7 @@ mod count;
 mod decode;
 mod encode;
 mod error;
+mod extensions;
 #[doc(hidden)]
 pub mod gen;
 pub mod json;

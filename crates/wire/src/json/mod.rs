@@ -27,6 +27,7 @@ use serde_json::Value as Json;
 
 use crate::builder::{BuildError, Builder, MessageBuilder};
 use crate::error::BlockError;
+use crate::extensions::{self, Raw};
 use crate::view::{MessageView, Value};
 
 mod wkt;
@@ -96,6 +97,8 @@ pub enum NoJsonForm {
     AnyType,
     /// An Any whose bytes do not decode as the message its URL names.
     AnyValue,
+    /// An extension whose bytes (kept with the unknown fields) do not parse.
+    Extension,
 }
 
 impl std::fmt::Display for NoJsonForm {
@@ -108,6 +111,7 @@ impl std::fmt::Display for NoJsonForm {
             NoJsonForm::NonFiniteValue => "a Value holding NaN or an infinity",
             NoJsonForm::AnyType => "an Any of a type that is not loaded",
             NoJsonForm::AnyValue => "an Any whose value does not decode as its type",
+            NoJsonForm::Extension => "an extension whose bytes do not parse",
         })
     }
 }
@@ -153,7 +157,67 @@ fn write_message(view: &MessageView<'_>, out: &mut String, depth: u32) -> Result
             write_value(ts, f, v, out, depth)?;
         }
     }
+    let exts = ts.extensions(view.type_index());
+    if !exts.is_empty() {
+        write_extensions(view, exts, &mut first, out, depth)?;
+    }
     out.push('}');
+    Ok(())
+}
+
+/// The extensions set in `view` (kept with its unknown fields), as
+/// `"[full.name]": value` members after the fields.
+fn write_extensions(
+    view: &MessageView<'_>,
+    exts: &[protoplane_schema::Extension],
+    first: &mut bool,
+    out: &mut String,
+    depth: u32,
+) -> Result<(), PrintError> {
+    let unknown = view.unknown_fields()?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let ts = view.tables();
+    let bad = |_| PrintError::NoJsonForm(NoJsonForm::Extension);
+    for x in exts {
+        let f = &x.field;
+        let values = extensions::values(f, unknown).map_err(bad)?;
+        if values.is_empty() {
+            continue;
+        }
+        if !std::mem::take(first) {
+            out.push(',');
+        }
+        write_str(out, format!("[{}]", ts.str(f.name)).as_bytes());
+        out.push(':');
+        if f.is_repeated() {
+            out.push('[');
+        }
+        for (i, raw) in values.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            match raw {
+                Raw::Bits(bits) => {
+                    write_value(ts, f, extensions::scalar(f.kind, bits), out, depth)?
+                }
+                Raw::Bytes(b) if f.kind == Kind::String => {
+                    write_value(ts, f, Value::String(b), out, depth)?
+                }
+                Raw::Bytes(b) => write_value(ts, f, Value::Bytes(b), out, depth)?,
+                Raw::Message(body) => {
+                    let block = crate::decode(ts, f.sub, &body, &crate::DecodeOptions::default())
+                        .map_err(|_| PrintError::NoJsonForm(NoJsonForm::Extension))?;
+                    let sub = MessageView::new(ts, crate::Source::owned(block.as_bytes()), f.sub)?;
+                    write_message(&sub, out, depth + 1)?;
+                }
+            }
+        }
+        if f.is_repeated() {
+            out.push(']');
+        }
+    }
     Ok(())
 }
 
@@ -337,6 +401,23 @@ fn fill(
     // The oneofs a member was given for (two members of one is an error).
     let mut oneofs: Vec<u32> = Vec::new();
     for (key, value) in map {
+        if let Some(name) = key.strip_prefix('[').and_then(|k| k.strip_suffix(']')) {
+            let Some(x) = ts.extension_by_name(at.type_index(), name) else {
+                if opts.ignore_unknown_fields {
+                    continue;
+                }
+                let name = ts.message_name(at.type_index());
+                return Err(JsonError(format!("{name}: no extension named {key:?}")));
+            };
+            if value.is_null() && (x.field.is_repeated() || !wkt::takes_null(ts, &x.field)) {
+                continue;
+            }
+            let mut wire = Vec::new();
+            extension_wire(ts, &x.field, value, depth, opts, &mut wire)
+                .map_err(|e| JsonError(format!("extension {key:?}: {}", e.0)))?;
+            b.push_unknown(at, &wire)?;
+            continue;
+        }
         let Some(f) = ts.field_by_name(msg, key) else {
             if opts.ignore_unknown_fields {
                 continue;
@@ -406,6 +487,54 @@ fn fill(
             }
         } else {
             set_one(ts, b, at, f, value, depth, opts).map_err(ctx)?;
+        }
+    }
+    Ok(())
+}
+
+/// The wire form of extension `f`'s JSON value (kept, like the decoder
+/// keeps extensions, with the message's unknown fields).
+fn extension_wire(
+    ts: &TableSet,
+    f: &Field,
+    v: &Json,
+    depth: u32,
+    opts: &JsonOptions,
+    out: &mut Vec<u8>,
+) -> Result<(), JsonError> {
+    let items = match v {
+        Json::Array(items) if f.is_repeated() => &items[..],
+        _ if f.is_repeated() => return Err(JsonError("expected an array".into())),
+        _ => std::slice::from_ref(v),
+    };
+    for item in items {
+        if f.kind.is_message() {
+            if depth + 1 > MAX_DEPTH {
+                return Err(JsonError("nesting too deep".into()));
+            }
+            let mut sub = Builder::new(ts, f.sub)?;
+            let root = sub.root();
+            fill(ts, &mut sub, root, item, depth + 1, opts)?;
+            let block = sub.finish();
+            let mut body = Vec::new();
+            crate::Encoder::new()
+                .encode_into(
+                    ts,
+                    f.sub,
+                    crate::Source::owned(block.as_bytes()),
+                    &crate::EncodeOptions::default(),
+                    &mut body,
+                )
+                .map_err(|e| JsonError(e.to_string()))?;
+            extensions::push_message(out, f, &body);
+        } else if !skipped_enum(ts, f, item, opts) {
+            let owned = scalar(ts, f, item)?;
+            if !extensions::push_scalar(out, f, &owned.as_value()) {
+                return Err(JsonError(format!(
+                    "value {item} does not fit {}",
+                    f.kind.proto_name()
+                )));
+            }
         }
     }
     Ok(())

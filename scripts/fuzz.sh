@@ -8,7 +8,7 @@
 #    datasets, ../shared beside the checkout (skipped if absent), and from
 #    tests/conformance/out (crosscheck.py --out-dir), if present;
 # 3. runs decode, decode_gen (the generated decoders against the
-#    table-driven one), block, grpc, lean, tables, json, ring (the engine's
+#    table-driven one), block, grpc, lean, tables, json, text, ring (the engine's
 #    side of the shared-memory rings against a hostile application),
 #    http2_frame (the HTTP/2 server connection on a peer's bytes), hpack
 #    (header compression, decoder alone and against the encoder), inc
@@ -35,7 +35,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json ring http2_frame hpack inc inc_control inc_face cu attach versions metrics_http orca service_config xds)
+targets=(decode decode_gen block grpc lean tables json text ring http2_frame hpack inc inc_control inc_face cu attach versions metrics_http orca service_config xds)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

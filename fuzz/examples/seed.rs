@@ -15,6 +15,7 @@
 //!   (`protoplane_fuzz::generated`).
 //! * `CORPUS/json`: the JSON form of every `decode` seed that decodes, and
 //!   the conformance JSON lines (seeded like their wire messages).
+//! * `CORPUS/text`: the text format of every `decode` seed that decodes.
 //! * `CORPUS/block`: the owned-mode block of every `decode` seed that decodes
 //!   (selector byte, then the block's bytes).
 //! * `CORPUS/lean`: lean transport frames (one control byte, then frames;
@@ -52,7 +53,7 @@ use std::path::{Path, PathBuf};
 
 use protoplane_fuzz::{generated, hostile, selector, social, targets, wkt};
 use protoplane_schema::TableSet;
-use protoplane_wire::{decode, json, DecodeOptions, MessageView, Source};
+use protoplane_wire::{decode, json, text, DecodeOptions, MessageView, Source};
 
 /// Valid messages of the test schema: (type, hex).
 const HOSTILE_SEEDS: &[(&str, &str)] = &[
@@ -150,6 +151,17 @@ fn to_json(sel: u8, wire: &[u8]) -> Option<String> {
     Some(text)
 }
 
+/// The text form of `wire` as type `sel`, if it decodes.
+fn to_text(sel: u8, wire: &[u8]) -> Option<String> {
+    let t = &targets()[sel as usize];
+    let block = decode(t.tables, t.type_index, wire, &DecodeOptions::view()).ok()?;
+    let view =
+        MessageView::new(t.tables, Source::viewing(block.as_bytes(), wire), t.type_index).ok()?;
+    let mut out = String::new();
+    text::to_text(&view, &mut out).ok()?;
+    Some(out)
+}
+
 /// The owned-mode block of `wire` as type `sel`, if it decodes.
 fn block_of(sel: u8, wire: &[u8]) -> Option<Vec<u8>> {
     let t = &targets()[sel as usize];
@@ -172,6 +184,7 @@ fn main() {
     let (mut wire, mut text, mut tables) =
         (Dir::new(corpus, "decode"), Dir::new(corpus, "json"), Dir::new(corpus, "tables"));
     let mut blocks = Dir::new(corpus, "block");
+    let mut texts = Dir::new(corpus, "text");
     let mut gen_wire = Dir::new(corpus, "decode_gen");
     let mut grpc = Dir::new(corpus, "grpc");
     for (name, stream) in [
@@ -195,6 +208,7 @@ fn main() {
         }
         put_wire(&mut wire, &mut gen_wire, name, s, &msg);
         text.put_selected(name, s, to_json(s, &msg).unwrap_or_default().as_bytes());
+        texts.put_selected(name, s, to_text(s, &msg).unwrap_or_default().as_bytes());
         blocks.put_selected(name, s, &block_of(s, &msg).unwrap_or_default());
     }
     tables.put("social", &social().to_bytes());
@@ -228,6 +242,9 @@ fn main() {
                 put_wire(&mut wire, &mut gen_wire, ty, s, msg);
                 if let Some(j) = to_json(s, msg) {
                     text.put_selected(ty, s, j.as_bytes());
+                }
+                if let Some(t) = to_text(s, msg) {
+                    texts.put_selected(ty, s, t.as_bytes());
                 }
                 if let Some(b) = block_of(s, msg) {
                     blocks.put_selected(ty, s, &b);

@@ -4,14 +4,15 @@
 # `protoplane conformance-testee`, one process speaking the runner's pipe
 # protocol, through both of its suites:
 #   * binary and JSON (protobuf and JSON in, protobuf and JSON out;
-#     proto2, proto3 and editions messages), failures expected:
+#     proto2, proto3 and edition 2023 messages), failures expected:
 #     failure_list.txt;
-#   * text format, failures expected: text_format_failure_list.txt.
+#   * text format (text in, protobuf and text out), failures expected:
+#     text_format_failure_list.txt.
 # Required and Recommended tests alike (--enforce_recommended). The runner
 # fails on any test that fails and is not listed, and on any listed test
 # that passes (the lists only shrink). Tests the testee answers "skipped"
-# (text format, editions: not supported yet) are counted, and their number
-# may not grow past skipped_max.txt.
+# (Google's internal JSPB format) are counted, and their number may not
+# grow past skipped_max.txt.
 #
 #   tests/conformance/run.sh [PROTOPLANE_BIN]
 set -euo pipefail

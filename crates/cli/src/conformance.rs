@@ -11,15 +11,17 @@
 //! back. Inputs are parsed and outputs produced by the same library calls
 //! the `decode`, `encode` and `roundtrip` commands make.
 //!
-//! What protoplane cannot do yet is answered `skipped` with the reason
-//! (text format, Google's internal JSPB): the runner counts those apart from
-//! failures, and the test script prints how many there were.
+//! Google's internal JSPB format is answered `skipped`: the runner counts
+//! those apart from failures, and the test script prints how many there
+//! were.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use protoplane_schema::{ProtoSource, TableSet};
-use protoplane_wire::{json, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source};
+use protoplane_wire::{
+    json, text, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source,
+};
 
 /// The runner's request and response messages, declared here with the
 /// names and field numbers the protocol fixes.
@@ -97,6 +99,7 @@ const PROTOBUF_PAYLOAD: u32 = 3;
 const JSON_PAYLOAD: u32 = 4;
 const SKIPPED: u32 = 5;
 const SERIALIZE_ERROR: u32 = 6;
+const TEXT_PAYLOAD: u32 = 8;
 
 // Output formats.
 const PROTOBUF: i128 = 1;
@@ -179,6 +182,8 @@ struct Request<'a> {
     /// `JSON_IGNORE_UNKNOWN_PARSING_TEST`: parse with
     /// `ignore_unknown_fields`.
     ignore_unknown: bool,
+    /// Text output prints unknown fields too.
+    print_unknown: bool,
 }
 
 impl Testee {
@@ -235,8 +240,14 @@ impl Testee {
                 }
             }
             Some((7, _)) => return (SKIPPED, b"JSPB is Google-internal".to_vec()),
-            Some((8, _)) => {
-                return (SKIPPED, b"protoplane does not parse the text format yet".to_vec())
+            Some((8, text)) => {
+                let Ok(text) = std::str::from_utf8(text) else {
+                    return (PARSE_ERROR, b"the text payload is not UTF-8".to_vec());
+                };
+                match protoplane_wire::text::from_text(&self.suite, ty, text) {
+                    Ok(block) => block,
+                    Err(e) => return (PARSE_ERROR, e.to_string().into_bytes()),
+                }
             }
             _ => return (RUNTIME_ERROR, b"the request carries no payload".to_vec()),
         };
@@ -265,7 +276,17 @@ impl Testee {
                 }
             }
             JSPB => (SKIPPED, b"JSPB is Google-internal".to_vec()),
-            TEXT_FORMAT => (SKIPPED, b"protoplane does not print the text format yet".to_vec()),
+            TEXT_FORMAT => {
+                let mut out = String::new();
+                let opts = text::TextOptions { print_unknown_fields: req.print_unknown };
+                let printed = MessageView::new(&self.suite, Source::owned(message.as_bytes()), ty)
+                    .map_err(text::PrintError::from)
+                    .and_then(|v| text::to_text_with(&v, &mut out, &opts));
+                match printed {
+                    Ok(()) => (TEXT_PAYLOAD, out.into_bytes()),
+                    Err(e) => (SERIALIZE_ERROR, e.to_string().into_bytes()),
+                }
+            }
             other => (RUNTIME_ERROR, format!("output format {other}").into_bytes()),
         }
     }
@@ -282,5 +303,6 @@ fn request<'a>(v: &MessageView<'a>) -> Result<Request<'a>, protoplane_wire::Bloc
             payload = x.as_bytes().map(|b| (n, b));
         }
     }
-    Ok(Request { message_type, output, payload, ignore_unknown })
+    let print_unknown = v.by_number(9)?.and_then(|x| x.as_i128()) == Some(1);
+    Ok(Request { message_type, output, payload, ignore_unknown, print_unknown })
 }

@@ -20,7 +20,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use protoplane_schema::TableSet;
-use protoplane_wire::{json, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source};
+use protoplane_wire::{
+    json, text, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, Source,
+};
+use std::fmt::Write as _;
 
 use protoplane_load::framing::Framing;
 use schema_args::SchemaArgs;
@@ -96,24 +99,37 @@ enum Command {
         #[arg(long, conflicts_with = "view")]
         reference: bool,
     },
-    /// Decode wire messages from stdin to proto3 JSON, one object per line.
+    /// Decode wire messages from stdin to proto3 JSON (one object per line)
+    /// or to the text format.
     Decode {
         #[command(flatten)]
         schema: SchemaArgs,
         #[command(flatten)]
         msg: MessageArgs,
+        /// The output: `json`, or `text` (protobuf's text format; with
+        /// --delimited, each message after a `# message N` comment line).
+        #[arg(long, value_enum, default_value_t = TextFormat::Json)]
+        format: TextFormat,
+        /// Text format: print unknown fields too, by number.
+        #[arg(long)]
+        print_unknown_fields: bool,
     },
     /// The testee Google's conformance runner drives
     /// (`conformance_test_runner … protoplane-testee`): its pipe protocol
     /// on stdin and stdout.
     #[command(name = "conformance-testee")]
     ConformanceTestee(conformance::TesteeArgs),
-    /// Encode JSON lines from stdin to wire messages on stdout.
+    /// Encode JSON lines (or one text-format message) from stdin to wire
+    /// messages on stdout.
     Encode {
         #[command(flatten)]
         schema: SchemaArgs,
         #[command(flatten)]
         msg: MessageArgs,
+        /// The input: `json` (one object per line), or `text` (protobuf's
+        /// text format: all of stdin is one message).
+        #[arg(long, value_enum, default_value_t = TextFormat::Json)]
+        format: TextFormat,
         /// Deterministic serialization (map entries sorted by key).
         #[arg(long)]
         deterministic: bool,
@@ -122,6 +138,15 @@ enum Command {
         #[arg(long)]
         ignore_unknown_fields: bool,
     },
+}
+
+/// The human-readable forms `decode` writes and `encode` reads.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum TextFormat {
+    /// The proto3 JSON mapping.
+    Json,
+    /// Protobuf's text format.
+    Text,
 }
 
 #[derive(clap::Args, Debug)]
@@ -260,7 +285,8 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
             }
             write_stdout(&out)
         }
-        Command::Decode { schema, msg } => {
+        Command::Decode { schema, msg, format, print_unknown_fields } => {
+            let topts = text::TextOptions { print_unknown_fields };
             let (ts, ty) = load_type(&schema, &msg)?;
             let dopts =
                 DecodeOptions { view: true, max_depth: msg.max_depth, ..DecodeOptions::default() };
@@ -274,16 +300,28 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
                     item.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
                 dec.decode_into(&ts, ty, bytes, &dopts, &mut block)
                     .map_err(|e| input_error(index, at, &e))?;
-                let view = MessageView::new(&ts, Source::viewing(block.as_bytes(), bytes), ty)
-                    .map_err(json::PrintError::from)
-                    .and_then(|v| json::to_json(&v, &mut out))
-                    .map_err(|e| Failure::Input(format!("message {index}: {e}")));
-                view?;
-                out.push('\n');
+                let src = Source::viewing(block.as_bytes(), bytes);
+                let printed = match format {
+                    TextFormat::Json => MessageView::new(&ts, src, ty)
+                        .map_err(json::PrintError::from)
+                        .and_then(|v| json::to_json(&v, &mut out))
+                        .map(|()| out.push('\n'))
+                        .map_err(|e| e.to_string()),
+                    TextFormat::Text => {
+                        if msg.delimited {
+                            let _ = writeln!(out, "# message {index}");
+                        }
+                        MessageView::new(&ts, src, ty)
+                            .map_err(text::PrintError::from)
+                            .and_then(|v| text::to_text_with(&v, &mut out, &topts))
+                            .map_err(|e| e.to_string())
+                    }
+                };
+                printed.map_err(|e| Failure::Input(format!("message {index}: {e}")))?;
             }
             write_stdout(out.as_bytes())
         }
-        Command::Encode { schema, msg, deterministic, ignore_unknown_fields } => {
+        Command::Encode { schema, msg, format, deterministic, ignore_unknown_fields } => {
             let jopts = json::JsonOptions { ignore_unknown_fields };
             let (ts, ty) = load_type(&schema, &msg)?;
             let eopts =
@@ -295,6 +333,19 @@ fn run(cli: Cli, telemetry: &protoplane_telemetry::Telemetry) -> Result<(), Fail
             let mut enc = Encoder::new();
             let mut out = Vec::new();
             let mut encoded = Vec::new();
+            if format == TextFormat::Text {
+                if msg.delimited {
+                    return Err(Failure::Usage(
+                        "--format text reads one message (all of stdin): no --delimited".into(),
+                    ));
+                }
+                let block = text::from_text(&ts, ty, text).map_err(|e| {
+                    Failure::Input(format!("message 0: type {}: {e}", msg.type_name))
+                })?;
+                enc.encode_into(&ts, ty, Source::owned(block.as_bytes()), &eopts, &mut out)
+                    .map_err(|e| Failure::Input(format!("message 0: {e}")))?;
+                return write_stdout(&out);
+            }
             let lines = text.lines().filter(|l| !l.trim().is_empty());
             let mut count = 0;
             for (index, line) in lines.enumerate() {

@@ -54,6 +54,34 @@ fn roundtrip_decode_encode_succeed() {
 }
 
 #[test]
+fn the_text_format_both_ways() {
+    let one = ["--proto", PROTO, "--type", "socialnetwork.LoginRequest"];
+    let (code, wire, err) = run(
+        &[&["encode"], &one[..], &["--format", "text"]].concat(),
+        b"# a login\nreq_id: 1\nusername: 'ada'\n",
+    );
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(wire, login(1, "ada"));
+    let (code, text, _) = run(&[&["decode"], &one[..], &["--format", "text"]].concat(), &wire);
+    assert_eq!(code, 0);
+    assert_eq!(String::from_utf8(text).unwrap_or_default(), "req_id: 1\nusername: \"ada\"\n");
+    // A stream: each message after a comment line that numbers it.
+    let stream = delimit(&[login(1, "ada"), login(2, "bob")]);
+    let (code, text, _) =
+        run(&[&["decode"], &one[..], &["--delimited", "--format", "text"]].concat(), &stream);
+    assert_eq!(code, 0);
+    assert_eq!(
+        String::from_utf8(text).unwrap_or_default(),
+        "# message 0\nreq_id: 1\nusername: \"ada\"\n# message 1\nreq_id: 2\nusername: \"bob\"\n"
+    );
+    // Text that does not fit: exit 1, the line and column named.
+    let (code, _, err) =
+        run(&[&["encode"], &one[..], &["--format", "text"]].concat(), b"req_id: 1\nuser: 'x'");
+    assert_eq!(code, 1);
+    assert!(err.contains("2:1: socialnetwork.LoginRequest has no field named \"user\""), "{err}");
+}
+
+#[test]
 fn malformed_input_exits_1_with_one_located_line() {
     // Second message: field 2 declares 9 bytes but has 3.
     let bad = vec![0x08, 0x02, 0x12, 0x09, b'b', b'o', b'b'];

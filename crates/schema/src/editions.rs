@@ -726,7 +726,8 @@ mod tests {
                     \x20 message B { A a = 1; }\n  enum E { option allow_alias = true; Z = 0; }\n}\n\
                     extend A { int32 ext = 100; }\n\
                     service S { rpc M(A) returns (A) { option deprecated = true; } }\n";
-        let (out, edition) = to_proto2(text).unwrap().unwrap();
+        let (out, edition) =
+            to_proto2(text).expect("the test's own input").expect("the test's own input");
         assert_eq!(edition, EDITION_2023);
         let want = "// head\nsyntax = \"proto2\";\npackage p;\n\
                     option features.enum_type = CLOSED;\n\
@@ -744,19 +745,21 @@ mod tests {
     #[test]
     fn edition_2024_visibility_and_option_imports_go() {
         let text = "edition = \"2024\";\nimport option \"x.proto\";\nexport message A { local enum E { Z = 0; } }\n";
-        let (out, edition) = to_proto2(text).unwrap().unwrap();
+        let (out, edition) =
+            to_proto2(text).expect("the test's own input").expect("the test's own input");
         assert_eq!(edition, EDITION_2024);
         assert_eq!(out, "syntax = \"proto2\";\n\nmessage A { enum E { Z = 0; } }\n");
     }
 
     #[test]
     fn what_editions_forbid_is_refused_by_line() {
-        let e =
-            to_proto2("edition = \"2023\";\nmessage A {\n  optional int32 a = 1;\n}").unwrap_err();
+        let e = to_proto2("edition = \"2023\";\nmessage A {\n  optional int32 a = 1;\n}")
+            .expect_err("refused");
         assert!(e.starts_with("line 3: label `optional`"), "{e}");
-        let e = to_proto2("edition = \"2023\";\nmessage A {\n group G = 1 {}\n}").unwrap_err();
+        let e =
+            to_proto2("edition = \"2023\";\nmessage A {\n group G = 1 {}\n}").expect_err("refused");
         assert!(e.starts_with("line 3: groups"), "{e}");
-        let e = to_proto2("edition = \"2022\";").unwrap_err();
+        let e = to_proto2("edition = \"2022\";").expect_err("refused");
         assert!(e.contains("edition \"2022\""), "{e}");
         assert!(to_proto2("edition = \"2023\";\nmessage A {").is_err());
         assert!(to_proto2("edition = \"2023\";\n}").is_err());

@@ -63,7 +63,10 @@ fn check_e2023(ts: &TableSet) {
     assert!(!has("explicit", FieldFlags::IMPLICIT));
     assert!(has("implicit", FieldFlags::IMPLICIT));
     assert_eq!(f("required").label, Label::Required);
-    assert!(ts.message(ts.message_by_name("ed.M").unwrap()).flags.has(MessageFlags::HAS_REQUIRED));
+    assert!(ts
+        .message(ts.message_by_name("ed.M").expect("the test's own input"))
+        .flags
+        .has(MessageFlags::HAS_REQUIRED));
     assert!(has("packed", FieldFlags::PACKED));
     assert!(!has("expanded", FieldFlags::PACKED));
     assert!(!has("unchecked", FieldFlags::UTF8), "the file turns UTF-8 checks off");
@@ -74,8 +77,8 @@ fn check_e2023(ts: &TableSet) {
     assert!(has("closed", FieldFlags::CLOSED_ENUM));
     assert!(has("map", FieldFlags::MAP));
     assert!(has("c", FieldFlags::ONEOF) && !has("c", FieldFlags::IMPLICIT));
-    assert!(!ts.enum_type(ts.enum_by_name("ed.Open").unwrap()).closed);
-    assert!(ts.enum_type(ts.enum_by_name("ed.Closed").unwrap()).closed);
+    assert!(!ts.enum_type(ts.enum_by_name("ed.Open").expect("the test's own input")).closed);
+    assert!(ts.enum_type(ts.enum_by_name("ed.Closed").expect("the test's own input")).closed);
 
     let g = |msg: &str, name: &str| *field(ts, msg, name);
     let a = g("ed.ImplicitByDefault", "a");
@@ -87,7 +90,7 @@ fn check_e2023(ts: &TableSet) {
     assert_eq!(entries.kind, Kind::Message);
     assert!(entries.flags.has(FieldFlags::MAP));
     let entry = ts.message(entries.sub);
-    let value = ts.fields(entry).iter().find(|f| f.number == 2).unwrap();
+    let value = ts.fields(entry).iter().find(|f| f.number == 2).expect("the test's own input");
     assert_eq!(value.kind, Kind::Message);
     // Nested messages inherit; a field can take explicit presence back.
     assert!(!g("ed.ImplicitByDefault.Inner", "b").flags.has(FieldFlags::IMPLICIT));
@@ -110,12 +113,14 @@ fn edition_2024_reads_like_2023() {
 #[test]
 fn the_descriptor_set_carries_the_features_through_its_bytes() {
     let src = [ProtoSource { name: "ed.proto", text: E2023 }];
-    let set = compile_proto_sources(&src, &["ed.proto"]).unwrap();
-    let file = set.file.iter().find(|f| f.name() == "ed.proto").unwrap();
+    let set = compile_proto_sources(&src, &["ed.proto"]).expect("the test's own input");
+    let file = set.file.iter().find(|f| f.name() == "ed.proto").expect("the test's own input");
     assert_eq!(file.syntax(), "editions");
     // Through `encode_to_vec` (features as uninterpreted options) and back.
-    check_e2023(&TableSet::from_descriptor_set(&set.encode_to_vec()).unwrap());
-    check_e2023(&TableSet::from_file_descriptor_set(&set).unwrap());
+    check_e2023(
+        &TableSet::from_descriptor_set(&set.encode_to_vec()).expect("the test's own input"),
+    );
+    check_e2023(&TableSet::from_file_descriptor_set(&set).expect("the test's own input"));
 }
 
 /// Appends field `number` (length-delimited) to `out`.
@@ -208,7 +213,7 @@ fn protoc_style(edition: u64) -> Vec<u8> {
 
 #[test]
 fn protoc_descriptor_sets_with_interpreted_features_load() {
-    let ts = TableSet::from_descriptor_set(&protoc_style(1000)).unwrap();
+    let ts = TableSet::from_descriptor_set(&protoc_style(1000)).expect("the test's own input");
     let f = |name: &str| *field(&ts, "pe.M", name);
     assert!(f("a").flags.has(FieldFlags::IMPLICIT));
     assert_eq!(f("sub").kind, Kind::Group);
@@ -219,10 +224,10 @@ fn protoc_descriptor_sets_with_interpreted_features_load() {
 
 #[test]
 fn an_unknown_edition_is_refused_by_name() {
-    let e = TableSet::from_descriptor_set(&protoc_style(9999)).unwrap_err().to_string();
+    let e = TableSet::from_descriptor_set(&protoc_style(9999)).expect_err("refused").to_string();
     assert!(e.contains("pe.proto: edition 9999"), "{e}");
     let src = [ProtoSource { name: "x.proto", text: "edition = \"2025\";\nmessage A {}\n" }];
-    let e = TableSet::from_proto_sources(&src, &["x.proto"]).unwrap_err().to_string();
+    let e = TableSet::from_proto_sources(&src, &["x.proto"]).expect_err("refused").to_string();
     assert!(e.contains("edition \"2025\""), "{e}");
 }
 
@@ -232,7 +237,7 @@ fn labels_editions_forbid_are_refused_with_the_line() {
         name: "x.proto",
         text: "edition = \"2023\";\nmessage A {\n  required int32 a = 1;\n}\n",
     }];
-    let e = TableSet::from_proto_sources(&src, &["x.proto"]).unwrap_err().to_string();
+    let e = TableSet::from_proto_sources(&src, &["x.proto"]).expect_err("refused").to_string();
     assert!(e.contains("x.proto: line 3: label `required`"), "{e}");
 }
 
@@ -240,9 +245,9 @@ fn labels_editions_forbid_are_refused_with_the_line() {
 fn a_bad_feature_value_names_the_element() {
     use prost_types::uninterpreted_option::NamePart;
     let src = [ProtoSource { name: "ed.proto", text: E2023 }];
-    let mut set = compile_proto_sources(&src, &["ed.proto"]).unwrap();
-    let file = set.file.iter_mut().find(|f| f.name() == "ed.proto").unwrap();
-    let m = file.message_type.iter_mut().find(|m| m.name() == "M").unwrap();
+    let mut set = compile_proto_sources(&src, &["ed.proto"]).expect("the test's own input");
+    let file = set.file.iter_mut().find(|f| f.name() == "ed.proto").expect("the test's own input");
+    let m = file.message_type.iter_mut().find(|m| m.name() == "M").expect("the test's own input");
     let opts = m.field[0].options.get_or_insert_with(Default::default);
     opts.uninterpreted_option.push(prost_types::UninterpretedOption {
         name: vec![
@@ -252,7 +257,7 @@ fn a_bad_feature_value_names_the_element() {
         identifier_value: Some("SOMETIMES".into()),
         ..Default::default()
     });
-    let e = TableSet::from_file_descriptor_set(&set).unwrap_err().to_string();
+    let e = TableSet::from_file_descriptor_set(&set).expect_err("refused").to_string();
     assert!(e.contains("ed.M.explicit: features.field_presence = \"SOMETIMES\""), "{e}");
 }
 
@@ -262,7 +267,7 @@ fn enum_aliases_share_a_number_and_print_the_first_name() {
         "edition = \"2023\";\npackage ed;\n\
          enum A { option allow_alias = true; ZERO = 0; BAZ = 2; MOO = 2; moo = 2; }\n",
     );
-    let e = ts.enum_type(ts.enum_by_name("ed.A").unwrap());
+    let e = ts.enum_type(ts.enum_by_name("ed.A").expect("the test's own input"));
     assert_eq!(ts.enum_value_name(e, 2), Some("BAZ"));
     for alias in ["BAZ", "MOO", "moo"] {
         assert_eq!(ts.enum_value_by_name(e, alias), Some(2), "{alias}");
@@ -270,7 +275,10 @@ fn enum_aliases_share_a_number_and_print_the_first_name() {
     assert!(ts.enum_contains(e, 2) && !ts.enum_contains(e, 1));
     let back = TableSet::from_bytes(&ts.to_bytes()).expect("aliases survive the byte form");
     assert_eq!(
-        back.enum_value_name(back.enum_type(back.enum_by_name("ed.A").unwrap()), 2),
+        back.enum_value_name(
+            back.enum_type(back.enum_by_name("ed.A").expect("the test's own input")),
+            2
+        ),
         Some("BAZ")
     );
 }

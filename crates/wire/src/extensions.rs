@@ -269,7 +269,7 @@ mod tests {
             let f = ext(120, kind, Label::Optional);
             let mut out = Vec::new();
             assert!(push_scalar(&mut out, &f, &v));
-            let got = values(&f, &out).unwrap();
+            let got = values(&f, &out).expect("the test's own input");
             assert_eq!(bits(&got).len(), 1);
             assert_eq!(format!("{:?}", scalar(kind, bits(&got)[0])), format!("{v:?}"), "{kind:?}");
         }
@@ -285,9 +285,9 @@ mod tests {
         let rep = ext(5, Kind::Int32, Label::Repeated);
         // 5: 1 (varint), 5: [2, 3] (packed), another field, 5: 4.
         let bytes = [0x28, 1, 0x2a, 2, 2, 3, 0x08, 9, 0x28, 4];
-        assert_eq!(bits(&values(&rep, &bytes).unwrap()), [1, 2, 3, 4]);
+        assert_eq!(bits(&values(&rep, &bytes).expect("the test's own input")), [1, 2, 3, 4]);
         let one = ext(5, Kind::Int32, Label::Optional);
-        assert_eq!(bits(&values(&one, &bytes).unwrap()), [4]);
+        assert_eq!(bits(&values(&one, &bytes).expect("the test's own input")), [4]);
     }
 
     #[test]
@@ -295,14 +295,20 @@ mod tests {
         let g = ext(7, Kind::Group, Label::Optional);
         // 7: group { 1: 1 { 9: group {} } }, 7: group { 2: 2 }.
         let bytes = [0x3b, 0x08, 1, 0x4b, 0x4c, 0x3c, 0x3b, 0x10, 2, 0x3c];
-        match values(&g, &bytes).unwrap().as_slice() {
+        match values(&g, &bytes).expect("the test's own input").as_slice() {
             [Raw::Message(m)] => assert_eq!(m, &[0x08, 1, 0x4b, 0x4c, 0x10, 2]),
             other => panic!("{other:?}"),
         }
         let m = ext(7, Kind::Message, Label::Optional);
-        assert!(values(&m, &bytes).unwrap().is_empty(), "a group is not a message");
+        assert!(
+            values(&m, &bytes).expect("the test's own input").is_empty(),
+            "a group is not a message"
+        );
         let s = ext(1, Kind::String, Label::Optional);
-        assert!(values(&s, &[0x08, 1]).unwrap().is_empty(), "a varint is not a string");
+        assert!(
+            values(&s, &[0x08, 1]).expect("the test's own input").is_empty(),
+            "a varint is not a string"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod gen;
 pub mod json;
 pub mod reference;
 mod sink;
+pub mod text;
 mod varint;
 mod view;
 

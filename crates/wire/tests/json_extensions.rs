@@ -37,9 +37,11 @@ fn tables() -> TableSet {
 }
 
 fn print(ts: &TableSet, src: Source<'_>) -> String {
-    let view = MessageView::new(ts, src, ts.message_by_name("ex.Base").unwrap()).unwrap();
+    let view =
+        MessageView::new(ts, src, ts.message_by_name("ex.Base").expect("the test's own input"))
+            .expect("the test's own input");
     let mut out = String::new();
-    to_json(&view, &mut out).unwrap();
+    to_json(&view, &mut out).expect("the test's own input");
     out
 }
 
@@ -48,35 +50,36 @@ const ALL: &str = r#"{"id":1,"[ex.delta]":-3,"[ex.packed_list]":[1,2],"[ex.list]
 #[test]
 fn the_tables_list_each_extension_of_its_extendee() {
     let ts = tables();
-    let base = ts.message_by_name("ex.Base").unwrap();
+    let base = ts.message_by_name("ex.Base").expect("the test's own input");
     let names: Vec<&str> = ts.extensions(base).iter().map(|x| ts.str(x.field.name)).collect();
     assert_eq!(names.len(), 10);
     assert_eq!(names[0], "ex.delta");
     assert_eq!(names[9], "ex.Scope.ratio", "declared in a message, named in its scope");
     assert!(ts.extension_by_name(base, ".ex.label").is_some());
-    assert!(ts.extensions(ts.message_by_name("ex.Note").unwrap()).is_empty());
-    let back = TableSet::from_bytes(&ts.to_bytes()).unwrap();
+    assert!(ts.extensions(ts.message_by_name("ex.Note").expect("the test's own input")).is_empty());
+    let back = TableSet::from_bytes(&ts.to_bytes()).expect("the test's own input");
     assert_eq!(back.extensions(base), ts.extensions(base));
 }
 
 #[test]
 fn json_in_binary_through_json_out() {
     let ts = tables();
-    let ty = ts.message_by_name("ex.Base").unwrap();
-    let block = from_json(&ts, ty, ALL).unwrap();
+    let ty = ts.message_by_name("ex.Base").expect("the test's own input");
+    let block = from_json(&ts, ty, ALL).expect("the test's own input");
     assert_eq!(print(&ts, Source::owned(block.as_bytes())), ALL);
     // Through the wire: the decoder keeps them as unknown fields, in order.
-    let wire = encode(&ts, ty, block.as_bytes(), &EncodeOptions::default()).unwrap();
-    let owned = decode(&ts, ty, &wire, &DecodeOptions::default()).unwrap();
+    let wire =
+        encode(&ts, ty, block.as_bytes(), &EncodeOptions::default()).expect("the test's own input");
+    let owned = decode(&ts, ty, &wire, &DecodeOptions::default()).expect("the test's own input");
     assert_eq!(print(&ts, Source::owned(owned.as_bytes())), ALL);
-    let view = decode(&ts, ty, &wire, &DecodeOptions::view()).unwrap();
+    let view = decode(&ts, ty, &wire, &DecodeOptions::view()).expect("the test's own input");
     assert_eq!(print(&ts, Source::viewing(view.as_bytes(), &wire)), ALL);
 }
 
 #[test]
 fn wire_forms_json_prints() {
     let ts = tables();
-    let ty = ts.message_by_name("ex.Base").unwrap();
+    let ty = ts.message_by_name("ex.Base").expect("the test's own input");
     // delta (sint32) twice: the last wins; list unpacked 1 then packed [2, 3];
     // note twice: merged; an unknown field 150 is not printed.
     #[rustfmt::skip]
@@ -89,7 +92,7 @@ fn wire_forms_json_prints() {
         0xb0, 0x09, 0x05,                   // 150: unknown
         0xca, 0x06, 0x03, 0x0a, 0x01, b'b', // 105: {text: "b"}: merged, the last text
     ];
-    let block = decode(&ts, ty, &wire, &DecodeOptions::default()).unwrap();
+    let block = decode(&ts, ty, &wire, &DecodeOptions::default()).expect("the test's own input");
     assert_eq!(
         print(&ts, Source::owned(block.as_bytes())),
         r#"{"[ex.delta]":2,"[ex.packed_list]":[1,2,3],"[ex.note]":{"text":"b"}}"#
@@ -99,16 +102,17 @@ fn wire_forms_json_prints() {
 #[test]
 fn unknown_extensions_are_refused_or_ignored() {
     let ts = tables();
-    let ty = ts.message_by_name("ex.Base").unwrap();
-    let e = from_json(&ts, ty, r#"{"[ex.nope]":1}"#).unwrap_err();
+    let ty = ts.message_by_name("ex.Base").expect("the test's own input");
+    let e = from_json(&ts, ty, r#"{"[ex.nope]":1}"#).expect_err("refused");
     assert!(e.0.contains("no extension named \"[ex.nope]\""), "{e}");
     // An extension of another message is not one of this one.
-    let note = ts.message_by_name("ex.Note").unwrap();
+    let note = ts.message_by_name("ex.Note").expect("the test's own input");
     assert!(from_json(&ts, note, r#"{"[ex.delta]":1}"#).is_err());
     let lenient = JsonOptions { ignore_unknown_fields: true };
-    let block = from_json_with(&ts, ty, r#"{"[ex.nope]":1,"id":2}"#, &lenient).unwrap();
+    let block = from_json_with(&ts, ty, r#"{"[ex.nope]":1,"id":2}"#, &lenient)
+        .expect("the test's own input");
     assert_eq!(print(&ts, Source::owned(block.as_bytes())), r#"{"id":2}"#);
-    let e = from_json(&ts, ty, r#"{"[ex.delta]":"x"}"#).unwrap_err();
+    let e = from_json(&ts, ty, r#"{"[ex.delta]":"x"}"#).expect_err("refused");
     assert!(e.0.starts_with("extension \"[ex.delta]\""), "{e}");
     assert!(from_json(&ts, ty, r#"{"[ex.list]":7}"#).is_err(), "a repeated one wants an array");
 }

@@ -563,7 +563,8 @@ fn metrics_http_seeds(corpus: &Path) -> Dir {
 
 /// Seeds of the `versions` target: descriptor sets an application could
 /// send — the target's own engine schema, one with a field added, one
-/// with a field number reused, one with a method's streaming changed.
+/// with a field number reused, one with a method's streaming changed, the
+/// same schema declared in edition 2023.
 fn versions_seeds(corpus: &Path) -> Dir {
     use prost::Message as _;
     let mut dir = Dir::new(corpus, "versions");
@@ -573,6 +574,15 @@ fn versions_seeds(corpus: &Path) -> Dir {
         ("added", base.replace("int64 version = 2;", "int64 version = 2; string author = 9;")),
         ("reused", base.replace("int64 version = 2;", "string version = 2;")),
         ("streaming", base.replace("rpc Get(Key)", "rpc Get(stream Key)")),
+        // The same service in edition 2023 (features in the options bytes).
+        (
+            "editions",
+            base.replace(
+                "syntax = \"proto3\";",
+                "edition = \"2023\";\noption features.field_presence = IMPLICIT;",
+            )
+            .replace("Meta meta = 3;", "Meta meta = 3 [features.message_encoding = DELIMITED];"),
+        ),
     ] {
         let src = [protoplane_schema::ProtoSource { name: "kv.proto", text: &text }];
         let set = protoplane_schema::compile_proto_sources(&src, &["kv.proto"]).expect("compiles");

@@ -37,6 +37,13 @@
 //                 what a tuned server does. Note that libprotobuf 3.21 still
 //                 heap-allocates the character buffers of long strings on an
 //                 arena; that cost is real and is included.
+//   json_decode   `util::JsonStringToMessage()` of each message's JSON form
+//                 (printed once, before timing, by `MessageToJsonString`)
+//                 into one message reused for the whole job (it parses
+//                 into a cleared message, keeping its allocations).
+//   json_encode   `util::MessageToJsonString()` of each already-parsed
+//                 message into one std::string reused for the whole job
+//                 (cleared first: the function appends).
 //   encode        for an already-parsed message: `ByteSizeLong()` (computes
 //                 and caches sizes; part of the op because every serialize
 //                 must do it) + `SerializeWithCachedSizesToArray()` into a
@@ -65,6 +72,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/unknown_field_set.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <chrono>
@@ -139,7 +147,7 @@ std::string ReadFile(const std::string& path) {
 // ---------------------------------------------------------------------------
 
 const char* const kAllOps[] = {"decode_owned", "decode_reuse", "decode_arena",
-                               "encode"};
+                               "encode",       "json_decode",  "json_encode"};
 
 struct Options {
   std::string jobs_path;
@@ -168,7 +176,8 @@ Options ParseArgs(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: %s --jobs FILE [--ops LIST] [--min-time-ms N] [--samples K]\n"
-          "schema: %s\nops: decode_owned,decode_reuse,decode_arena,encode\n",
+          "schema: %s\nops: decode_owned,decode_reuse,decode_arena,encode,"
+          "json_decode,json_encode\n",
           argv[0], PP_SCHEMA_KEY);
       std::exit(0);
     } else {
@@ -186,7 +195,7 @@ Options ParseArgs(int argc, char** argv) {
           std::end(kAllOps)) {
         Fail("unknown op '" + op +
              "' (this worker has decode_owned, decode_reuse, decode_arena, "
-             "encode)");
+             "encode, json_decode, json_encode)");
       }
       if (std::find(o.ops.begin(), o.ops.end(), op) == o.ops.end()) {
         o.ops.push_back(op);
@@ -547,9 +556,40 @@ void RunJob(const Job& job, const Options& opt) {
                  job.dataset.c_str(), job.bench.c_str(), job.message.c_str());
   }
 
+  // --- JSON forms -----------------------------------------------------------
+  // Each message's JSON as the library prints it, checked to parse back to
+  // the same message. A message the library cannot print or read back
+  // leaves the JSON ops of the job out (noted).
+  std::vector<std::string> jsons;
+  bool json_ok = false;
+  const bool want_json =
+      std::find(opt.ops.begin(), opt.ops.end(), "json_decode") != opt.ops.end() ||
+      std::find(opt.ops.begin(), opt.ops.end(), "json_encode") != opt.ops.end();
+  if (want_json) {
+    json_ok = true;
+    for (size_t i = 0; i < n && json_ok; ++i) {
+      std::string j;
+      std::unique_ptr<pb::Message> back(prototype->New());
+      if (!pb::util::MessageToJsonString(*parsed[i], &j).ok() ||
+          !pb::util::JsonStringToMessage(j, back.get()).ok()) {
+        std::fprintf(stderr, "pp-cpp-worker: note: %s %s: message #%zu has no JSON round "
+                     "trip in this library: no JSON rows\n", job.bench.c_str(),
+                     job.message.c_str(), i);
+        json_ok = false;
+      } else if (SerializeDeterministic(*back) != SerializeDeterministic(*parsed[i])) {
+        std::fprintf(stderr, "pp-cpp-worker: note: %s %s: message #%zu reads back from its "
+                     "JSON as another message: no JSON rows\n", job.bench.c_str(),
+                     job.message.c_str(), i);
+        json_ok = false;
+      }
+      jsons.push_back(std::move(j));
+    }
+  }
+
   // --- Timed ops ----------------------------------------------------------
   for (const std::string& op : opt.ops) {
     double ns = 0;
+    if ((op == "json_decode" || op == "json_encode") && !json_ok) continue;
     if (op == "decode_owned") {
       auto pass = [&] {
         for (const auto& s : c.spans) {
@@ -580,6 +620,26 @@ void RunJob(const Job& job, const Options& opt) {
           if (!m->ParseFromArray(c.ptr(s), s.size)) std::abort();
           DoNotOptimize(m);
           arena.Reset();
+        }
+      };
+      ns = Measure(pass, n, opt);
+    } else if (op == "json_decode") {
+      std::unique_ptr<pb::Message> m(prototype->New());
+      pb::Message* mp = m.get();
+      auto pass = [&] {
+        for (const auto& j : jsons) {
+          if (!pb::util::JsonStringToMessage(j, mp).ok()) std::abort();
+          DoNotOptimize(mp);
+        }
+      };
+      ns = Measure(pass, n, opt);
+    } else if (op == "json_encode") {
+      std::string out;
+      auto pass = [&] {
+        for (const auto& m : parsed) {
+          out.clear();
+          if (!pb::util::MessageToJsonString(*m, &out).ok()) std::abort();
+          DoNotOptimize(out.data());
         }
       };
       ns = Measure(pass, n, opt);

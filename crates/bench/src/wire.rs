@@ -445,7 +445,7 @@ fn build_workers(
 }
 
 /// Column order of the tables: (impl, op, header).
-const COLUMNS: [(&str, &str, &str); 18] = [
+const COLUMNS: [(&str, &str, &str); 22] = [
     ("protoplane", "decode_view_gen", "pp view gen"),
     ("protoplane", "decode_view", "pp view"),
     ("protoplane", "decode_owned_gen", "pp owned gen"),
@@ -464,6 +464,10 @@ const COLUMNS: [(&str, &str, &str); 18] = [
     ("buffa", "decode_view", "buffa view"),
     ("buffa", "decode_owned", "buffa fresh"),
     ("buffa", "encode", "buffa enc"),
+    ("protoplane", "json_decode", "pp json dec"),
+    ("cpp", "json_decode", "C++ json dec"),
+    ("protoplane", "json_encode", "pp json enc"),
+    ("cpp", "json_encode", "C++ json enc"),
 ];
 
 type Key = (String, String, String); // (dataset, bench, message)
@@ -605,7 +609,8 @@ fn targets(
     // reported for the generated path and for the table-driven one.
     let cpp_arena = || vec![k("cpp", "decode_arena")];
     type Case<'a> = (&'a str, &'a str, &'a str, Vec<(String, String)>, f64);
-    let cases: [Case<'_>; 8] = [
+    let cpp_json = |op: &str| vec![k("cpp", op)];
+    let cases: [Case<'_>; 12] = [
         (h, "view decode vs C++ arena parse", "decode_view", cpp_arena(), 6.0),
         (h, "view decode vs buffa view", "decode_view", vec![k("buffa", "decode_view")], 2.0),
         (h, "owned decode vs C++ arena parse", "decode_owned", cpp_arena(), 1.5),
@@ -626,6 +631,10 @@ fn targets(
             1.3,
         ),
         (s, "encode vs buffa", "encode", vec![k("buffa", "encode")], 1.3),
+        (h, "JSON decode vs C++ JsonStringToMessage", "json_decode", cpp_json("json_decode"), 3.0),
+        (h, "JSON encode vs C++ MessageToJsonString", "json_encode", cpp_json("json_encode"), 3.0),
+        (s, "JSON decode vs C++ JsonStringToMessage", "json_decode", cpp_json("json_decode"), 3.0),
+        (s, "JSON encode vs C++ MessageToJsonString", "json_encode", cpp_json("json_encode"), 3.0),
     ];
     for (dataset, what, op, theirs, goal) in cases {
         let gen = format!("{op}_gen");

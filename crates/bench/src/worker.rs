@@ -10,18 +10,25 @@
 //! * `encode_sg`: block -> scatter-gather list (framing copied, payloads of
 //!   64+ bytes referenced);
 //! * `memcpy`: copy of the wire bytes into a preallocated buffer, the
-//!   physical floor for anything that produces a contiguous copy.
+//!   physical floor for anything that produces a contiguous copy;
+//! * `json_decode`: each message's JSON form (printed once, before timing,
+//!   by `json::to_json`) -> a new block (`json::from_json`);
+//! * `json_encode`: block -> JSON text (`json::to_json`) into a reused
+//!   `String`.
 
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::PathBuf;
 
 use protoplane_schema::TableSet;
-use protoplane_wire::{Block, DecodeOptions, Decoder, EncodeOptions, Encoder, SgList, Source};
+use protoplane_wire::{
+    json, Block, DecodeOptions, Decoder, EncodeOptions, Encoder, MessageView, SgList, Source,
+};
 
 use crate::jobs::{self, measure, Timing};
 
-const OPS: [&str; 5] = ["decode_owned", "decode_view", "encode", "encode_sg", "memcpy"];
+const OPS: [&str; 7] =
+    ["decode_owned", "decode_view", "encode", "encode_sg", "memcpy", "json_decode", "json_encode"];
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
@@ -40,6 +47,32 @@ pub(crate) struct WorkerArgs {
     /// Samples per (job, op).
     #[arg(long, default_value_t = 7)]
     samples: usize,
+}
+
+/// Each block's JSON form, checked to parse back into a message that
+/// encodes to the same bytes.
+fn json_forms(ts: &TableSet, ty: u32, owned: &[Block]) -> Result<Vec<String>, String> {
+    let opts = EncodeOptions::default();
+    owned
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut text = String::new();
+            MessageView::new(ts, Source::owned(b.as_bytes()), ty)
+                .map_err(json::PrintError::from)
+                .and_then(|v| json::to_json(&v, &mut text))
+                .map_err(|e| format!("message #{i} does not print: {e}"))?;
+            let back = json::from_json(ts, ty, &text)
+                .map_err(|e| format!("message #{i}'s JSON does not parse: {e}"))?;
+            let encode = |b: &Block| {
+                protoplane_wire::encode(ts, ty, b.as_bytes(), &opts).map_err(|e| e.to_string())
+            };
+            if encode(&back)? != encode(b)? {
+                return Err(format!("message #{i} reads back from its JSON as another message"));
+            }
+            Ok(text)
+        })
+        .collect()
 }
 
 pub(crate) fn run(args: &WorkerArgs) -> Result<String, String> {
@@ -79,8 +112,42 @@ pub(crate) fn run(args: &WorkerArgs) -> Result<String, String> {
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
         let eopts = EncodeOptions::default();
+        // The JSON forms, checked to read back as the same message (a job
+        // whose messages do not is left out of the JSON ops, noted).
+        let jsons = if ops.iter().any(|o| o.starts_with("json_")) {
+            json_forms(ts, ty, &owned).map_err(|e| {
+                eprintln!("bench-worker: note: {} {}: {e}: no JSON rows", job.bench, job.message);
+            })
+        } else {
+            Err(())
+        };
         for op in &ops {
+            if op.starts_with("json_") && jsons.is_err() {
+                continue;
+            }
             let ns = match *op {
+                "json_decode" => {
+                    let texts = jsons.as_deref().unwrap_or_default();
+                    measure(timing, || {
+                        for t in texts {
+                            let r = json::from_json(ts, ty, black_box(t));
+                            black_box(r.map(|b| b.as_bytes().len()).ok());
+                        }
+                    })
+                }
+                "json_encode" => {
+                    let mut text = String::new();
+                    measure(timing, || {
+                        for b in &owned {
+                            text.clear();
+                            let r =
+                                MessageView::new(ts, Source::owned(black_box(b.as_bytes())), ty)
+                                    .map_err(json::PrintError::from)
+                                    .and_then(|v| json::to_json(&v, &mut text));
+                            black_box((r.is_ok(), text.len()));
+                        }
+                    })
+                }
                 "decode_owned" | "decode_view" => {
                     let opts = if *op == "decode_view" {
                         DecodeOptions::view()

@@ -285,8 +285,12 @@ fn write_value(
         Value::U64(x) => {
             let _ = write!(out, "\"{x}\"");
         }
-        Value::F32(x) => write_float(out, x as f64, format!("{x}")),
-        Value::F64(x) => write_float(out, x, format!("{x}")),
+        Value::F32(x) => write_float(out, x as f64, |out| {
+            let _ = write!(out, "{x}");
+        }),
+        Value::F64(x) => write_float(out, x, |out| {
+            let _ = write!(out, "{x}");
+        }),
         Value::Enum(_) if ts.str(ts.enum_type(f.sub).name) == wkt::NULL_VALUE => {
             out.push_str("null")
         }
@@ -296,10 +300,10 @@ fn write_value(
                 let _ = write!(out, "{n}");
             }
         },
-        Value::String(b) => write_str(out, String::from_utf8_lossy(b).as_bytes()),
+        Value::String(b) => write_str(out, b),
         Value::Bytes(b) => {
             out.push('"');
-            out.push_str(&base64::engine::general_purpose::STANDARD.encode(b));
+            base64::engine::general_purpose::STANDARD.encode_string(b, out);
             out.push('"');
         }
         Value::Message(m) => write_message(&m, out, depth + 1)?,
@@ -307,34 +311,91 @@ fn write_value(
     Ok(())
 }
 
-fn write_float(out: &mut String, x: f64, text: String) {
+fn write_float(out: &mut String, x: f64, finite: impl FnOnce(&mut String)) {
     if x.is_nan() {
         out.push_str("\"NaN\"");
     } else if x.is_infinite() {
         out.push_str(if x > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
     } else {
-        out.push_str(&text);
+        finite(out);
     }
 }
 
+/// A JSON string literal. Runs of bytes that need no escape are copied
+/// whole (only `"`, `\\` and control characters do; UTF-8's multi-byte
+/// sequences never contain them); each invalid UTF-8 sequence prints as
+/// U+FFFD, as `String::from_utf8_lossy` would have it.
 fn write_str(out: &mut String, s: &[u8]) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in String::from_utf8_lossy(s).chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Almost always valid: one fast check, then one pass.
+    if let Ok(text) = std::str::from_utf8(s) {
+        escape_into(out, text);
+        out.push('"');
+        return;
+    }
+    for chunk in s.utf8_chunks() {
+        escape_into(out, chunk.valid());
+        if !chunk.invalid().is_empty() {
+            out.push(char::REPLACEMENT_CHARACTER);
         }
     }
     out.push('"');
+}
+
+/// Whether any of the 8 bytes of `w` needs a JSON escape (a control
+/// character, `"` or `\\`): the classic SWAR zero-byte tests, so plain text
+/// is skipped eight bytes at a time.
+#[inline]
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = (w ^ (ONES * b'"' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'"' as u64)) & HIGH;
+    let slash =
+        (w ^ (ONES * b'\\' as u64)).wrapping_sub(ONES) & !(w ^ (ONES * b'\\' as u64)) & HIGH;
+    below | quote | slash != 0
+}
+
+fn escape_into(out: &mut String, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    let (mut i, mut run) = (0, 0);
+    while i < bytes.len() {
+        // Plain text is skipped a word at a time.
+        if let Some(w) = bytes.get(i..i + 8) {
+            if !needs_escape(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))) {
+                i += 8;
+                continue;
+            }
+        }
+        let c = bytes[i];
+        let esc = match c {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            8 => "\\b",
+            12 => "\\f",
+            0..=0x1f => "",
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push_str(&text[run..i]);
+        if esc.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[(c >> 4) as usize] as char);
+            out.push(HEX[(c & 15) as usize] as char);
+        } else {
+            out.push_str(esc);
+        }
+        i += 1;
+        run = i;
+    }
+    out.push_str(&text[run..]);
 }
 
 /// Deepest message level `from_json` builds (the root is level 0): the
@@ -665,4 +726,46 @@ fn decode_base64(s: &str) -> Option<Vec<u8>> {
     let std = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
     let url = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
     std.decode(s).ok().or_else(|| url.decode(s).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `write_str` must produce, one char at a time.
+    fn reference(s: &[u8]) -> String {
+        let mut out = String::from("\"");
+        for c in String::from_utf8_lossy(s).chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    #[test]
+    fn strings_escape_like_the_char_by_char_rule_at_every_position() {
+        let specials: [&[u8]; 9] =
+            [b"\"", b"\\", b"\n", b"\x01", b"\x1f", b"\x7f", "é".as_bytes(), b"\xff", b" "];
+        for len in 0..20 {
+            for (k, sp) in specials.iter().enumerate() {
+                for at in 0..=len {
+                    let mut s: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                    s.splice(at..at, sp.iter().copied());
+                    let mut out = String::new();
+                    write_str(&mut out, &s);
+                    assert_eq!(out, reference(&s), "len {len} special {k} at {at}");
+                }
+            }
+        }
+    }
 }

@@ -84,9 +84,11 @@ const MAX_REQUEST: usize = 64 << 20;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct TesteeArgs {
-    /// The directory holding `google/protobuf/test_messages_proto2.proto`
-    /// and `test_messages_proto3.proto` (the runner's distribution has
-    /// them) [default: $PROTOPLANE_CONFORMANCE_INCLUDE].
+    /// The directory holding the suite's messages:
+    /// `google/protobuf/test_messages_proto{2,3}.proto`,
+    /// `editions/golden/test_messages_proto{2,3}_editions.proto` and
+    /// `conformance/test_protos/test_messages_edition2023.proto` (the
+    /// runner's distribution has them) [default: $PROTOPLANE_CONFORMANCE_INCLUDE].
     #[arg(short = 'I', long = "include", value_name = "DIR")]
     include: Option<PathBuf>,
 }

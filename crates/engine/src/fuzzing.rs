@@ -185,8 +185,8 @@ impl Engine {
     }
 
     /// The watchdog's look: requests posted, and how many from `from` on
-    /// the application has taken.
-    pub fn progress(&self, from: u64) -> (u64, u64) {
+    /// the application has taken (`Err` for a scribbled ring).
+    pub fn progress(&self, from: u64) -> (u64, Result<u64, protoplane_shm::PushError>) {
         self.att.progress(from)
     }
 

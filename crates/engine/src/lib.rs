@@ -1003,6 +1003,10 @@ async fn drain(att: Arc<Attachment>, rx: Receiver, ctx: &Ctx) {
             }
         }
         let (produced, taken) = att.progress(watched);
+        let Ok(taken) = taken else {
+            att.detach("the application corrupted its request ring");
+            break;
+        };
         if taken > 0 || produced == watched {
             watched += taken;
             last_progress = now;

@@ -488,6 +488,21 @@ fn hostile_child() {
             });
             keep.push((sock, layout, fds));
         }
+        "scribble-seq" => {
+            // Takes nothing; on the test's `next`, with requests posted,
+            // writes every sequence word of its request ring (as if it had
+            // taken them all, and more), then posts nothing more.
+            let (sock, layout, fds) = raw_attach(&path, hostile_services());
+            wait_next();
+            let map = app_map(&layout, &fds);
+            for i in 0..layout.ring_slots as usize {
+                if let Some(seq) = map.atomic_u64(layout.request_ring() + 64 * i) {
+                    seq.store(0xdead_beef, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            report("scribbled");
+            keep.push((sock, layout, fds));
+        }
         "still" => {
             // Attaches and then never takes a request from its ring.
             keep.push(raw_attach(&path, hostile_services()));
@@ -629,6 +644,56 @@ fn a_doorbell_switched_to_blocking_mode_blocks_nobody() {
     f.wait_for(|| f.attached(HOSTILE) == 0 && f.attached(SOCIAL) == 1, "both leave");
     f.honest_calls(10);
     f.wait_for(|| open_fds() <= fds, "the engine's descriptors come back");
+}
+
+#[test]
+fn a_ring_scribbled_after_requests_were_posted_fails_them_at_once() {
+    // The stall watchdog would catch a still application only after a
+    // minute: what ends these calls is the scribbled ring itself.
+    let f = Fixture::start("scribble-seq", |c| c.stall_timeout = Duration::from_secs(60));
+    let mut h = f.hostile("scribble-seq");
+    assert_eq!(h.line(), "attached");
+    f.registered(HOSTILE);
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let ch = f.ch.clone();
+            f.client.spawn(async move {
+                let opts = CallOptions {
+                    timeout: Some(Duration::from_secs(20)),
+                    ..CallOptions::default()
+                };
+                let started = Instant::now();
+                let mut c = match ch.start(HOSTILE_CALL, opts).await {
+                    Ok(c) => c,
+                    Err(st) => return (st, started.elapsed()),
+                };
+                if c.send(&[]).await.is_ok() {
+                    c.close_send();
+                    while let Ok(Some(_)) = c.recv().await {}
+                }
+                (c.finish_status().await, started.elapsed())
+            })
+        })
+        .collect();
+    // The requests are in the ring before the application scribbles it.
+    let att = f.running.registry.pick(HOSTILE).expect("attached");
+    let until = Instant::now() + Duration::from_secs(10);
+    while att.progress(0).0 < 4 {
+        assert!(Instant::now() < until, "the requests never reached the ring");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.next();
+    assert_eq!(h.line(), "scribbled");
+    for c in calls {
+        let (st, took) = f.client.block_on(c).expect("the call's task");
+        assert_eq!(st.code, Code::Unavailable, "{st:?}");
+        assert!(st.message.contains("corrupted its request ring"), "{st:?}");
+        assert!(took < Duration::from_secs(10), "ended after {took:?}");
+    }
+    let why = f.detached(h.pid()).expect("detached");
+    assert!(why.contains("corrupted its request ring"), "{why}");
+    f.honest_calls(20);
+    h.end();
 }
 
 #[test]

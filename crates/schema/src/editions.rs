@@ -137,6 +137,58 @@ fn pick(value: &str, yes: &str, no: &str) -> Option<bool> {
 }
 
 // ---------------------------------------------------------------------------
+// Language features.
+
+/// `google/protobuf/cpp_features.proto` as editions files import it, for
+/// `features.(pb.cpp).…`: protoplane's declaration of the names and numbers
+/// (the interface; protobuf's option annotations on them left out). The
+/// tables do not use these C++ settings: a file that sets them compiles.
+pub(crate) const CPP_FEATURES: (&str, &str) = (
+    "google/protobuf/cpp_features.proto",
+    r#"syntax = "proto2";
+package pb;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FeatureSet {
+  optional CppFeatures cpp = 1000;
+}
+message CppFeatures {
+  optional bool legacy_closed_enum = 1;
+  enum StringType {
+    STRING_TYPE_UNKNOWN = 0;
+    VIEW = 1;
+    CORD = 2;
+    STRING = 3;
+  }
+  optional StringType string_type = 2;
+  optional bool enum_name_uses_string_view = 3;
+}
+"#,
+);
+
+/// `google/protobuf/java_features.proto`, for `features.(pb.java).…`, the
+/// same way.
+pub(crate) const JAVA_FEATURES: (&str, &str) = (
+    "google/protobuf/java_features.proto",
+    r#"syntax = "proto2";
+package pb;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FeatureSet {
+  optional JavaFeatures java = 1001;
+}
+message JavaFeatures {
+  optional bool legacy_closed_enum = 1;
+  enum Utf8Validation {
+    UTF8_VALIDATION_UNKNOWN = 0;
+    DEFAULT = 1;
+    VERIFY = 2;
+  }
+  optional Utf8Validation utf8_validation = 2;
+  optional bool large_enum = 3;
+}
+"#,
+);
+
+// ---------------------------------------------------------------------------
 // Features in raw descriptor bytes.
 
 /// `FeatureSet`'s fields protoplane reads, with their values' names by

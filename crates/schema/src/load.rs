@@ -25,8 +25,9 @@ pub struct ProtoSource<'a> {
 /// Compiles `.proto` files on disk into a `FileDescriptorSet` (with imports).
 ///
 /// Besides `includes`, imports resolve to the built-in files:
-/// `protoplane/options.proto` ([`OPTIONS_PROTO`](crate::OPTIONS_PROTO)) and
-/// `google/protobuf/*.proto`. `prost_types` drops extension options, so
+/// `protoplane/options.proto` ([`OPTIONS_PROTO`](crate::OPTIONS_PROTO)),
+/// `google/protobuf/*.proto`, and the C++ and Java editions features
+/// (`google/protobuf/cpp_features.proto`, `java_features.proto`). `prost_types` drops extension options, so
 /// every `(protoplane.placement)` comes back as an *uninterpreted* option
 /// (`FieldOptions.uninterpreted_option` named `(protoplane.placement)`,
 /// identifier `DEVICE` / `HOST`): the set keeps it through `prost_types` and
@@ -88,10 +89,14 @@ pub fn compile_proto_sources(
     finish(&compiler, &editions)
 }
 
-/// The built-in files (`protoplane/options.proto`).
+/// The built-in files: `protoplane/options.proto`, and the C++ and Java
+/// feature declarations editions files import (see `editions.rs`). Files
+/// of the same name under the user's include roots come first.
 fn builtin(editions: &Editions) -> Sources {
+    let files =
+        [(OPTIONS_PROTO_NAME, OPTIONS_PROTO), editions::CPP_FEATURES, editions::JAVA_FEATURES];
     Sources {
-        files: vec![(OPTIONS_PROTO_NAME.to_owned(), OPTIONS_PROTO.to_owned())],
+        files: files.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
         editions: editions.clone(),
     }
 }

@@ -282,3 +282,19 @@ fn enum_aliases_share_a_number_and_print_the_first_name() {
         Some("BAZ")
     );
 }
+
+#[test]
+fn language_features_compile_and_change_no_table_bit() {
+    let text = "edition = \"2024\";\npackage lf;\n\
+                import \"google/protobuf/cpp_features.proto\";\n\
+                import \"google/protobuf/java_features.proto\";\n\
+                option features.(pb.cpp).string_type = VIEW;\n\
+                message A {\n\
+                  string s = 1 [features.(pb.cpp).string_type = CORD, features.(pb.java).utf8_validation = VERIFY];\n\
+                  int32 n = 2 [features.field_presence = IMPLICIT];\n\
+                }\n";
+    let src = [ProtoSource { name: "lf.proto", text }];
+    let ts = TableSet::from_proto_sources(&src, &["lf.proto"]).expect("compiles");
+    assert!(field(&ts, "lf.A", "s").flags.has(FieldFlags::UTF8));
+    assert!(field(&ts, "lf.A", "n").flags.has(FieldFlags::IMPLICIT));
+}

@@ -231,24 +231,41 @@ impl<M: Slots> Producer<M> {
 
     /// How many of the elements claimed at positions `from..produced()`
     /// the consumer has taken, counted from `from` up to the first one it
-    /// has not (a watchdog's view of consumer progress; a scribbling
-    /// consumer can only make itself look faster).
+    /// has not (a watchdog's view of consumer progress); `Err(Corrupt)` if
+    /// a sequence word on the way holds a value no consumer could have
+    /// left there.
     ///
     /// A slot's sequence word only grows: `pos` (free for position `pos`;
     /// also while a producer has claimed it and is still writing it),
-    /// `pos + 1` (published), then `pos + slots` once taken, and larger
-    /// again as later laps use the slot. So position `pos` has been taken
-    /// exactly when the word is past `pos + 1`. (Counting every word that
-    /// is not `pos + 1` took a claimed, not yet published element for a
-    /// taken one, and a watchdog looking at that moment never saw the
+    /// `pos + 1` (published), then `pos + slots` once taken, and, as later
+    /// laps use the slot, `p`, `p + 1` and `p + slots` for `p = pos + k *
+    /// slots`, never past the last claimed position plus `slots`. So
+    /// position `pos` has been taken exactly when the word is past `pos +
+    /// 1`, and a word below `pos`, past that bound, or off the slot's
+    /// residues (`pos` and `pos + 1` modulo `slots`) was scribbled: a
+    /// consumer that scribbles every word to look fast is caught here, not
+    /// only when the next push finds its slot wrong (requests already
+    /// posted would otherwise wait for their deadlines). (Counting every
+    /// word that is not `pos + 1` took a claimed, not yet published element
+    /// for a taken one, and a watchdog looking at that moment never saw the
     /// consumer stall on it.)
-    pub fn consumed_from(&self, from: u64) -> u64 {
+    pub fn consumed_from(&self, from: u64) -> Result<u64, PushError> {
+        let slots = self.ring.slots;
         let end = self.produced();
         let mut pos = from;
-        while pos < end && self.ring.seq(pos).load(Ordering::Acquire) > pos + 1 {
+        while pos < end {
+            let seq = self.ring.seq(pos).load(Ordering::Acquire);
+            if seq == pos || seq == pos + 1 {
+                break; // claimed or published, not taken yet
+            }
+            // Read after the word: a producer claims before it publishes.
+            let bound = self.produced() + slots;
+            if seq < pos || seq >= bound || (seq - pos) % slots > 1 {
+                return Err(PushError::Corrupt);
+            }
             pos += 1;
         }
-        pos - from
+        Ok(pos - from)
     }
 }
 
@@ -496,11 +513,11 @@ mod tests {
         for i in 0..5 {
             p.push(&d(i)).expect("room");
         }
-        assert_eq!(p.consumed_from(0), 0);
+        assert_eq!(p.consumed_from(0), Ok(0));
         c.pop();
         c.pop();
-        assert_eq!(p.consumed_from(0), 2);
-        assert_eq!(p.consumed_from(2), 0);
+        assert_eq!(p.consumed_from(0), Ok(2));
+        assert_eq!(p.consumed_from(2), Ok(0));
     }
 
     #[test]
@@ -511,8 +528,8 @@ mod tests {
         // A producer thread claimed position 1 and is still writing it.
         p.tail.fetch_add(1, Ordering::Relaxed);
         assert_eq!(p.produced(), 2);
-        assert_eq!(p.consumed_from(1), 0);
-        assert_eq!(p.consumed_from(0), 1);
+        assert_eq!(p.consumed_from(1), Ok(0));
+        assert_eq!(p.consumed_from(0), Ok(1));
     }
 
     #[test]
@@ -523,10 +540,26 @@ mod tests {
             c.pop();
         }
         // Positions 0..20 were all taken; slots 0..4 hold lap 2's 16..20.
-        assert_eq!(p.consumed_from(0), 20);
-        assert_eq!(p.consumed_from(13), 7);
+        assert_eq!(p.consumed_from(0), Ok(20));
+        assert_eq!(p.consumed_from(13), Ok(7));
         p.push(&d(20)).expect("room");
-        assert_eq!(p.consumed_from(0), 20);
+        assert_eq!(p.consumed_from(0), Ok(20));
+    }
+
+    #[test]
+    fn watchdog_catches_a_consumer_that_scribbles_the_sequence_words() {
+        for scribble in [0xdead_beef_u64, 3, 9 + 8 * 4] {
+            let (p, _c, map) = pair(8);
+            let ring = Ring::new(map, 4096, 8).expect("fits");
+            for i in 0..4 {
+                p.push(&d(i)).expect("room");
+            }
+            // The consumer took nothing, then wrote every word.
+            for pos in 0..8 {
+                ring.seq(pos).store(scribble, Ordering::Relaxed);
+            }
+            assert_eq!(p.consumed_from(0), Err(PushError::Corrupt), "{scribble:#x}");
+        }
     }
 
     #[test]

@@ -1050,7 +1050,7 @@ impl Attachment {
 
     /// Requests posted so far, and how many of those from `from` on the
     /// application has taken (for the watchdog).
-    pub(crate) fn progress(&self, from: u64) -> (u64, u64) {
+    pub fn progress(&self, from: u64) -> (u64, Result<u64, PushError>) {
         (self.requests.produced(), self.requests.consumed_from(from))
     }
 

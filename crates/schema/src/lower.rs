@@ -408,9 +408,10 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
         let full = join(&x.scope, f.name());
         let err = |what: &str| SchemaError::Unsupported(format!("extension {full}: {what}"));
         let extendee = f.extendee().strip_prefix('.').unwrap_or(f.extendee());
-        let extendee = *msg_idx
-            .get(extendee)
-            .ok_or_else(|| err(&format!("unresolved extendee {extendee}")))?;
+        // A set without the extended message (custom options extend
+        // `descriptor.proto`'s, often left out of a set): nothing of that
+        // type is ever read through these tables, so nothing to list.
+        let Some(&extendee) = msg_idx.get(extendee) else { continue };
         let mut kind = Kind::from_u8(f.r#type() as u8).ok_or_else(|| err("unknown type"))?;
         let number = u32::try_from(f.number())
             .ok()

@@ -298,3 +298,39 @@ fn language_features_compile_and_change_no_table_bit() {
     assert!(field(&ts, "lf.A", "s").flags.has(FieldFlags::UTF8));
     assert!(field(&ts, "lf.A", "n").flags.has(FieldFlags::IMPLICIT));
 }
+
+#[test]
+fn an_extension_of_a_message_the_set_leaves_out_is_skipped() {
+    use prost_types::field_descriptor_proto::{Label, Type};
+    // A custom option (extends FieldOptions) in a set without
+    // descriptor.proto, as `protoc --descriptor_set_out` writes it without
+    // --include_imports: the file's own messages still load.
+    let file = prost_types::FileDescriptorProto {
+        name: Some("opt.proto".into()),
+        package: Some("opt".into()),
+        dependency: vec!["google/protobuf/descriptor.proto".into()],
+        message_type: vec![prost_types::DescriptorProto {
+            name: Some("M".into()),
+            field: vec![prost_types::FieldDescriptorProto {
+                name: Some("a".into()),
+                number: Some(1),
+                label: Some(Label::Optional as i32),
+                r#type: Some(Type::Int32 as i32),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        extension: vec![prost_types::FieldDescriptorProto {
+            name: Some("tag".into()),
+            number: Some(50_001),
+            label: Some(Label::Optional as i32),
+            r#type: Some(Type::String as i32),
+            extendee: Some(".google.protobuf.FieldOptions".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let set = prost_types::FileDescriptorSet { file: vec![file] };
+    let ts = TableSet::from_descriptor_set(&set.encode_to_vec()).expect("loads");
+    assert!(ts.message_by_name("opt.M").is_some());
+}

@@ -41,6 +41,7 @@ use std::collections::HashMap;
 use prost_types::uninterpreted_option::NamePart;
 use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet, UninterpretedOption};
 
+use crate::lower::join;
 use crate::options::{Item, Reader};
 use crate::SchemaError;
 
@@ -317,14 +318,6 @@ fn scan_file(
         scan_message(&package, m, out)?;
     }
     Ok(())
-}
-
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}.{name}")
-    }
 }
 
 fn note(out: &mut Scanned, name: String, found: Explicit) {
@@ -638,7 +631,7 @@ pub(crate) fn to_proto2(text: &str) -> Result<Option<(String, u64)>, String> {
     let mut stack = vec![Scope::File];
     let mut k = 4;
     while k < toks.len() {
-        let scope = *stack.last().expect("the file scope is never popped");
+        let scope = stack.last().copied().unwrap_or(Scope::File); // never popped
         if sym(k, b'}') {
             if stack.len() == 1 {
                 return Err(format!("line {}: unexpected '}}'", line(k)));

@@ -139,7 +139,17 @@ fn compile_error(e: protox::Error, editions: &Editions) -> SchemaError {
 /// A file's text as protox should parse it: an editions file rewritten into
 /// proto2 (and noted in `editions`), any other as it is.
 fn parse(name: &str, text: &str, editions: &Editions) -> Result<protox::file::File, protox::Error> {
-    match editions::to_proto2(text) {
+    parse_rewritten(name, text, editions::to_proto2(text), editions)
+}
+
+/// [`parse`] with the rewrite already tried.
+fn parse_rewritten(
+    name: &str,
+    text: &str,
+    rewritten: Result<Option<(String, u64)>, String>,
+    editions: &Editions,
+) -> Result<protox::file::File, protox::Error> {
+    match rewritten {
         Ok(None) => protox::file::File::from_source(name, text),
         Ok(Some((proto2, edition))) => {
             if let Ok(mut seen) = editions.lock() {
@@ -175,12 +185,13 @@ impl protox::file::FileResolver for Include {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(protox::Error::file_not_found(name))
             }
-            Ok(text) if matches!(editions::to_proto2(&text), Ok(Some(_)) | Err(_)) => {
-                parse(name, &text, &self.editions)
-            }
-            // proto2 and proto3 files: protox's own reading (and errors,
-            // with the file's path).
-            _ => self.inner.open_file(name),
+            Ok(text) => match editions::to_proto2(&text) {
+                // proto2 and proto3 files: protox's own reading (and
+                // errors, with the file's path).
+                Ok(None) => self.inner.open_file(name),
+                rewritten => parse_rewritten(name, &text, rewritten, &self.editions),
+            },
+            Err(_) => self.inner.open_file(name),
         }
     }
 }

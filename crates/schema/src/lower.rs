@@ -119,7 +119,8 @@ fn collect<'a>(
     Ok(())
 }
 
-fn join(prefix: &str, name: &str) -> String {
+/// `prefix.name`, or `name` at the root: a full name in a scope.
+pub(crate) fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
         name.to_owned()
     } else {
@@ -270,22 +271,8 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
                     kind = Kind::Group;
                 }
             }
-            let mut flags = 0u16;
-            let sub = match kind {
-                Kind::Message | Kind::Group => *msg_idx
-                    .get(type_name)
-                    .ok_or_else(|| err(&format!("unresolved message type {type_name}")))?,
-                Kind::Enum => {
-                    let i = *enum_idx
-                        .get(type_name)
-                        .ok_or_else(|| err(&format!("unresolved enum type {type_name}")))?;
-                    if enums[i as usize].closed {
-                        flags |= FieldFlags::CLOSED_ENUM;
-                    }
-                    i
-                }
-                _ => NONE,
-            };
+            let (sub, mut flags) =
+                resolve(kind, type_name, &msg_idx, &enum_idx, &enums).map_err(|e| err(&e))?;
             if label == Label::Repeated {
                 let packable = kind.is_scalar();
                 let explicit = f.options.as_ref().and_then(|o| o.packed);
@@ -430,22 +417,8 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
             PLabel::Optional => Label::Optional,
         };
         let type_name = f.type_name().strip_prefix('.').unwrap_or(f.type_name());
-        let mut flags = 0u16;
-        let sub = match kind {
-            Kind::Message | Kind::Group => *msg_idx
-                .get(type_name)
-                .ok_or_else(|| err(&format!("unresolved message type {type_name}")))?,
-            Kind::Enum => {
-                let i = *enum_idx
-                    .get(type_name)
-                    .ok_or_else(|| err(&format!("unresolved enum type {type_name}")))?;
-                if enums[i as usize].closed {
-                    flags |= FieldFlags::CLOSED_ENUM;
-                }
-                i
-            }
-            _ => NONE,
-        };
+        let (sub, mut flags) =
+            resolve(kind, type_name, &msg_idx, &enum_idx, &enums).map_err(|e| err(&e))?;
         if kind == Kind::Message && features.is_some_and(|ff| ff.delimited) {
             kind = Kind::Group;
         }
@@ -487,6 +460,32 @@ pub(crate) fn lower(set: &FileDescriptorSet) -> Result<TableSet, SchemaError> {
     ts.strings = pool.bytes;
     ts.rebuild_index();
     Ok(ts)
+}
+
+/// A field's (or extension's) type reference: the message or enum index
+/// it names, and `CLOSED_ENUM` for a closed enum's.
+fn resolve(
+    kind: Kind,
+    type_name: &str,
+    msg_idx: &HashMap<&str, u32>,
+    enum_idx: &HashMap<&str, u32>,
+    enums: &[EnumSrc<'_>],
+) -> Result<(u32, u16), String> {
+    Ok(match kind {
+        Kind::Message | Kind::Group => (
+            *msg_idx
+                .get(type_name)
+                .ok_or_else(|| format!("unresolved message type {type_name}"))?,
+            0,
+        ),
+        Kind::Enum => {
+            let i = *enum_idx
+                .get(type_name)
+                .ok_or_else(|| format!("unresolved enum type {type_name}"))?;
+            (i, if enums[i as usize].closed { FieldFlags::CLOSED_ENUM } else { 0 })
+        }
+        _ => (NONE, 0),
+    })
 }
 
 /// Whether a field of this kind and label can be placed on the device

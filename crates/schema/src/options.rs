@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use prost_types::uninterpreted_option::NamePart;
 use prost_types::{DescriptorProto, FieldOptions, FileDescriptorSet, UninterpretedOption};
 
+use crate::lower::join;
 use crate::{Placement, SchemaError};
 
 /// Extension number of `(protoplane.placement)` in `google.protobuf.FieldOptions`
@@ -186,14 +187,6 @@ fn scan_file<'a>(
         scan_message(&package, m, scan)?;
     }
     Ok(())
-}
-
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}.{name}")
-    }
 }
 
 /// Notes whether extension `ext` (declared in scope `scope`) is ours.

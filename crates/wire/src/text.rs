@@ -32,7 +32,7 @@ use crate::builder::{Builder, MessageBuilder};
 use crate::error::BlockError;
 use crate::extensions::{self, Raw};
 use crate::view::{MessageView, Value};
-use crate::{Block, DecodeOptions, EncodeOptions, Encoder, Source};
+use crate::{Block, DecodeOptions, EncodeOptions, Source};
 
 /// Nesting deeper than this is refused, printing and parsing.
 const MAX_DEPTH: u32 = 100;
@@ -685,21 +685,7 @@ impl<'t, 's> Parser<'t, 's> {
                 .message_by_name(full)
                 .ok_or_else(|| self.error_at(start, format!("[{name}]: no message type {full}")))?;
             self.eat(b':')?;
-            let close = self.open()?;
-            let mut inner = Builder::new(ts, ty).map_err(|e| self.error(e.to_string()))?;
-            let root = inner.root();
-            self.message(&mut inner, root, Some(close), depth + 1)?;
-            let block = inner.finish();
-            let mut value = Vec::new();
-            Encoder::new()
-                .encode_into(
-                    ts,
-                    ty,
-                    Source::owned(block.as_bytes()),
-                    &EncodeOptions::default(),
-                    &mut value,
-                )
-                .map_err(|e| self.error(e.to_string()))?;
+            let value = self.encoded_message(ty, depth)?;
             b.set(at, 1, Value::String(name.as_bytes())).map_err(|e| self.error(e.to_string()))?;
             b.set(at, 2, Value::Bytes(&value)).map_err(|e| self.error(e.to_string()))?;
             return Ok(());
@@ -714,21 +700,7 @@ impl<'t, 's> Parser<'t, 's> {
         let mut wire = Vec::new();
         let one = |p: &mut Self, wire: &mut Vec<u8>| -> Result<(), TextError> {
             if f.kind.is_message() {
-                let close = p.open()?;
-                let mut inner = Builder::new(ts, f.sub).map_err(|e| p.error(e.to_string()))?;
-                let root = inner.root();
-                p.message(&mut inner, root, Some(close), depth + 1)?;
-                let block = inner.finish();
-                let mut body = Vec::new();
-                Encoder::new()
-                    .encode_into(
-                        ts,
-                        f.sub,
-                        Source::owned(block.as_bytes()),
-                        &EncodeOptions::default(),
-                        &mut body,
-                    )
-                    .map_err(|e| p.error(e.to_string()))?;
+                let body = p.encoded_message(f.sub, depth)?;
                 extensions::push_message(wire, &f, &body);
             } else {
                 let v = p.scalar(&f)?;
@@ -756,6 +728,17 @@ impl<'t, 's> Parser<'t, 's> {
             one(self, &mut wire)?;
         }
         b.push_unknown(at, &wire).map_err(|e| self.error(e.to_string()))
+    }
+
+    /// A message of type `ty` in `{}` or `<>`, parsed into a block of its
+    /// own and encoded (an `Any`'s value, an extension's).
+    fn encoded_message(&mut self, ty: u32, depth: u32) -> Result<Vec<u8>, TextError> {
+        let close = self.open()?;
+        let mut inner = Builder::new(self.ts, ty).map_err(|e| self.error(e.to_string()))?;
+        let root = inner.root();
+        self.message(&mut inner, root, Some(close), depth + 1)?;
+        crate::encode(self.ts, ty, inner.finish().as_bytes(), &EncodeOptions::default())
+            .map_err(|e| self.error(e.to_string()))
     }
 
     /// `{` or `<`: returns the matching close.

@@ -576,16 +576,7 @@ fn extension_wire(
             let mut sub = Builder::new(ts, f.sub)?;
             let root = sub.root();
             fill(ts, &mut sub, root, item, depth + 1, opts)?;
-            let block = sub.finish();
-            let mut body = Vec::new();
-            crate::Encoder::new()
-                .encode_into(
-                    ts,
-                    f.sub,
-                    crate::Source::owned(block.as_bytes()),
-                    &crate::EncodeOptions::default(),
-                    &mut body,
-                )
+            let body = crate::encode(ts, f.sub, sub.finish().as_bytes(), &Default::default())
                 .map_err(|e| JsonError(e.to_string()))?;
             extensions::push_message(out, f, &body);
         } else if !skipped_enum(ts, f, item, opts) {

@@ -1,8 +1,9 @@
 //! The generated decoder of a message: `decode_fields`, one loop over tags
 //! with one `match` arm per field in its canonical encoding, everything a
 //! constant (see `protoplane_wire::gen` for the runtime it calls and for
-//! what is left to the table-driven path: closed enums, groups, unknown
-//! fields, non-canonical encodings). A map is a repeated sub-message of its
+//! what is left to the table-driven path: closed-enum values the enum lacks
+//! and packed closed enums, groups, unknown fields, non-canonical
+//! encodings). A map is a repeated sub-message of its
 //! entry type, whose decoder is generated too.
 //!
 //! The arms come in field-number order, the order encoders write fields
@@ -52,13 +53,16 @@ pub(crate) fn emit(
     );
     w.line(format!("const M: u32 = {};", info.type_index));
     w.open("while pos < end");
-    // Closed enums and groups go to the table-driven path (see the module
-    // docs); a message with nothing else has no arms at all.
+    // Groups and packed closed enums go to the table-driven path (see the
+    // module docs); a message with nothing else has no arms at all.
     let arms: Vec<_> = fields
         .iter()
         .enumerate()
         .zip(ops)
-        .filter(|(_, op)| op.value != ValueOp::ClosedEnum && op.value != ValueOp::Group)
+        .filter(|(_, op)| {
+            op.value != ValueOp::Group
+                && !(op.value == ValueOp::ClosedEnum && op.card == Card::Packed)
+        })
         .collect();
     if arms.is_empty() {
         w.line("pos = d.field(M, obj, pos, end)?;");
@@ -130,6 +134,22 @@ pub(crate) fn emit(
                     f.kind
                 ));
             }
+            ValueOp::ClosedEnum => {
+                // A value the enum declares is stored as any int32; another
+                // one sends the field back to the table-driven path, which
+                // keeps it with the unknown fields (protobuf's rule for
+                // closed enums).
+                let values = ts.enum_values(ts.enum_type(f.sub));
+                let pattern = enum_pattern(values.iter().map(|v| v.number));
+                w.line(format!("let raw = d.value(&mut pos, end, {site})?;"));
+                w.line("let v = raw as u32 as u64;");
+                w.open(format!("if matches!(v as u32 as i32, {pattern})"));
+                store_card(w, "v", op.size);
+                w.close_with(" else {");
+                w.indent();
+                w.line("pos = d.field(M, obj, start, end)?;");
+                w.close();
+            }
             ValueOp::Fixed32 => {
                 w.line(format!("let v = d.fixed::<4>(&mut pos, end, {site})?;"));
                 store_card(w, "v", op.size);
@@ -162,6 +182,32 @@ pub(crate) fn emit(
     w.close();
     w.close();
     Ok(())
+}
+
+/// A `match` pattern for the numbers of an enum's values: runs of
+/// consecutive numbers as ranges (`-1..=3 | 7 | 10..=12`), so a dense enum
+/// is one range check.
+fn enum_pattern(numbers: impl Iterator<Item = i32>) -> String {
+    let mut numbers: Vec<i32> = numbers.collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    let mut runs: Vec<(i32, i32)> = Vec::new();
+    for n in numbers {
+        match runs.last_mut() {
+            Some((_, hi)) if hi.checked_add(1) == Some(n) => *hi = n,
+            _ => runs.push((n, n)),
+        }
+    }
+    if runs.is_empty() {
+        // An enum always declares a value; a pattern that matches nothing
+        // keeps the generated code valid all the same.
+        return "_ if false".into();
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(lo, hi)| if lo == hi { format!("{lo}") } else { format!("{lo}..={hi}") })
+        .collect();
+    parts.join(" | ")
 }
 
 /// The byte offset of hasbit `bit`'s word in an object, and its mask.

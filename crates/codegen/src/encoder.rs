@@ -4,9 +4,9 @@
 //! number order, each with its presence test (a hasbit word and mask, a
 //! oneof case word, or non-zero for implicit presence), its value
 //! conversion and its pre-encoded tag as constants, sub-messages as direct
-//! calls. Repeated fields other than sub-messages, maps to be sorted by key
-//! (deterministic output) and groups are handed to the table-driven
-//! encoder, one call per non-empty field.
+//! calls, repeated fields as loops over their elements with the same
+//! constants. Maps to be sorted by key (deterministic output) and groups are
+//! handed to the table-driven encoder, one call per non-empty field.
 
 use protoplane_schema::{Card, FieldFlags, ValueOp};
 
@@ -53,7 +53,7 @@ pub(crate) fn emit(
             w.line(format!("let r = {GEN}::u64_at(obj, {off});"));
             if op.value != ValueOp::Message {
                 w.open(format!("if {GEN}::ref_len(r) != 0"));
-                w.line(format!("e.repeated({m}, {index}, r, at, depth)?;"));
+                repeated_elements(w, op, &tag, m, index);
                 w.close();
                 continue;
             }
@@ -115,21 +115,7 @@ pub(crate) fn emit(
                 }
             }
             value => {
-                let (read, call, value) = match value {
-                    ValueOp::UInt32 => ("u32_at", "varint_field", "v as u64"),
-                    ValueOp::SInt32 => {
-                        ("u32_at", "varint_field", "((v << 1) ^ ((v as i32 >> 31) as u32)) as u64")
-                    }
-                    ValueOp::Int64 => ("u64_at", "varint_field", "v"),
-                    ValueOp::SInt64 => {
-                        ("u64_at", "varint_field", "(v << 1) ^ ((v as i64 >> 63) as u64)")
-                    }
-                    ValueOp::Bool => ("u8_at", "bool_field", "v"),
-                    ValueOp::Fixed32 => ("u32_at", "fixed32_field", "v"),
-                    ValueOp::Fixed64 => ("u64_at", "fixed64_field", "v"),
-                    // Int32, open and closed enums: sign-extended to 64 bits.
-                    _ => ("u32_at", "varint_field", "v as i32 as i64 as u64"),
-                };
+                let (read, call, value) = scalar_write(value);
                 let write = format!("e.{call}({tag}, {value})?;");
                 w.line(format!("let v = {GEN}::{read}(obj, {off});"));
                 if implicit {
@@ -147,6 +133,73 @@ pub(crate) fn emit(
     w.close();
     w.close();
     Ok(())
+}
+
+/// How a scalar slot is read and written: the slot reader of
+/// `protoplane_wire::gen`, the `Enc` writer of a whole field (tag and
+/// value), and the value that writer takes, from the slot bits `v`.
+fn scalar_write(value: ValueOp) -> (&'static str, &'static str, &'static str) {
+    match value {
+        ValueOp::UInt32 => ("u32_at", "varint_field", "v as u64"),
+        ValueOp::SInt32 => {
+            ("u32_at", "varint_field", "((v << 1) ^ ((v as i32 >> 31) as u32)) as u64")
+        }
+        ValueOp::Int64 => ("u64_at", "varint_field", "v"),
+        ValueOp::SInt64 => ("u64_at", "varint_field", "(v << 1) ^ ((v as i64 >> 63) as u64)"),
+        ValueOp::Bool => ("u8_at", "bool_field", "v"),
+        ValueOp::Fixed32 => ("u32_at", "fixed32_field", "v"),
+        ValueOp::Fixed64 => ("u64_at", "fixed64_field", "v"),
+        // Int32, open and closed enums: sign-extended to 64 bits.
+        _ => ("u32_at", "varint_field", "v as i32 as i64 as u64"),
+    }
+}
+
+/// The elements of a non-empty repeated field other than sub-messages
+/// (reference in `r`), last to first: strings and bytes each with its tag
+/// and length in one reservation; scalars each with its tag, or packed
+/// (varints one by one, fixed-width ones as one copy) under one length
+/// prefix and tag. The bytes, the work charged and every error are the
+/// table-driven `back_repeated`'s; groups still go there.
+fn repeated_elements(
+    w: &mut CodeWriter,
+    op: &protoplane_schema::FieldOp,
+    tag: &str,
+    m: u32,
+    index: usize,
+) {
+    let off = op.offset;
+    match op.value {
+        ValueOp::Group => w.line(format!("e.repeated({m}, {index}, r, at, depth)?;")),
+        ValueOp::Bytes | ValueOp::Utf8 => {
+            w.open(format!("for c in e.elements(r, at + {off})?.chunks_exact(8).rev()"));
+            w.line(format!("e.string_field({tag}, {GEN}::u64_at(c, 0), at + {off})?;"));
+            w.close();
+        }
+        value => {
+            let size = op.size;
+            let (read, call, conv) = scalar_write(value);
+            w.line(format!("let arr = e.scalars(r, {size}, at + {off})?;"));
+            if op.card == Card::Packed {
+                w.line("let mark = e.written();");
+                if matches!(value, ValueOp::Fixed32 | ValueOp::Fixed64) {
+                    // Slot and wire are both little endian: one copy.
+                    w.line("e.raw(arr)?;");
+                } else {
+                    w.open(format!("for c in arr.chunks_exact({size}).rev()"));
+                    w.line(format!("let v = {GEN}::{read}(c, 0);"));
+                    let conv = if value == ValueOp::Bool { "(v != 0) as u64" } else { conv };
+                    w.line(format!("e.varint({conv})?;"));
+                    w.close();
+                }
+                w.line(format!("e.sub_end(mark, {tag})?;"));
+            } else {
+                w.open(format!("for c in arr.chunks_exact({size}).rev()"));
+                w.line(format!("let v = {GEN}::{read}(c, 0);"));
+                w.line(format!("e.{call}({tag}, {conv})?;"));
+                w.close();
+            }
+        }
+    }
 }
 
 /// One occurrence of a sub-message whose object offset is in `sub`: its

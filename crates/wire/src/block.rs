@@ -64,6 +64,25 @@ pub(crate) fn capacity(len: u32) -> u32 {
 /// Source of zero bytes for small allocations.
 static ZEROS: [u8; 256] = [0; 256];
 
+/// Appends a short string (`len <= 16` bytes, the low bytes of `word`, the
+/// rest of `word` zero) to a private block at the next 8-aligned offset and
+/// returns that offset: the owned decoders' copy of the many short strings,
+/// as fixed-size stores (zeros for the padding, then the string's sixteen
+/// bytes) and a trim, where [`BlockMem::alloc_copy`] pads and copies by
+/// length (two calls, a `memset` and a `memcpy`).
+#[inline(always)]
+pub(crate) fn append_short(block: &mut Vec<u8>, word: [u8; 16], len: usize) -> usize {
+    let end = block.len();
+    let at = (end + 7) & !7;
+    // Zeros first, then the word over them: stores of constants and one
+    // 16-byte store, none of them read back (assembling the padding and
+    // the word in a buffer on the stack first stalls on store forwarding).
+    block.extend_from_slice(&[0u8; 24]);
+    block[at..at + 16].copy_from_slice(&word);
+    block.truncate(at + len.min(16));
+    at
+}
+
 /// Copies at least this long get a 4K-aliasing-free placement (see
 /// `Block::alloc_copy`).
 const ALIGNED_COPY_MIN: usize = 2048;

@@ -14,8 +14,9 @@
 //! Everything the arms do not cover goes to [`Dec::field`], which runs the
 //! table-driven decoder over that one field of the current object: unknown
 //! fields, wire types that differ from the declaration, packed input for an
-//! unpacked field (and the reverse), closed enums (their unknown values
-//! become unknown fields) and groups. One engine owns protobuf's rare
+//! unpacked field (and the reverse), a closed enum's values it does not
+//! declare (they become unknown fields; the arms check the declared ones
+//! against constants) and its packed runs, and groups. One engine owns protobuf's rare
 //! rules; generated code only runs the common ones faster. A map is a
 //! repeated sub-message of its entry type, decoded by the entry's generated
 //! decoder; an entry that carried unknown fields then leaves the map for
@@ -183,7 +184,8 @@ impl Dec<'_> {
         varint::read_short(&self.input[..end], pos).map_err(|e| self.err(e.into(), msg, 0, at))
     }
 
-    /// Reads a varint value.
+    /// Reads a varint value. A one-byte value (booleans, most enums, small
+    /// counts) is read inline; a longer one by the branch-free word reader.
     #[inline(always)]
     pub fn value(
         &self,
@@ -191,7 +193,14 @@ impl Dec<'_> {
         end: usize,
         (msg, field, at): (u32, u32, usize),
     ) -> Result<u64, DecodeError> {
-        varint::read_value(&self.input[..end], pos).map_err(|e| self.err(e.into(), msg, field, at))
+        let input = &self.input[..end];
+        if let Some(&b) = input.get(*pos) {
+            if b < 0x80 {
+                *pos += 1;
+                return Ok(b as u64);
+            }
+        }
+        varint::read_value(input, pos).map_err(|e| self.err(e.into(), msg, field, at))
     }
 
     /// Reads a little-endian fixed-width value of `N` bytes (4 or 8).
@@ -245,6 +254,37 @@ impl Dec<'_> {
             return Err(self.err(DecodeErrorKind::TooLong, msg, field, at));
         }
         let start = *pos;
+        if len <= 16 {
+            if let Some(chunk) = self.input.get(start..start + 16) {
+                // A short string with sixteen bytes of input from its
+                // start: checked (and, owned, copied) as one word with the
+                // bytes past it masked off; no call.
+                let mut word = [0u8; 16];
+                word.copy_from_slice(chunk);
+                let mask = if len == 16 { u128::MAX } else { (1u128 << (8 * len)) - 1 };
+                let bits = u128::from_le_bytes(word) & mask;
+                if utf8
+                    && bits & 0x8080_8080_8080_8080_8080_8080_8080_8080 != 0
+                    && !crate::decode::utf8(&self.input[start..start + len])
+                {
+                    return Err(self.err(DecodeErrorKind::InvalidUtf8, msg, field, at));
+                }
+                *pos += len;
+                if len == 0 {
+                    return Ok(0);
+                }
+                let (offset, wire) = if self.opts.view {
+                    (start, true)
+                } else {
+                    let copy = crate::block::append_short(self.out, bits.to_le_bytes(), len);
+                    self.check_block(site)?;
+                    (copy, false)
+                };
+                return Ok(
+                    Ref { offset: offset as u32, len: len as u32, wire, device: false }.pack()
+                );
+            }
+        }
         let data = &self.input[start..start + len];
         if utf8 && !crate::decode::utf8(data) {
             return Err(self.err(DecodeErrorKind::InvalidUtf8, msg, field, at));
@@ -437,10 +477,9 @@ pub type EncodeFields = fn(&mut Enc<'_, '_>, usize, u32) -> Result<(), BlockErro
 /// is every error on a forged block (same checks, same order): the tests
 /// and the `decode_gen` fuzz target compare the two.
 ///
-/// Generated encoders write singular fields, repeated sub-messages and maps
-/// themselves; every other repeated field (one dispatch per field, then a
-/// loop over its elements), maps in deterministic output (sorted by key)
-/// and groups go to the table-driven encoder.
+/// Generated encoders write singular and repeated fields and maps
+/// themselves; maps in deterministic output (sorted by key) and groups go
+/// to the table-driven encoder.
 #[allow(missing_debug_implementations)] // a cursor over borrowed buffers
 pub struct Enc<'s, 'e> {
     enc: &'e mut Encoder,
@@ -522,7 +561,12 @@ impl<'s> Enc<'s, '_> {
     #[inline(always)]
     pub fn unknown(&mut self, obj: &[u8], at: usize, off: usize) -> Result<(), BlockError> {
         let r = Ref::unpack(u64_at(obj, off));
-        self.w.bytes(self.src.array(r, 1, at + off)?)
+        let bytes = self.src.array(r, 1, at + off)?;
+        if bytes.is_empty() {
+            // The common case: no call to copy nothing.
+            return Ok(());
+        }
+        self.w.bytes(bytes)
     }
 
     /// A varint field: its value `v`, then its pre-encoded tag (the low
@@ -575,13 +619,41 @@ impl<'s> Enc<'s, '_> {
         self.w.len_prefix(tag, tag_len, self.w.written() - mark)
     }
 
-    /// The elements of a repeated sub-message field (reference `raw`, slot
+    /// The references of a repeated sub-message or string field (`raw`, slot
     /// at `at`), counted against the work budget.
     #[inline(always)]
     pub fn elements(&mut self, raw: u64, at: usize) -> Result<&'s [u8], BlockError> {
         let r = Ref::unpack(raw);
         self.enc.charge(r.len as usize, self.opts)?;
         self.src.array(r, 8, at)
+    }
+
+    /// The elements of a repeated scalar field of `size`-byte slots
+    /// (reference `raw`, slot at `at`), counted against the work budget.
+    #[inline(always)]
+    pub fn scalars(&mut self, raw: u64, size: usize, at: usize) -> Result<&'s [u8], BlockError> {
+        let r = Ref::unpack(raw);
+        self.enc.charge(r.len as usize, self.opts)?;
+        self.src.array(r, size, at)
+    }
+
+    /// Bytes written so far: the mark a packed run's length is measured
+    /// from (see [`Enc::sub_end`]).
+    #[inline(always)]
+    pub fn written(&self) -> usize {
+        self.w.written()
+    }
+
+    /// A varint with no tag (an element of a packed run).
+    #[inline(always)]
+    pub fn varint(&mut self, v: u64) -> Result<(), BlockError> {
+        self.w.varint(v)
+    }
+
+    /// Bytes as they are (a packed run of fixed-width elements).
+    #[inline(always)]
+    pub fn raw(&mut self, bytes: &[u8]) -> Result<(), BlockError> {
+        self.w.bytes(bytes)
     }
 
     /// Whether map entries are to be sorted by key (then the tables encode

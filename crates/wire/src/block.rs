@@ -64,23 +64,26 @@ pub(crate) fn capacity(len: u32) -> u32 {
 /// Source of zero bytes for small allocations.
 static ZEROS: [u8; 256] = [0; 256];
 
-/// Appends a short string (`len <= 16` bytes, the low bytes of `word`, the
-/// rest of `word` zero) to a private block at the next 8-aligned offset and
-/// returns that offset: the owned decoders' copy of the many short strings,
-/// as fixed-size stores (zeros for the padding, then the string's sixteen
-/// bytes) and a trim, where [`BlockMem::alloc_copy`] pads and copies by
-/// length (two calls, a `memset` and a `memcpy`).
+/// A string of at most 16 bytes with 16 bytes of input from its start
+/// (`input[start..start + len]`): its bytes as one little-endian word, the
+/// bytes past it zero; `None` for a longer one or one too near the input's
+/// end. The decoders check (ASCII: [`ascii_word`]) and copy
+/// ([`BlockMem::alloc_short`]) the many short strings as this one word, no
+/// call.
 #[inline(always)]
-pub(crate) fn append_short(block: &mut Vec<u8>, word: [u8; 16], len: usize) -> usize {
-    let end = block.len();
-    let at = (end + 7) & !7;
-    // Zeros first, then the word over them: stores of constants and one
-    // 16-byte store, none of them read back (assembling the padding and
-    // the word in a buffer on the stack first stalls on store forwarding).
-    block.extend_from_slice(&[0u8; 24]);
-    block[at..at + 16].copy_from_slice(&word);
-    block.truncate(at + len.min(16));
-    at
+pub(crate) fn short_word(input: &[u8], start: usize, len: usize) -> Option<u128> {
+    if len > 16 {
+        return None;
+    }
+    let chunk: [u8; 16] = input.get(start..start + 16)?.try_into().ok()?;
+    let mask = if len == 16 { u128::MAX } else { (1u128 << (8 * len)) - 1 };
+    Some(u128::from_le_bytes(chunk) & mask)
+}
+
+/// Whether every byte of a [`short_word`] is ASCII (then it is UTF-8).
+#[inline(always)]
+pub(crate) fn ascii_word(word: u128) -> bool {
+    word & 0x8080_8080_8080_8080_8080_8080_8080_8080 == 0
 }
 
 /// Copies at least this long get a 4K-aliasing-free placement (see
@@ -375,6 +378,14 @@ pub(crate) trait BlockMem {
         at
     }
 
+    /// Appends a short string (`len <= 16` bytes: the low bytes of a
+    /// [`short_word`]) at the next 8-aligned offset, as
+    /// [`BlockMem::alloc_copy`] does.
+    #[inline(always)]
+    fn alloc_short(&mut self, word: u128, len: usize) -> usize {
+        self.alloc_copy(&word.to_le_bytes()[..len.min(16)])
+    }
+
     /// Appends a copy of `bytes` at the next 8-aligned offset.
     ///
     /// Large copies are placed so that the destination is not 1..63 bytes
@@ -529,6 +540,21 @@ impl BlockMem for Vec<u8> {
         self.extend_from_slice(bytes);
     }
 
+    /// Fixed-size stores: zeros over the padding and past it, then the
+    /// word's sixteen bytes over them, then a trim to the string's end;
+    /// where `alloc_copy` pads and copies by length (a `memset` and a
+    /// `memcpy` call). None of the stores is read back (assembling padding
+    /// and word in a buffer on the stack first stalls on store forwarding).
+    #[inline(always)]
+    fn alloc_short(&mut self, word: u128, len: usize) -> usize {
+        let end = Vec::len(self);
+        let at = (end + 7) & !7;
+        self.extend_from_slice(&[0u8; 24]);
+        self[at..at + 16].copy_from_slice(&word.to_le_bytes());
+        self.truncate(at + len.min(16));
+        at
+    }
+
     fn reserve_total(&mut self, len: usize) {
         self.reserve(len.saturating_sub(Vec::len(self)));
     }
@@ -623,6 +649,14 @@ impl BlockMem for Mem {
         } else {
             self.resize_zeroed(at + bytes.len());
             self.bytes_mut()[at..].copy_from_slice(bytes);
+        }
+    }
+
+    #[inline(always)]
+    fn alloc_short(&mut self, word: u128, len: usize) -> usize {
+        match self {
+            Mem::Heap(v) => v.alloc_short(word, len),
+            Mem::Lent(_) => self.alloc_copy(&word.to_le_bytes()[..len.min(16)]),
         }
     }
 
@@ -787,8 +821,37 @@ mod tests {
             if i % 8 == 0 {
                 b.mem.alloc_copy(&[i as u8; 9]);
             }
+            if i % 8 == 3 {
+                // Short strings of every length, at every misalignment.
+                let input: Vec<u8> = (0..40u8).map(|x| x.wrapping_mul(37) | 1).collect();
+                let len = (i as usize * 3) % 17;
+                let word = short_word(&input, i as usize % 7, len).unwrap_or(0);
+                let at = b.mem.alloc_short(word, len);
+                assert_eq!(at % 8, 0);
+                let start = i as usize % 7;
+                assert_eq!(b.mem.bytes()[at..], input[start..start + len]);
+            }
         }
         b.mem.alloc_copy(&[7u8; 3000]);
+    }
+
+    #[test]
+    fn short_strings_are_words_with_the_bytes_past_them_zero() {
+        let input = *b"0123456789abcdef!";
+        assert_eq!(short_word(&input, 0, 0), Some(0));
+        assert_eq!(short_word(&input, 1, 2), Some(u128::from(b'1') | u128::from(b'2') << 8));
+        assert_eq!(short_word(&input, 1, 16), Some(u128::from_le_bytes(*b"123456789abcdef!")));
+        assert_eq!(short_word(&input, 2, 3), None, "fewer than 16 bytes from its start");
+        assert_eq!(short_word(&input, 0, 17), None, "longer than 16");
+        assert!(ascii_word(u128::from_le_bytes(*b"123456789abcdef!")));
+        assert!(!ascii_word(0xc3a9 << 8));
+        // Appended at the next 8-aligned offset with zeros before it, as
+        // `alloc_copy` appends.
+        let (mut a, mut b) = (vec![9u8; 3], vec![9u8; 3]);
+        let word = short_word(&input, 1, 5).unwrap_or(0);
+        assert_eq!(a.alloc_short(word, 5), b.alloc_copy(b"12345"));
+        assert_eq!(a, b);
+        assert_eq!(a, [9, 9, 9, 0, 0, 0, 0, 0, b'1', b'2', b'3', b'4', b'5']);
     }
 
     #[test]

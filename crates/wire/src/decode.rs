@@ -30,7 +30,7 @@ use protoplane_schema::{
     Card, Field, FieldFlags, FieldOp, Kind, Message, MessageFlags, TableSet, ValueOp, WireType,
 };
 
-use crate::block::{Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
+use crate::block::{short_word, Block, BlockMem, Ref, Store, BLOCK_VIEW, MAX_LEN};
 use crate::count::{Counting, WriteStats};
 use crate::encode::{EncodeOptions, Encoder, Source};
 use crate::error::{DecodeError, DecodeErrorKind};
@@ -492,7 +492,11 @@ impl<'a, M: BlockMem> Run<'a, M> {
         } else if self.opts.view {
             Ref { offset: self.pos as u32, len: len as u32, wire: true, device: false }.pack()
         } else {
-            let at = self.out.alloc_copy(data);
+            // A short string is copied as one word (see `short_word`).
+            let at = match short_word(self.input, self.pos, len) {
+                Some(word) => self.out.alloc_short(word, len),
+                None => self.out.alloc_copy(data),
+            };
             self.check_block(start)?;
             Ref { offset: at as u32, len: len as u32, wire: false, device: false }.pack()
         };

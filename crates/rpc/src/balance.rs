@@ -77,6 +77,12 @@ pub struct WrrConfig {
     /// How often the weights in use are recomputed (at least 100 ms).
     pub weight_update_period: Duration,
     pub error_utilization_penalty: f64,
+    /// Weights from each backend's out-of-band stream
+    /// (`OpenRcaService/StreamCoreMetrics`) instead of per-call trailers.
+    pub enable_oob_load_report: bool,
+    /// The report interval asked of that stream (the server may send less
+    /// often: its own minimum applies).
+    pub oob_reporting_period: Duration,
 }
 
 impl Default for WrrConfig {
@@ -86,6 +92,8 @@ impl Default for WrrConfig {
             weight_expiration_period: Duration::from_secs(180),
             weight_update_period: Duration::from_secs(1),
             error_utilization_penalty: 1.0,
+            enable_oob_load_report: false,
+            oob_reporting_period: Duration::from_secs(10),
         }
     }
 }
@@ -563,10 +571,14 @@ impl Balancer {
     }
 
     /// Where a call's load report goes: its subchannel, under weighted
-    /// round robin (only then is the subchannel held by the call).
+    /// round robin with per-call reports (only then is the subchannel held
+    /// by the call). With out-of-band reports the trailers are not read,
+    /// as in gRPC: one source of weights.
     fn reports_to(&self, sub: &Arc<Subchannel>) -> ReportTo {
         match self.policy {
-            LbPolicy::WeightedRoundRobin(cfg) => Some((sub.clone(), cfg.error_utilization_penalty)),
+            LbPolicy::WeightedRoundRobin(cfg) if !cfg.enable_oob_load_report => {
+                Some((sub.clone(), cfg.error_utilization_penalty))
+            }
             _ => None,
         }
     }
@@ -762,6 +774,11 @@ impl Balancer {
             LbPolicy::PickFirst => st.ready = vec![(sub.clone(), link)],
             LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => {
                 st.ready.retain(|(s, _)| !Arc::ptr_eq(s, sub));
+                if let LbPolicy::WeightedRoundRobin(cfg) = self.policy {
+                    if cfg.enable_oob_load_report {
+                        tokio::spawn(watch_load(self.me.clone(), sub.clone(), link.clone(), cfg));
+                    }
+                }
                 match self.health_check() {
                     // Ready once its health service says so (gRFC A17).
                     Some(name) => {
@@ -846,6 +863,95 @@ async fn watch_health(b: Weak<Balancer>, sub: Arc<Subchannel>, link: Link, servi
     }
 }
 
+/// gRFC A58's out-of-band reports: streams `sub`'s load reports over its
+/// connection `link` (`xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`,
+/// asking for one every `oob_reporting_period`) into its weight, until the
+/// connection is lost or the subchannel goes (a new connection starts its
+/// own stream). A server without the service (UNIMPLEMENTED) sends no
+/// reports, and the backend gets the mean weight of the others; a stream
+/// that fails otherwise is opened again after a backoff. A report that does
+/// not decode is ignored, as a per-call one is.
+async fn watch_load(b: Weak<Balancer>, sub: Arc<Subchannel>, link: Link, cfg: WrrConfig) {
+    let mut backoff = Attempts::new(crate::backoff::Backoff::default());
+    loop {
+        let Some(bal) = b.upgrade() else { return };
+        if sub.removed.load(Ordering::SeqCst) || !link.usable() {
+            return;
+        }
+        let opts = ChannelOptions { service_config: None, ..(*bal.opts).clone() };
+        let authority = sub.addr.as_ref().map_or_else(String::new, |a| a.to_string());
+        let ch = crate::client::Channel::on_link(link.clone(), &authority, opts);
+        let signals = bal.signals.clone();
+        drop(bal);
+        let stream = stream_reports(&ch, cfg.oob_reporting_period, |r| {
+            sub.report(&r, cfg.error_utilization_penalty);
+        });
+        let r = tokio::select! {
+            r = stream => r,
+            () = signals.close.notified() => return,
+        };
+        if r.code == Code::Unimplemented {
+            return;
+        }
+        let at = backoff.failed(Instant::now(), r.message);
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => {}
+            () = signals.close.notified() => return,
+        }
+    }
+}
+
+/// One `StreamCoreMetrics` call: each report that decodes goes to `seen`;
+/// the status it ended with.
+async fn stream_reports(
+    ch: &crate::client::Channel,
+    every: Duration,
+    seen: impl Fn(protoplane_grpc_services::orca::LoadReport),
+) -> Status {
+    const STREAM: &str = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics";
+    let mut call = match ch.start(STREAM, crate::client::CallOptions::default()).await {
+        Ok(c) => c,
+        Err(st) => return st,
+    };
+    // OrcaLoadReportRequest { google.protobuf.Duration report_interval = 1; }
+    // Duration { int64 seconds = 1; int32 nanos = 2; }
+    let mut interval = Vec::new();
+    if every.as_secs() != 0 {
+        interval.push(0x08);
+        put_varint(&mut interval, every.as_secs());
+    }
+    if every.subsec_nanos() != 0 {
+        interval.push(0x10);
+        put_varint(&mut interval, u64::from(every.subsec_nanos()));
+    }
+    let mut req = vec![0x0a];
+    put_varint(&mut req, interval.len() as u64);
+    req.extend_from_slice(&interval);
+    if let Err(st) = call.send_last(&req).await {
+        return st;
+    }
+    loop {
+        match call.recv().await {
+            Ok(Some(m)) => {
+                if let Ok(r) = protoplane_grpc_services::orca::LoadReport::decode(&m) {
+                    seen(r);
+                }
+            }
+            Ok(None) => return Status::new(Code::Unavailable, "the load report stream ended"),
+            Err(st) => return st,
+        }
+    }
+}
+
+/// Appends `v` as a varint.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 /// One `Watch` call: each answer goes to `seen`; the status it ended with.
 async fn watch_once(ch: &crate::client::Channel, service: &str, seen: impl Fn(Health)) -> Status {
     const WATCH: &str = "/grpc.health.v1.Health/Watch";
@@ -855,12 +961,7 @@ async fn watch_once(ch: &crate::client::Channel, service: &str, seen: impl Fn(He
     };
     // HealthCheckRequest { string service = 1; }
     let mut req = vec![0x0a];
-    let mut n = service.len();
-    while n >= 0x80 {
-        req.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    req.push(n as u8);
+    put_varint(&mut req, service.len() as u64);
     req.extend_from_slice(service.as_bytes());
     if let Err(st) = call.send_last(&req).await {
         return st;

@@ -231,11 +231,12 @@ fn wrr(v: &Value) -> Result<LbPolicy, Status> {
             .filter(|p| p.is_finite() && *p >= 0.0)
             .ok_or_else(|| bad(&f("errorUtilizationPenalty"), "must be a number, 0 or more"))?;
     }
-    if o.get("enableOobLoadReport").and_then(Value::as_bool) == Some(true) {
-        return Err(bad(
-            &f("enableOobLoadReport"),
-            "out-of-band reports are served (OpenRcaService) but not read by this client yet",
-        ));
+    if let Some(b) = o.get("enableOobLoadReport") {
+        c.enable_oob_load_report =
+            b.as_bool().ok_or_else(|| bad(&f("enableOobLoadReport"), "must be true or false"))?;
+    }
+    if let Some(d) = o.get("oobReportingPeriod") {
+        c.oob_reporting_period = duration(d, &f("oobReportingPeriod"))?;
     }
     Ok(LbPolicy::WeightedRoundRobin(c))
 }
@@ -471,6 +472,30 @@ mod tests {
             let err = ServiceConfig::from_json(json).expect_err(json);
             assert!(err.message.contains(field), "{json}: {}", err.message);
         }
+    }
+
+    #[test]
+    fn weighted_round_robin_takes_the_out_of_band_settings() {
+        let sc = ServiceConfig::from_json(
+            r#"{"loadBalancingConfig": [{"weighted_round_robin": {
+                  "enableOobLoadReport": true, "oobReportingPeriod": "2.5s"}}]}"#,
+        )
+        .expect("parses");
+        let Some(LbPolicy::WeightedRoundRobin(c)) = sc.lb else { panic!("{:?}", sc.lb) };
+        assert!(c.enable_oob_load_report);
+        assert_eq!(c.oob_reporting_period, Duration::from_millis(2500));
+        let plain = r#"{"loadBalancingConfig": [{"weighted_round_robin": {}}]}"#;
+        let Some(LbPolicy::WeightedRoundRobin(d)) =
+            ServiceConfig::from_json(plain).expect("parses").lb
+        else {
+            panic!("not weighted round robin")
+        };
+        assert!(!d.enable_oob_load_report, "per-call reports by default");
+        assert_eq!(d.oob_reporting_period, Duration::from_secs(10), "gRFC A58's default");
+        let bad =
+            r#"{"loadBalancingConfig": [{"weighted_round_robin": {"enableOobLoadReport": 1}}]}"#;
+        let err = ServiceConfig::from_json(bad).expect_err("not a bool");
+        assert!(err.message.contains("enableOobLoadReport"), "{}", err.message);
     }
 
     #[test]

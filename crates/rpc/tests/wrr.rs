@@ -2,7 +2,9 @@
 //! over real sockets: backends that report the same rate at different
 //! utilizations get calls in inverse proportion to it; one that does not
 //! report gets the mean weight; a bad report is ignored; the out-of-band
-//! service streams the recorder's figures at the interval asked for.
+//! service streams the recorder's figures at the interval asked for; with
+//! `enableOobLoadReport` the weights come from those streams and the
+//! trailers are not read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -81,6 +83,44 @@ async fn backend(utilization: Option<f64>) -> (String, Arc<Backend>, Arc<Recorde
     let orca = OpenRca::new(recorder.clone(), Duration::from_millis(50)).expect("orca");
     let router = Arc::new(router.add_service(orca));
     (serve_grpc(router).await.to_string(), b, recorder)
+}
+
+/// A backend whose out-of-band stream says `oob` at 1000 qps and whose
+/// per-call trailers, from a recorder of their own, say `per_call` (none
+/// when `None`): the two sources disagree on purpose.
+async fn backend_oob(oob: f64, per_call: Option<f64>) -> (String, Arc<Backend>) {
+    let src = [ProtoSource { name: "wrr.proto", text: PROTO }];
+    let schema = Arc::new(Schema::from_proto_sources(&src, &["wrr.proto"]).expect("schema"));
+    let b = Arc::new(Backend { schema, served: AtomicUsize::new(0) });
+    let mut router = Router::new(ServerOptions::default());
+    match per_call {
+        Some(u) => {
+            let trailers = Recorder::new();
+            trailers.update(|r| {
+                r.application_utilization = u;
+                r.rps_fractional = 1000.0;
+            });
+            router = router.add_service(Chain::new().with(trailers.interceptor()).wrap(b.clone()));
+        }
+        None => router = router.add_service(b.clone()),
+    }
+    let stream = Recorder::new();
+    stream.update(|r| {
+        r.application_utilization = oob;
+        r.rps_fractional = 1000.0;
+    });
+    let orca = OpenRca::new(stream, Duration::from_millis(20)).expect("orca");
+    (serve_grpc(Arc::new(router.add_service(orca))).await.to_string(), b)
+}
+
+fn oob_options() -> ChannelOptions {
+    let sc = ServiceConfig::from_json(
+        r#"{"loadBalancingConfig": [{"weighted_round_robin": {
+              "blackoutPeriod": "0s", "weightUpdatePeriod": "0.1s",
+              "enableOobLoadReport": true, "oobReportingPeriod": "0.05s"}}]}"#,
+    )
+    .expect("config");
+    ChannelOptions { service_config: Some(Arc::new(sc)), ..ChannelOptions::default() }
 }
 
 fn wrr_options() -> ChannelOptions {
@@ -169,4 +209,33 @@ async fn the_out_of_band_stream_sends_the_recorder_s_figures() {
         "three reports 50 ms apart: {:?}",
         t.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_band_reports_weigh_the_backends_and_trailers_are_not_read() {
+    // The streams say 0.1 and 0.4 (4:1); the trailers say the opposite.
+    let (a, ba) = backend_oob(0.1, Some(0.4)).await;
+    let (b, bb) = backend_oob(0.4, Some(0.1)).await;
+    let ch = Channel::connect_with(&format!("ipv4:{a},{b}"), oob_options()).await.expect("connect");
+    let got = shares(&ch, &[&ba, &bb], 5000).await;
+    let want = [4000.0, 1000.0];
+    assert!(got.iter().zip(want).all(|(&g, w)| within(g, w)), "got {got:?}, want {want:?} ±5%");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_the_out_of_band_service_gets_the_mean_weight() {
+    let (a, ba) = backend_oob(0.1, None).await;
+    let (b, bb) = backend_oob(0.3, None).await;
+    // A backend with no OpenRcaService: its stream is UNIMPLEMENTED.
+    let src = [ProtoSource { name: "wrr.proto", text: PROTO }];
+    let schema = Arc::new(Schema::from_proto_sources(&src, &["wrr.proto"]).expect("schema"));
+    let bc = Arc::new(Backend { schema, served: AtomicUsize::new(0) });
+    let router = Arc::new(Router::new(ServerOptions::default()).add_service(bc.clone()));
+    let c = serve_grpc(router).await.to_string();
+    let ch =
+        Channel::connect_with(&format!("ipv4:{a},{b},{c}"), oob_options()).await.expect("connect");
+    let got = shares(&ch, &[&ba, &bb, &bc], 6000).await;
+    // 10000 and 3333; the silent one the mean, 6667: 3:1:2.
+    let want = [3000.0, 1000.0, 2000.0];
+    assert!(got.iter().zip(want).all(|(&g, w)| within(g, w)), "got {got:?}, want {want:?} ±5%");
 }

@@ -35,7 +35,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="$(dirname "$repo")/shared"
-targets=(decode decode_gen block grpc lean tables json text ring http2_frame hpack inc inc_control inc_face cu attach versions metrics_http orca service_config xds)
+targets=(decode decode_gen block grpc lean tables json text ring http2_frame hpack inc inc_control inc_face cu attach versions metrics_http orca service_config dns xds)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2

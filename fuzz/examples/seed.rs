@@ -345,6 +345,7 @@ fn main() {
     let metrics_http = metrics_http_seeds(corpus);
     let orca = orca_seeds(corpus);
     let service_config = service_config_seeds(corpus);
+    let dns = dns_seeds(corpus);
     let xds = xds_seeds(corpus);
 
     for dir in [
@@ -352,6 +353,7 @@ fn main() {
         &metrics_http,
         &orca,
         &service_config,
+        &dns,
         &xds,
         &versions,
         &wire,
@@ -538,6 +540,47 @@ fn service_config_seeds(corpus: &Path) -> Dir {
     ] {
         dir.put(name, json.as_bytes());
     }
+    dir
+}
+
+/// Seeds of the `dns` target (a record-type byte, then an answer): answers
+/// with A, AAAA and TXT records (the last a gRFC A2 service config, split
+/// over two character-strings), an NXDOMAIN, and one with a CNAME first.
+fn dns_seeds(corpus: &Path) -> Dir {
+    let mut dir = Dir::new(corpus, "dns");
+    // The header of an answer to query 0x1234 with one question, `n`
+    // answers, and the question for svc.test of type `t`.
+    let head = |t: u8, n: u8, rcode: u8| {
+        let mut a = vec![0x12, 0x34, 0x81, 0x80 | rcode, 0, 1, 0, n, 0, 0, 0, 0];
+        a.extend_from_slice(b"\x03svc\x04test\x00");
+        a.extend_from_slice(&[0, t, 0, 1]);
+        a
+    };
+    let record = |a: &mut Vec<u8>, t: u8, data: &[u8]| {
+        a.extend_from_slice(&[0xc0, 12, 0, t, 0, 1, 0, 0, 0, 60, 0, data.len() as u8]);
+        a.extend_from_slice(data);
+    };
+    let mut a = head(1, 2, 0);
+    record(&mut a, 1, &[127, 0, 0, 1]);
+    record(&mut a, 1, &[10, 0, 0, 2]);
+    dir.put("a", &[[0u8].as_slice(), &a].concat());
+    let mut aaaa = head(28, 1, 0);
+    record(&mut aaaa, 28, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    dir.put("aaaa", &[[1u8].as_slice(), &aaaa].concat());
+    let config = br#"grpc_config=[{"clientLanguage":["rust"],"percentage":50,"serviceConfig":{"loadBalancingConfig":[{"round_robin":{}}]}}]"#;
+    let (first, rest) = config.split_at(40);
+    let mut txt_data = vec![first.len() as u8];
+    txt_data.extend_from_slice(first);
+    txt_data.push(rest.len() as u8);
+    txt_data.extend_from_slice(rest);
+    let mut txt = head(16, 1, 0);
+    record(&mut txt, 16, &txt_data);
+    dir.put("txt", &[[2u8].as_slice(), &txt].concat());
+    dir.put("nxdomain", &[[2u8].as_slice(), &head(16, 0, 3)].concat());
+    let mut cname = head(1, 2, 0);
+    record(&mut cname, 5, b"\x03www\xc0\x0c");
+    record(&mut cname, 1, &[192, 0, 2, 7]);
+    dir.put("cname", &[[0u8].as_slice(), &cname].concat());
     dir
 }
 

@@ -41,7 +41,8 @@ fuzz_target!(|data: &[u8]| {
         panic!("{}: the encoding of a text message does not decode: {e}", t.name);
     }
     let printed = print(t, &block);
-    let again = text::from_text(t.tables, t.type_index, &printed)
-        .unwrap_or_else(|e| panic!("{}: printed text does not parse again: {e}\n{printed}", t.name));
+    let again = text::from_text(t.tables, t.type_index, &printed).unwrap_or_else(|e| {
+        panic!("{}: printed text does not parse again: {e}\n{printed}", t.name)
+    });
     assert_eq!(print(t, &again), printed, "{}: printing is not canonical", t.name);
 });

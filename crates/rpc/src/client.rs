@@ -81,6 +81,13 @@ pub struct ChannelOptions {
     /// `wait_for_ready` and retry policies, retry throttling; its
     /// load-balancing policy, when it names one, replaces `lb`.
     pub service_config: Option<Arc<ServiceConfig>>,
+    /// gRFC A2: when no `service_config` is given, [`Channel::connect_with`]
+    /// looks one up in the DNS TXT records of a `dns:` target
+    /// (`_grpc_config.<host>`, from the DNS server the target names or the
+    /// system's). Off by default, as in gRPC Java and C++: a slow or absent
+    /// DNS server then never delays a connection. A lookup that fails, or a
+    /// record that does not parse, leaves the channel without one (logged).
+    pub dns_service_config: bool,
 }
 
 /// TLS settings of a client.
@@ -128,6 +135,7 @@ impl Default for ChannelOptions {
             resolve_every: Duration::from_secs(300),
             resolve_min_interval: Duration::from_secs(30),
             service_config: None,
+            dns_service_config: false,
         }
     }
 }
@@ -371,7 +379,16 @@ impl Channel {
     /// a connection is ready (pick first: the first address that connects;
     /// round robin: any). Fails with the last attempt's error once every
     /// address has failed, or after `connect_timeout`.
-    pub async fn connect_with(target: &str, opts: ChannelOptions) -> Result<Channel, Status> {
+    pub async fn connect_with(target: &str, mut opts: ChannelOptions) -> Result<Channel, Status> {
+        if opts.dns_service_config && opts.service_config.is_none() && opts.resolver.is_none() {
+            match crate::resolve::dns_service_config(target).await {
+                Ok(Some(sc)) => opts.service_config = Some(Arc::new(sc)),
+                Ok(None) => {}
+                Err(st) => {
+                    tracing::warn!(target, "service config from DNS not used: {}", st.message)
+                }
+            }
+        }
         let limit = opts.connect_timeout;
         let ch = Channel::lazy_checked(target, opts)?;
         let Calls::Balanced(lb) = &ch.calls else {

@@ -271,7 +271,76 @@ fn lb_policy(root: &serde_json::Map<String, Value>) -> Result<Option<LbPolicy>, 
     }
 }
 
+/// The language a gRFC A2 choice's `clientLanguage` must list for this
+/// client to take it (compared ignoring case).
+pub const CLIENT_LANGUAGE: &str = "rust";
+
 impl ServiceConfig {
+    /// gRFC A2: the service config a DNS TXT record carries. `text` is the
+    /// concatenated text of the `_grpc_config.<host>` records: `grpc_config=`
+    /// and a JSON list of choices, each a `serviceConfig` and optional
+    /// conditions. The first choice whose conditions all hold wins:
+    /// `clientLanguage` lists [`CLIENT_LANGUAGE`], `percentage` (0 to 100)
+    /// is at least `roll` (a number from 1 to 100 the caller draws once per
+    /// lookup), `clientHostname` lists `hostname`. `Ok(None)`: no choice
+    /// applies. Text without the prefix, a choice with a field A2 does not
+    /// define or a value of the wrong type, and a chosen config that does
+    /// not parse are errors, and the record is not used.
+    pub fn from_dns_txt(
+        text: &str,
+        hostname: &str,
+        roll: u32,
+    ) -> Result<Option<ServiceConfig>, Status> {
+        const PREFIX: &str = "grpc_config=";
+        let list = text
+            .strip_prefix(PREFIX)
+            .ok_or_else(|| bad("TXT record", format!("does not start with {PREFIX:?}")))?;
+        let v: Value = serde_json::from_str(list).map_err(|e| bad("grpc_config", e))?;
+        let choices = v.as_array().ok_or_else(|| bad("grpc_config", "not a list"))?;
+        for (i, c) in choices.iter().enumerate() {
+            let at = format!("grpc_config[{i}]");
+            let o = object(c, &at)?;
+            if let Some(k) = o.keys().find(|k| {
+                !["clientLanguage", "percentage", "clientHostname", "serviceConfig"]
+                    .contains(&k.as_str())
+            }) {
+                return Err(bad(&format!("{at}.{k}"), "not a field of a choice (gRFC A2)"));
+            }
+            let names = |k: &str| -> Result<Option<Vec<String>>, Status> {
+                let Some(v) = o.get(k) else { return Ok(None) };
+                let list = v.as_array().ok_or_else(|| bad(&format!("{at}.{k}"), "not a list"))?;
+                list.iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| bad(&format!("{at}.{k}"), "not a list of strings"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some)
+            };
+            let languages = names("clientLanguage")?;
+            let hosts = names("clientHostname")?;
+            let percentage = match o.get("percentage") {
+                None => None,
+                Some(p) => Some(
+                    p.as_u64()
+                        .filter(|p| *p <= 100)
+                        .ok_or_else(|| bad(&format!("{at}.percentage"), "not 0 to 100"))?,
+                ),
+            };
+            let config = o.get("serviceConfig").ok_or_else(|| bad(&at, "no serviceConfig"))?;
+            object(config, &format!("{at}.serviceConfig"))?;
+            if languages.is_some_and(|l| !l.iter().any(|x| x.eq_ignore_ascii_case(CLIENT_LANGUAGE)))
+                || percentage.is_some_and(|p| u64::from(roll) > p)
+                || hosts.is_some_and(|h| !h.iter().any(|x| x == hostname))
+            {
+                continue;
+            }
+            return ServiceConfig::from_json(&config.to_string()).map(Some);
+        }
+        Ok(None)
+    }
+
     /// Parses a service config (see the module's documentation).
     pub fn from_json(text: &str) -> Result<ServiceConfig, Status> {
         let v: Value = serde_json::from_str(text).map_err(|e| bad("JSON", e))?;
@@ -496,6 +565,35 @@ mod tests {
             r#"{"loadBalancingConfig": [{"weighted_round_robin": {"enableOobLoadReport": 1}}]}"#;
         let err = ServiceConfig::from_json(bad).expect_err("not a bool");
         assert!(err.message.contains("enableOobLoadReport"), "{}", err.message);
+    }
+
+    #[test]
+    fn dns_choices_apply_by_language_percentage_and_host() {
+        let txt = r#"grpc_config=[
+            {"clientLanguage": ["go", "c++"], "serviceConfig": {"loadBalancingPolicy": "pick_first"}},
+            {"percentage": 30, "serviceConfig": {"loadBalancingConfig": [{"weighted_round_robin": {}}]}},
+            {"clientHostname": ["other"], "serviceConfig": {}},
+            {"clientLanguage": ["RUST"], "clientHostname": ["me"],
+             "serviceConfig": {"loadBalancingConfig": [{"round_robin": {}}]}}
+        ]"#;
+        let lb = |host: &str, roll: u32| {
+            ServiceConfig::from_dns_txt(txt, host, roll).expect("valid").and_then(|c| c.lb)
+        };
+        assert!(matches!(lb("me", 30), Some(LbPolicy::WeightedRoundRobin(_))), "30 ≤ 30");
+        assert_eq!(lb("me", 31), Some(LbPolicy::RoundRobin), "31 > 30: the next that applies");
+        assert!(ServiceConfig::from_dns_txt(txt, "you", 100).expect("valid").is_none());
+        for (bad, field) in [
+            (r#"grpc_conf=[]"#, "TXT record"),
+            (r#"grpc_config={}"#, "not a list"),
+            (r#"grpc_config=[{"serviceConfig": {}, "colour": 1}]"#, "colour"),
+            (r#"grpc_config=[{"percentage": 101, "serviceConfig": {}}]"#, "percentage"),
+            (r#"grpc_config=[{"clientLanguage": "rust", "serviceConfig": {}}]"#, "clientLanguage"),
+            (r#"grpc_config=[{"percentage": 5}]"#, "no serviceConfig"),
+            (r#"grpc_config=[{"serviceConfig": {"methodConfig": 1}}]"#, "methodConfig"),
+        ] {
+            let err = ServiceConfig::from_dns_txt(bad, "me", 1).expect_err(bad);
+            assert!(err.message.contains(field), "{bad}: {}", err.message);
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod client;
 pub mod config;
 pub mod deadline;
 pub mod delegate;
+pub mod dns;
 pub mod drain;
 #[cfg(feature = "h2")]
 mod h2;

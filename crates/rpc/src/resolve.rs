@@ -6,7 +6,8 @@
 //! | target | resolved by |
 //! |---|---|
 //! | `host:port`, `http://host:port`, `https://host:port` | DNS (as `dns:///host:port`) |
-//! | `dns:///host:port`, `dns:host:port` (`dns://AUTH/host:port` too; the DNS server named is not used: the system resolver is) | DNS, asked again on a timer and when a connection is lost |
+//! | `dns:///host:port`, `dns:host:port` | DNS (the system's resolver), asked again on a timer and when a connection is lost |
+//! | `dns://SERVER/host:port` (`SERVER` an IP address, port 53 unless given) | DNS, A and AAAA records asked of that server ([`crate::dns`]), the same way |
 //! | `ipv4:10.0.0.1:50051,10.0.0.2:50051` | the list itself |
 //! | `ipv6:[::1]:50051,[::2]:50052` (`ipv6:::1` without a port) | the list itself |
 //! | `unix:/path/sock`, `unix:///path/sock`, `unix:relative/sock` | the path itself |
@@ -30,6 +31,8 @@ use std::time::Duration;
 use protoplane_grpc::status::{Code, Status};
 use protoplane_grpc::BoxFuture;
 use tokio::sync::watch;
+
+use crate::config::ServiceConfig;
 
 /// gRPC's default port, for targets that leave it out.
 pub const DEFAULT_PORT: u16 = 443;
@@ -161,6 +164,14 @@ pub fn check(target: &str) -> Result<(), Status> {
 
 /// Parses a target (see the module's table).
 pub fn parse(target: &str) -> Result<Target, Status> {
+    parse_with_dns(target).map(|(t, _)| t)
+}
+
+/// A parsed target and, for a `dns:` one, its host and the DNS server it
+/// names.
+type DnsParts = Option<(String, Option<SocketAddr>)>;
+
+fn parse_with_dns(target: &str) -> Result<(Target, DnsParts), Status> {
     const KNOWN: [&str; 6] = ["dns", "ipv4", "ipv6", "unix", "http", "https"];
     let (scheme, rest) = match target.split_once(':') {
         Some((s, rest)) if KNOWN.contains(&s.to_ascii_lowercase().as_str()) => {
@@ -195,7 +206,9 @@ pub fn parse(target: &str) -> Result<Target, Status> {
             } else {
                 name.to_string() + &format!(":{port}")
             };
-            Ok(Target { authority, resolver: Arc::new(Dns { host, port }) })
+            let server = dns_server(scheme.as_str(), rest).map_err(|e| bad_target(target, e))?;
+            let parts = Some((host.clone(), server));
+            Ok((Target { authority, resolver: Arc::new(Dns { host, port, server }) }, parts))
         }
         "ipv4" | "ipv6" => {
             let mut addrs = Vec::new();
@@ -210,7 +223,7 @@ pub fn parse(target: &str) -> Result<Target, Status> {
                 addrs.push(Address::Tcp(SocketAddr::new(ip, port)));
             }
             let authority = rest.split(',').next().unwrap_or_default().to_string();
-            Ok(Target { authority, resolver: Arc::new(Fixed(Resolution::new(addrs))) })
+            Ok((Target { authority, resolver: Arc::new(Fixed(Resolution::new(addrs))) }, None))
         }
         "unix" => {
             let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -218,7 +231,7 @@ pub fn parse(target: &str) -> Result<Target, Status> {
                 return Err(bad_target(target, "no path"));
             }
             let res = Resolution::new([Address::Unix(PathBuf::from(path))]);
-            Ok(Target { authority: "localhost".into(), resolver: Arc::new(Fixed(res)) })
+            Ok((Target { authority: "localhost".into(), resolver: Arc::new(Fixed(res)) }, None))
         }
         other => Err(bad_target(
             target,
@@ -240,10 +253,80 @@ impl Resolver for Fixed {
     }
 }
 
-/// The system's resolver (`getaddrinfo` on a blocking thread).
+/// The DNS server a `dns://SERVER/host` target names (`ip` or
+/// `ip:port`, port 53 by default); `None` for any other form.
+fn dns_server(scheme: &str, rest: &str) -> Result<Option<SocketAddr>, String> {
+    let Some(r) = rest.strip_prefix("//").filter(|_| scheme == "dns") else { return Ok(None) };
+    let auth = r.split_once('/').map_or("", |(a, _)| a);
+    if auth.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(a) = auth.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    let ip = auth.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>()
+        .map(|ip| Some(SocketAddr::new(ip, 53)))
+        .map_err(|_| format!("the DNS server {auth:?} is not an IP address (and port)"))
+}
+
+/// DNS: the system's resolver (`getaddrinfo` on a blocking thread), or the
+/// DNS server the target names, asked for A and AAAA records directly
+/// ([`crate::dns`]).
 struct Dns {
     host: String,
     port: u16,
+    server: Option<SocketAddr>,
+}
+
+/// The service config of a `dns:` target from its TXT records (gRFC A2,
+/// see [`ServiceConfig::from_dns_txt`]): asked of the DNS server the
+/// target names, or the first of `/etc/resolv.conf`. `Ok(None)`: no record,
+/// or no choice for this client. Another kind of target has none.
+pub async fn dns_service_config(target: &str) -> Result<Option<ServiceConfig>, Status> {
+    let (host, server) = match parse_dns(target)? {
+        Some(d) => d,
+        None => return Ok(None),
+    };
+    if host.parse::<IpAddr>().is_ok() {
+        return Ok(None);
+    }
+    let server = server
+        .or_else(crate::dns::system_server)
+        .ok_or_else(|| Status::new(Code::Unavailable, "no DNS server (/etc/resolv.conf)"))?;
+    let name = format!("_grpc_config.{host}");
+    let records = crate::dns::lookup(server, &name, crate::dns::TXT, DNS_TXT_TIMEOUT)
+        .await
+        .map_err(|e| Status::new(Code::Unavailable, format!("TXT {name}: {e}")))?;
+    let mut text = Vec::new();
+    for r in records {
+        if let crate::dns::Record::Txt(t) = r {
+            text.extend_from_slice(&t);
+        }
+    }
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let text = String::from_utf8(text)
+        .map_err(|_| Status::new(Code::InvalidArgument, format!("TXT {name}: not UTF-8")))?;
+    let roll = (crate::dns::random_u64() % 100) as u32 + 1;
+    ServiceConfig::from_dns_txt(&text, &this_host(), roll)
+}
+
+/// The host and named DNS server of a `dns:` target (`None` for others).
+fn parse_dns(target: &str) -> Result<DnsParts, Status> {
+    parse_with_dns(target).map(|(_, dns)| dns)
+}
+
+/// How long the TXT lookup may hold up a connection.
+const DNS_TXT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// This machine's name, for gRFC A2's `clientHostname`.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default()
 }
 
 /// How long one DNS query may take.
@@ -252,6 +335,9 @@ const DNS_TIMEOUT: Duration = Duration::from_secs(10);
 impl Resolver for Dns {
     fn resolve(&self) -> BoxFuture<'static, Result<Resolution, Status>> {
         let (host, port) = (self.host.clone(), self.port);
+        if let (Some(server), Err(_)) = (self.server, host.parse::<IpAddr>()) {
+            return Box::pin(ask_server(server, host, port));
+        }
         Box::pin(async move {
             let query = tokio::net::lookup_host((host.as_str(), port));
             let found = match tokio::time::timeout(DNS_TIMEOUT, query).await {
@@ -281,6 +367,29 @@ impl Resolver for Dns {
     fn asks_again(&self) -> bool {
         true
     }
+}
+
+/// `host`'s A and AAAA records from `server` (IPv4 first, each in the
+/// server's order), as addresses with `port`. One query per family; a
+/// family that fails is left out unless both fail.
+async fn ask_server(server: SocketAddr, host: String, port: u16) -> Result<Resolution, Status> {
+    let (v4, v6) = tokio::join!(
+        crate::dns::lookup(server, &host, crate::dns::A, DNS_TIMEOUT),
+        crate::dns::lookup(server, &host, crate::dns::AAAA, DNS_TIMEOUT),
+    );
+    if let (Err(e), Err(_)) = (&v4, &v6) {
+        return Err(Status::new(Code::Unavailable, format!("resolve {host} at {server}: {e}")));
+    }
+    let mut addrs: Vec<Address> = Vec::new();
+    for r in v4.into_iter().chain(v6).flatten() {
+        if let crate::dns::Record::Addr(ip) = r {
+            let a = Address::Tcp(SocketAddr::new(ip, port));
+            if !addrs.contains(&a) {
+                addrs.push(a);
+            }
+        }
+    }
+    Ok(Resolution::new(addrs))
 }
 
 /// A resolver whose addresses are set from code: for tests, and for

@@ -64,6 +64,10 @@ pub struct LoadArgs {
     /// --lb.
     #[arg(long, value_name = "FILE")]
     service_config: Option<PathBuf>,
+    /// Without --service-config: look the service config up in the DNS TXT
+    /// records of a `dns:` target (`_grpc_config.HOST`, gRFC A2).
+    #[arg(long)]
+    dns_service_config: bool,
     /// The protocol: gRPC over HTTP/2, or protoplane's lean transport
     /// (protoplane servers only; unary methods).
     #[arg(long, value_enum, default_value_t = Transport::Grpc)]
@@ -160,6 +164,9 @@ pub struct LoadConfig {
     pub lb: LbPolicy,
     /// The gRPC channel's service config.
     pub service_config: Option<Arc<ServiceConfig>>,
+    /// Without `service_config`: look one up in DNS (gRFC A2; see
+    /// `ChannelOptions::dns_service_config`), once, before connecting.
+    pub dns_service_config: bool,
     /// Keepalive pings (native gRPC client).
     pub keepalive: Option<ClientKeepalive>,
     /// Method paths (`/pkg.Service/Method`) with their encoded requests.
@@ -197,6 +204,7 @@ impl LoadConfig {
             grpc_client: GrpcTransport::Native,
             lb: LbPolicy::PickFirst,
             service_config: None,
+            dns_service_config: false,
             keepalive: None,
             calls,
             concurrency: 1,
@@ -973,10 +981,18 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
         )));
     }
 
+    // One DNS lookup for every connection, so they all run one config.
+    let mut service_config = cfg.service_config.clone();
+    if service_config.is_none() && cfg.dns_service_config && cfg.transport == Transport::Grpc {
+        match protoplane_rpc::resolve::dns_service_config(&cfg.target).await {
+            Ok(sc) => service_config = sc.map(Arc::new),
+            Err(st) => eprintln!("service config from DNS not used: {}", st.message),
+        }
+    }
     let mut links = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
         let keepalive = cfg.keepalive.as_ref();
-        let balancing = (cfg.lb, cfg.service_config.as_ref());
+        let balancing = (cfg.lb, service_config.as_ref());
         let chain = &cfg.interceptors;
         let channel =
             connect(&cfg.target, cfg.transport, cfg.grpc_client, keepalive, balancing, chain)
@@ -999,7 +1015,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, Error> {
             transport: cfg.transport,
             grpc_client: cfg.grpc_client,
             lb: cfg.lb,
-            service_config: cfg.service_config.clone(),
+            service_config: service_config.clone(),
             keepalive: cfg.keepalive.clone(),
             interceptors: cfg.interceptors.clone(),
             state: tokio::sync::Mutex::new(LinkState {
@@ -1466,6 +1482,7 @@ fn config_of(args: &LoadArgs) -> Result<LoadConfig, String> {
         grpc_client: args.grpc_client,
         lb: args.lb,
         service_config,
+        dns_service_config: args.dns_service_config,
         keepalive,
         calls,
         concurrency: args.concurrency,

@@ -16,12 +16,12 @@
 //! fields, wire types that differ from the declaration, packed input for an
 //! unpacked field (and the reverse), a closed enum's values it does not
 //! declare (they become unknown fields; the arms check the declared ones
-//! against constants) and its packed runs, and groups. One engine owns protobuf's rare
-//! rules; generated code only runs the common ones faster. A map is a
-//! repeated sub-message of its entry type, decoded by the entry's generated
-//! decoder; an entry that carried unknown fields then leaves the map for
-//! the parent's unknown fields ([`Dec::entry_done`]), through the function
-//! the table-driven decoder uses for the same rule.
+//! against constants) and its packed runs, and groups. One engine owns
+//! protobuf's rare rules; generated code only runs the common ones faster.
+//! A map is a repeated sub-message of its entry type, decoded by the
+//! entry's generated decoder; an entry that carried unknown fields then
+//! leaves the map for the parent's unknown fields ([`Dec::entry_done`]),
+//! through the function the table-driven decoder uses for the same rule.
 //!
 //! Generated decoders write private (heap) blocks. A block that lives in
 //! lent memory (a region shared with an engine) is decoded by the

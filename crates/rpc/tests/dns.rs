@@ -7,66 +7,25 @@
 //! that does not parse leaves the channel with the default.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use protoplane_grpc::{
-    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
-};
+use protoplane_grpc::Code;
 use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Router, ServerOptions};
-use protoplane_schema::ProtoSource;
+use protoplane_test_support::echo::{self, Counting};
 use protoplane_test_support::net::bounded;
-use protoplane_wire::Builder;
 use tokio::net::{TcpListener, UdpSocket};
 
 const BOUND: Duration = Duration::from_secs(20);
-const PROTO: &str = r#"
-syntax = "proto3";
-package dns.test;
-message Empty {}
-service Echo { rpc Echo(Empty) returns (Empty); }
-"#;
-
-struct Backend {
-    schema: Arc<Schema>,
-    served: AtomicUsize,
-}
-
-impl Service for Backend {
-    fn schema(&self) -> &Arc<Schema> {
-        &self.schema
-    }
-
-    fn name(&self) -> &str {
-        "dns.test.Echo"
-    }
-
-    fn call(
-        self: Arc<Self>,
-        _method: u32,
-        mut req: Request<Streaming>,
-        mut out: Responder,
-    ) -> BoxFuture<'static, Result<Metadata, Status>> {
-        Box::pin(async move {
-            req.message.single().await?;
-            self.served.fetch_add(1, Ordering::SeqCst);
-            out.send(Builder::new(self.schema.tables(), out.output_type())?.finish()).await?;
-            Ok(Metadata::new())
-        })
-    }
-}
 
 /// Backends on 127.0.0.1 and 127.0.0.2 at one port.
-async fn backends() -> (u16, Vec<Arc<Backend>>) {
-    let src = [ProtoSource { name: "dns.proto", text: PROTO }];
-    let schema = Arc::new(Schema::from_proto_sources(&src, &["dns.proto"]).expect("schema"));
+async fn backends() -> (u16, Vec<Arc<Counting>>) {
     let first = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = first.local_addr().expect("address").port();
     let second = TcpListener::bind(("127.0.0.2", port)).await.expect("bind 127.0.0.2");
     let mut all = Vec::new();
     for l in [first, second] {
-        let b = Arc::new(Backend { schema: schema.clone(), served: AtomicUsize::new(0) });
+        let b = Counting::new();
         let router = Arc::new(Router::new(ServerOptions::default()).add_service(b.clone()));
         tokio::spawn(router.serve(l));
         all.push(b);
@@ -141,21 +100,25 @@ async fn dns_server(txt: Vec<String>) -> SocketAddr {
 
 /// 40 calls on a channel to `svc.test` through `dns`: how many each
 /// backend served.
-async fn spread(dns: SocketAddr, port: u16, backends: &[Arc<Backend>], lookup: bool) -> Vec<usize> {
-    let before: Vec<usize> = backends.iter().map(|b| b.served.load(Ordering::SeqCst)).collect();
+async fn spread(
+    dns: SocketAddr,
+    port: u16,
+    backends: &[Arc<Counting>],
+    lookup: bool,
+) -> Vec<usize> {
+    let before: Vec<usize> = backends.iter().map(|b| b.served()).collect();
     let opts = ChannelOptions { dns_service_config: lookup, ..ChannelOptions::default() };
     let target = format!("dns://{dns}/svc.test:{port}");
     bounded(BOUND, "40 calls", async {
         let ch = Channel::connect_with(&target, opts).await.expect("connect");
         for _ in 0..40 {
-            let mut c =
-                ch.start("/dns.test.Echo/Echo", CallOptions::default()).await.expect("start");
+            let mut c = ch.start(echo::PATH, CallOptions::default()).await.expect("start");
             c.send_last(&[]).await.expect("send");
             assert_eq!(c.finish_status().await.code, Code::Ok);
         }
     })
     .await;
-    backends.iter().zip(before).map(|(b, x)| b.served.load(Ordering::SeqCst) - x).collect()
+    backends.iter().zip(before).map(|(b, x)| b.served() - x).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,110 +6,60 @@
 //! `enableOobLoadReport` the weights come from those streams and the
 //! trailers are not read.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protoplane_grpc::intercept::Chain;
-use protoplane_grpc::{
-    BoxFuture, Code, Metadata, Request, Responder, Schema, Service, Status, Streaming,
-};
+use protoplane_grpc::Code;
 use protoplane_grpc_services::orca::{LoadReport, OpenRca, Recorder};
 use protoplane_rpc::config::ServiceConfig;
 use protoplane_rpc::{CallOptions, Channel, ChannelOptions, Router, ServerOptions};
-use protoplane_schema::ProtoSource;
+use protoplane_test_support::echo::{self, Counting};
 use protoplane_test_support::net::{bounded, serve_grpc};
-use protoplane_wire::Builder;
 
 const BOUND: Duration = Duration::from_secs(20);
-const ECHO: &str = "/wrr.test.Echo/Echo";
 
-const PROTO: &str = r#"
-syntax = "proto3";
-package wrr.test;
-message Empty {}
-service Echo { rpc Echo(Empty) returns (Empty); }
-"#;
-
-struct Backend {
-    schema: Arc<Schema>,
-    served: AtomicUsize,
+/// A recorder whose figures say `utilization` at 1000 qps.
+fn recorder(utilization: f64) -> Arc<Recorder> {
+    let r = Recorder::new();
+    r.update(|r| {
+        r.application_utilization = utilization;
+        r.rps_fractional = 1000.0;
+    });
+    r
 }
 
-impl Service for Backend {
-    fn schema(&self) -> &Arc<Schema> {
-        &self.schema
-    }
-
-    fn name(&self) -> &str {
-        "wrr.test.Echo"
-    }
-
-    fn call(
-        self: Arc<Self>,
-        _method: u32,
-        mut req: Request<Streaming>,
-        mut out: Responder,
-    ) -> BoxFuture<'static, Result<Metadata, Status>> {
-        Box::pin(async move {
-            req.message.single().await?;
-            self.served.fetch_add(1, Ordering::SeqCst);
-            let b = Builder::new(self.schema.tables(), out.output_type())?;
-            out.send(b.finish()).await?;
-            Ok(Metadata::new())
-        })
+/// A router serving `b`, with `trailers`' figures in every call's trailers
+/// (none when `None`).
+fn serving(b: &Arc<Counting>, trailers: Option<&Arc<Recorder>>) -> Router {
+    let router = Router::new(ServerOptions::default());
+    match trailers {
+        Some(r) => router.add_service(Chain::new().with(r.interceptor()).wrap(b.clone())),
+        None => router.add_service(b.clone()),
     }
 }
 
 /// A backend whose per-call reports say `utilization` at 1000 qps (no
-/// reports when `None`).
-async fn backend(utilization: Option<f64>) -> (String, Arc<Backend>, Arc<Recorder>) {
-    let src = [ProtoSource { name: "wrr.proto", text: PROTO }];
-    let schema = Arc::new(Schema::from_proto_sources(&src, &["wrr.proto"]).expect("schema"));
-    let b = Arc::new(Backend { schema, served: AtomicUsize::new(0) });
-    let recorder = Recorder::new();
-    let mut router = Router::new(ServerOptions::default());
-    match utilization {
-        Some(u) => {
-            recorder.update(|r| {
-                r.application_utilization = u;
-                r.rps_fractional = 1000.0;
-            });
-            let chain = Chain::new().with(recorder.interceptor());
-            router = router.add_service(chain.wrap(b.clone()));
-        }
-        None => router = router.add_service(b.clone()),
-    }
+/// reports when `None`), and whose out-of-band stream says the same.
+async fn backend(utilization: Option<f64>) -> (String, Arc<Counting>, Arc<Recorder>) {
+    let b = Counting::new();
+    let recorder = match utilization {
+        Some(u) => recorder(u),
+        None => Recorder::new(),
+    };
+    let router = serving(&b, utilization.map(|_| &recorder));
     let orca = OpenRca::new(recorder.clone(), Duration::from_millis(50)).expect("orca");
-    let router = Arc::new(router.add_service(orca));
-    (serve_grpc(router).await.to_string(), b, recorder)
+    (serve_grpc(Arc::new(router.add_service(orca))).await.to_string(), b, recorder)
 }
 
 /// A backend whose out-of-band stream says `oob` at 1000 qps and whose
 /// per-call trailers, from a recorder of their own, say `per_call` (none
 /// when `None`): the two sources disagree on purpose.
-async fn backend_oob(oob: f64, per_call: Option<f64>) -> (String, Arc<Backend>) {
-    let src = [ProtoSource { name: "wrr.proto", text: PROTO }];
-    let schema = Arc::new(Schema::from_proto_sources(&src, &["wrr.proto"]).expect("schema"));
-    let b = Arc::new(Backend { schema, served: AtomicUsize::new(0) });
-    let mut router = Router::new(ServerOptions::default());
-    match per_call {
-        Some(u) => {
-            let trailers = Recorder::new();
-            trailers.update(|r| {
-                r.application_utilization = u;
-                r.rps_fractional = 1000.0;
-            });
-            router = router.add_service(Chain::new().with(trailers.interceptor()).wrap(b.clone()));
-        }
-        None => router = router.add_service(b.clone()),
-    }
-    let stream = Recorder::new();
-    stream.update(|r| {
-        r.application_utilization = oob;
-        r.rps_fractional = 1000.0;
-    });
-    let orca = OpenRca::new(stream, Duration::from_millis(20)).expect("orca");
+async fn backend_oob(oob: f64, per_call: Option<f64>) -> (String, Arc<Counting>) {
+    let b = Counting::new();
+    let trailers = per_call.map(recorder);
+    let router = serving(&b, trailers.as_ref());
+    let orca = OpenRca::new(recorder(oob), Duration::from_millis(20)).expect("orca");
     (serve_grpc(Arc::new(router.add_service(orca))).await.to_string(), b)
 }
 
@@ -133,26 +83,26 @@ fn wrr_options() -> ChannelOptions {
 }
 
 async fn echo(ch: &Channel) {
-    let mut c = ch.start(ECHO, CallOptions::default()).await.expect("start");
+    let mut c = ch.start(echo::PATH, CallOptions::default()).await.expect("start");
     c.send_last(&[]).await.expect("send");
     assert_eq!(c.finish_status().await.code, Code::Ok);
 }
 
 /// Calls for a while (weights arrive and are taken up), then `n` more:
 /// how many each backend served of those.
-async fn shares(ch: &Channel, backends: &[&Arc<Backend>], n: usize) -> Vec<usize> {
+async fn shares(ch: &Channel, backends: &[&Arc<Counting>], n: usize) -> Vec<usize> {
     let warm = Instant::now();
     while warm.elapsed() < Duration::from_millis(400) {
         echo(ch).await;
     }
-    let before: Vec<usize> = backends.iter().map(|b| b.served.load(Ordering::SeqCst)).collect();
+    let before: Vec<usize> = backends.iter().map(|b| b.served()).collect();
     bounded(BOUND, "the measured calls", async {
         for _ in 0..n {
             echo(ch).await;
         }
     })
     .await;
-    backends.iter().zip(before).map(|(b, x)| b.served.load(Ordering::SeqCst) - x).collect()
+    backends.iter().zip(before).map(|(b, x)| b.served() - x).collect()
 }
 
 fn within(got: usize, want: f64) -> bool {
@@ -227,11 +177,8 @@ async fn a_backend_without_the_out_of_band_service_gets_the_mean_weight() {
     let (a, ba) = backend_oob(0.1, None).await;
     let (b, bb) = backend_oob(0.3, None).await;
     // A backend with no OpenRcaService: its stream is UNIMPLEMENTED.
-    let src = [ProtoSource { name: "wrr.proto", text: PROTO }];
-    let schema = Arc::new(Schema::from_proto_sources(&src, &["wrr.proto"]).expect("schema"));
-    let bc = Arc::new(Backend { schema, served: AtomicUsize::new(0) });
-    let router = Arc::new(Router::new(ServerOptions::default()).add_service(bc.clone()));
-    let c = serve_grpc(router).await.to_string();
+    let bc = Counting::new();
+    let c = serve_grpc(Arc::new(serving(&bc, None))).await.to_string();
     let ch =
         Channel::connect_with(&format!("ipv4:{a},{b},{c}"), oob_options()).await.expect("connect");
     let got = shares(&ch, &[&ba, &bb, &bc], 6000).await;

@@ -8,8 +8,10 @@
 //!   test has a bound, so a broken server fails the test instead of
 //!   hanging it (a bound is never a timing assertion);
 //! * [`duplex`]: a gRPC server and a channel to it over an in-memory pipe,
-//!   no socket at all.
+//!   no socket at all;
+//! * [`echo`]: a unary service that counts the calls it answers.
 
 pub mod duplex;
+pub mod echo;
 pub mod net;
 pub mod wire;

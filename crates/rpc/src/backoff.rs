@@ -49,9 +49,15 @@ pub(crate) struct Attempts {
     seed: u64,
 }
 
+/// 64 random bits for jitter, query ids and rolls (std's randomly keyed
+/// hasher, new keys each call; no cryptographic claim).
+pub(crate) fn random_u64() -> u64 {
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
+}
+
 impl Attempts {
     pub(crate) fn new(config: Backoff) -> Attempts {
-        let seed = std::collections::hash_map::RandomState::new().build_hasher().finish() | 1;
+        let seed = random_u64() | 1;
         Attempts {
             config,
             current: config.initial,

@@ -1013,8 +1013,7 @@ pub const RETRY_BUFFER: usize = 256 << 10;
 
 /// A wait uniformly below `d` (gRFC A6's jittered backoff).
 fn below(d: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let r = crate::backoff::random_u64();
     let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
     d.mul_f64(unit)
 }

@@ -232,17 +232,7 @@ pub async fn lookup(
 
 /// A query id no one on the path can guess from the last one.
 fn query_id() -> u16 {
-    random_u64() as u16
-}
-
-/// 64 random bits (std's per-hasher random keys over the clock): query ids
-/// and gRFC A2's percentage roll; no cryptographic claim.
-pub(crate) fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    h.write_u128(now.map_or(0, |d| d.as_nanos()));
-    h.finish()
+    crate::backoff::random_u64() as u16
 }
 
 /// The first `nameserver` of `/etc/resolv.conf`, port 53.

@@ -309,7 +309,7 @@ pub async fn dns_service_config(target: &str) -> Result<Option<ServiceConfig>, S
     }
     let text = String::from_utf8(text)
         .map_err(|_| Status::new(Code::InvalidArgument, format!("TXT {name}: not UTF-8")))?;
-    let roll = (crate::dns::random_u64() % 100) as u32 + 1;
+    let roll = (crate::backoff::random_u64() % 100) as u32 + 1;
     ServiceConfig::from_dns_txt(&text, &this_host(), roll)
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use protoplane_grpc::{
@@ -280,6 +280,36 @@ async fn status_metadata_deadline_and_unknown_method() {
     let r =
         ch.unary(UNARY, &req(b"ok", 0, 0), &CallOptions::default()).await.expect("still serving");
     assert_eq!(body(&r), b"ok");
+}
+
+/// The server ends a call at its deadline by itself: a `LeanCall` does not
+/// enforce its timeout on the client's side, so the answer here is the
+/// server's DEADLINE_EXCEEDED, and the handler is dropped long before the
+/// 60 s it would run. Calls that answer in time with the same connection's
+/// other deadlines pending are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_ends_a_call_at_its_deadline() {
+    let (tcp, _, handlers) = start().await;
+    let ch = LeanChannel::connect(&tcp).await.expect("connect");
+    let before = handlers.dropped.load(SEQ);
+    let opts = CallOptions { timeout: Some(Duration::from_millis(150)), ..CallOptions::default() };
+    let long = CallOptions { timeout: Some(Duration::from_secs(3600)), ..CallOptions::default() };
+    let mut call = ch.start(UNARY, &opts).await.expect("start");
+    call.send_last(&req(b"", 0, 60_000)).await.expect("send");
+    let started = Instant::now();
+    for i in 0..200u32 {
+        let b = i.to_le_bytes();
+        let r = ch.unary(UNARY, &req(&b, 0, 0), &long).await.expect("answers in time");
+        assert_eq!(body(&r), b);
+    }
+    let err = tokio::time::timeout(BOUND, call.recv())
+        .await
+        .expect("the server answers")
+        .expect_err("past its deadline");
+    assert_eq!(err.code, Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(100), "not before its deadline");
+    let dropped = || handlers.dropped.load(SEQ) > before;
+    eventually(BOUND, "the handler is dropped", dropped).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

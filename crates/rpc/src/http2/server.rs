@@ -652,6 +652,19 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         if let Some(d) = head.deadline {
             let gen = self.calls[slot as usize].gen;
             self.timers.push(std::cmp::Reverse((d, slot, gen)));
+            // A call's entry stays when it ends, skipped when it comes up;
+            // past twice the open calls the heap keeps only live entries,
+            // so it never outgrows them (hour-long deadlines at a high
+            // rate would otherwise grow it for an hour).
+            if self.timers.len() > 2 * self.by_stream.len() + 64 {
+                let calls = &self.calls;
+                self.timers.retain(|std::cmp::Reverse((_, slot, gen))| {
+                    *slot >= AGE_GRACE
+                        || calls
+                            .get(*slot as usize)
+                            .is_some_and(|s| s.gen == *gen && s.call.is_some())
+                });
+            }
         }
         if end_stream {
             self.on_request_end(slot);

@@ -10,11 +10,23 @@
 //! reading the connection until calls finish).
 //!
 //! Memory per connection is bounded by the read buffer (one frame, at most
-//! the message limit), the per-call request queues, and the write queue
-//! (at most 4 MiB of frames; a client that stops reading stalls its own
-//! connection's calls, nobody else's).
+//! the message limit), the per-call request queues, the write queue (at
+//! most 4 MiB of frames; a client that stops reading stalls its own
+//! connection's calls, nobody else's) and the deadline heap (at most twice
+//! the open calls, see [`Deadlines`]).
+//!
+//! Deadlines are the connection's, not each call's: one timer, set to the
+//! earliest deadline of the calls open, ends those that pass it
+//! (DEADLINE_EXCEEDED) by aborting their handlers. A timer per call cost
+//! every call that does not answer at its first poll (every call a split
+//! engine forwards) a registration in the runtime's timer wheel, and tokio
+//! wakes its driver with a system call for each: `bench split` measured
+//! 0.7–0.8 µs of the engine's CPU per call for it.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -71,6 +83,76 @@ struct Open {
     requests: Option<mpsc::Sender<Message>>,
     input: u32,
     service: usize,
+    /// The call's number on this connection (ids are the client's, and
+    /// reused): what its deadline entry and its finished future name.
+    seq: u64,
+}
+
+/// The deadlines of a connection's open calls, earliest first, and the
+/// connection's one timer.
+///
+/// An entry stays when its call ends (finding it in a heap would cost
+/// more than leaving it): it is skipped when it comes up, and the heap is
+/// rebuilt from the open calls' entries whenever it holds more than twice
+/// as many as there are open calls, so it never outgrows the calls (a
+/// client sending hour-long deadlines at a high rate would otherwise grow
+/// it for an hour).
+#[derive(Default)]
+struct Deadlines {
+    heap: BinaryHeap<Reverse<(Instant, u32, u64)>>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Deadlines {
+    /// Adds call `id` (number `seq`) ending at `at`.
+    fn add(&mut self, at: Instant, id: u32, seq: u64, open: &HashMap<u32, Open>) {
+        self.heap.push(Reverse((at, id, seq)));
+        if self.heap.len() > 2 * open.len() + 64 {
+            self.heap.retain(|Reverse((_, id, seq))| live(open, *id, *seq));
+        }
+    }
+
+    /// Whether there is a deadline to wait for.
+    fn armed(&self) -> bool {
+        !self.heap.is_empty()
+    }
+
+    /// Waits until the earliest deadline (the timer moves only when the
+    /// earliest entry changes).
+    async fn wait(&mut self) {
+        poll_fn(|cx| {
+            let Some(Reverse((at, _, _))) = self.heap.peek() else {
+                return std::task::Poll::Pending;
+            };
+            let at = tokio::time::Instant::from_std(*at);
+            let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            if sleep.deadline() != at {
+                sleep.as_mut().reset(at);
+            }
+            sleep.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    /// Takes the entries due by `now`; the open calls among them.
+    fn due(&mut self, now: Instant, open: &HashMap<u32, Open>) -> Vec<u32> {
+        let mut due = Vec::new();
+        while let Some(&Reverse((at, id, seq))) = self.heap.peek() {
+            if at > now {
+                break;
+            }
+            self.heap.pop();
+            if live(open, id, seq) {
+                due.push(id);
+            }
+        }
+        due
+    }
+}
+
+/// Whether call `id` numbered `seq` is still open.
+fn live(open: &HashMap<u32, Open>, id: u32, seq: u64) -> bool {
+    open.get(&id).is_some_and(|o| o.seq == seq)
 }
 
 /// Serves one connection until it closes or breaks the protocol.
@@ -104,8 +186,10 @@ where
     let max_calls = router.options().max_concurrent_streams.max(1) as usize;
     let queue = router.options().request_queue.max(1);
     let mut reader = Reader::new(limit + FRAME_SLACK, router.lends());
-    let mut calls: FuturesUnordered<BoxFuture<'static, u32>> = FuturesUnordered::new();
+    let mut calls: FuturesUnordered<BoxFuture<'static, (u32, u64)>> = FuturesUnordered::new();
     let mut open: HashMap<u32, Open> = HashMap::new();
+    let mut deadlines = Deadlines::default();
+    let mut seq = 0u64;
     let mut decoder = Decoder::new();
     let mut eof = false;
     let mut draining = router.drain().started_boxed();
@@ -123,10 +207,13 @@ where
                     reader.affinity = Some(service);
                 }
             }
-            if dispatch(&router, &wtx, &mut calls, &mut open, &mut decoder, next, queue)
-                .await
-                .is_err()
-            {
+            let mut state = Calls {
+                calls: &mut calls,
+                open: &mut open,
+                deadlines: &mut deadlines,
+                seq: &mut seq,
+            };
+            if dispatch(&router, &wtx, &mut state, &mut decoder, next, queue).await.is_err() {
                 break 'conn;
             }
         }
@@ -139,10 +226,23 @@ where
             reader.prepare(&|prefer, need| router.landing(prefer, need));
         }
         tokio::select! {
+            // Finished calls first: a call whose answer is out is never
+            // also ended by its deadline.
+            biased;
             () = draining.as_mut(), if calls.is_empty() && !router.drain().is_draining() => {}
             done = calls.next(), if !calls.is_empty() => {
-                if let Some(id) = done {
-                    open.remove(&id);
+                if let Some((id, seq)) = done {
+                    if live(&open, id, seq) {
+                        open.remove(&id);
+                    }
+                }
+            }
+            () = deadlines.wait(), if deadlines.armed() => {
+                for id in deadlines.due(Instant::now(), &open) {
+                    if let Some(o) = open.remove(&id) {
+                        o.abort.abort();
+                        send_status(&wtx, id, &crate::server::deadline_exceeded()).await;
+                    }
                 }
             }
             n = reader.read(&mut rd), if !eof && open.len() < max_calls => {
@@ -379,19 +479,31 @@ pub fn reassemble(
 }
 
 /// Acts on one frame. `Err` when the connection must end.
+/// A connection's calls, as [`dispatch`] changes them.
+struct Calls<'a> {
+    calls: &'a mut FuturesUnordered<BoxFuture<'static, (u32, u64)>>,
+    open: &'a mut HashMap<u32, Open>,
+    deadlines: &'a mut Deadlines,
+    /// The last call's number.
+    seq: &'a mut u64,
+}
+
 async fn dispatch(
     router: &Arc<Router>,
     wtx: &super::FrameTx,
-    calls: &mut FuturesUnordered<BoxFuture<'static, u32>>,
-    open: &mut HashMap<u32, Open>,
+    state: &mut Calls<'_>,
     decoder: &mut Decoder,
     (h, payload): (frame::FrameHeader, Bytes),
     queue: usize,
 ) -> Result<(), LeanError> {
     let id = h.call;
+    let open = &mut *state.open;
     if h.has(CANCEL) {
         if let Some(o) = open.remove(&id) {
             o.abort.abort();
+            // The client expects no answer, but a status frame keeps the
+            // call table of a confused client consistent.
+            send_status(wtx, id, &Status::new(Code::Cancelled, "cancelled")).await;
         }
         return Ok(());
     }
@@ -485,16 +597,18 @@ async fn dispatch(
     let limit = router.options().max_send_message;
     let driver =
         drive(handler, orx, single, wtx.clone(), id, schema.clone(), output, deadline, limit);
-    let wtx2 = wtx.clone();
-    calls.push(Box::pin(async move {
-        if Abortable::new(driver, reg).await.is_err() {
-            // Cancelled by the client: it expects no answer, but a status
-            // frame keeps the call table of a confused client consistent.
-            send_status(&wtx2, id, &Status::new(Code::Cancelled, "cancelled")).await;
-        }
-        id
+    *state.seq += 1;
+    let seq = *state.seq;
+    // An aborted call (cancelled, or past its deadline) was answered by
+    // the connection's loop.
+    state.calls.push(Box::pin(async move {
+        let _ = Abortable::new(driver, reg).await;
+        (id, seq)
     }));
-    open.insert(id, Open { abort, requests, input: method.input, service: svc_index });
+    open.insert(id, Open { abort, requests, input: method.input, service: svc_index, seq });
+    if let Some(d) = deadline {
+        state.deadlines.add(d, id, seq, open);
+    }
     Ok(())
 }
 
@@ -541,7 +655,9 @@ async fn drive(
     deadline: Option<Instant>,
     limit: usize,
 ) {
-    let timed = crate::deadline::until_deadline(deadline, handler);
+    // The deadline is the connection's to enforce (see the module's
+    // docs); the handler sees it as the running call's.
+    let timed = crate::deadline::scoped(deadline, handler);
     let Some(mut orx) = orx else {
         // One response: run the handler to its end, then one frame
         // (headers it sends explicitly leave at once, in a frame of their
@@ -681,6 +797,37 @@ async fn emit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open_call(seq: u64) -> Open {
+        let (abort, _) = AbortHandle::new_pair();
+        Open { abort, requests: None, input: 0, service: 0, seq }
+    }
+
+    /// Entries of ended calls are dropped once they outnumber the open
+    /// calls, and only open calls (by id and number) come due.
+    #[test]
+    fn the_deadline_heap_stays_within_twice_the_open_calls() {
+        let (mut d, mut open) = (Deadlines::default(), HashMap::new());
+        let t0 = Instant::now();
+        let far = t0 + std::time::Duration::from_secs(3600);
+        // One call stays open; 10,000 others open and end, each reusing
+        // id 7 (as a client may), with an hour-long deadline.
+        open.insert(1, open_call(1));
+        d.add(t0, 1, 1, &open);
+        for seq in 2..10_002u64 {
+            open.insert(7, open_call(seq));
+            d.add(far, 7, seq, &open);
+            assert!(d.heap.len() <= 2 * open.len() + 65, "{} entries", d.heap.len());
+            open.remove(&7);
+        }
+        // Id 7 open again, under a newer number: the older entries are not
+        // its deadline.
+        open.insert(7, open_call(20_000));
+        d.add(far + std::time::Duration::from_secs(1), 7, 20_000, &open);
+        assert_eq!(d.due(far, &open), vec![1], "only call 1 is due by `far`");
+        assert_eq!(d.due(far + std::time::Duration::from_secs(1), &open), vec![7]);
+        assert!(!d.armed());
+    }
     use protoplane_grpc::landing::Keeper;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -182,40 +182,103 @@ impl SplitService {
         Ok(Metadata::new())
     }
 
-    async fn forward(
+    /// A call's way through the engine: admitted, posted to an
+    /// instance's ring with its request, then relaying what the
+    /// application sends back until its status.
+    ///
+    /// Every call's state is this future, boxed once by the transport, so
+    /// its size is a cost per call: glibc serves blocks up to 1,032 bytes
+    /// from its per-thread cache and larger ones from its sorted bins
+    /// (`_int_malloc`, `malloc_consolidate`: 7–10% of the engine's CPU when
+    /// this future was 1,456 bytes). So the common case (a request in
+    /// hand, an instance attached, room in its ring) awaits nothing but
+    /// the application's events, and whatever else might wait (an instance
+    /// still attaching, a full ring, a full stream, explicit headers,
+    /// client streaming, offloaded methods) waits in a box of its own.
+    /// It is an `async` block rather than an `async fn` for the same
+    /// reason: the arguments are used where the block captured them,
+    /// where an `async fn` keeps a second copy of each.
+    fn forward(
         self: Arc<Self>,
         method: u32,
-        request: Request<Streaming>,
+        mut request: Request<Streaming>,
         mut responder: Responder,
-    ) -> Result<Metadata, Status> {
-        let desc = self
-            .schema
-            .method(method)
-            .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?;
-        let client_streaming = desc.client_streaming;
-        // Held until the call ends: it counts against the concurrency
-        // limits that admitted it.
-        let _permit = match &self.policies {
+    ) -> impl std::future::Future<Output = Result<Metadata, Status>> + Send + 'static {
+        async move {
+            let rare = self.schema.method(method).is_none_or(|d| d.client_streaming)
+                || self.offloaded.get(method as usize).is_some_and(Option::is_some);
+            if rare {
+                return Box::pin(self.forward_any(method, request, responder)).await;
+            }
+            let desc = self
+                .schema
+                .method(method)
+                .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?;
+            let _permit = self.admit(&desc.path, &request)?;
+            let m = match request.message.try_single() {
+                Some(m) => m?,
+                None => return Err(Status::new(Code::Internal, "no request in hand")),
+            };
+            let att = self.attachment_for(Some(m.wire().as_ref())).await?;
+            let (mut call, side) = self.open(&att, method, &request)?;
+            let d =
+                Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..call.open };
+            let v = call.version.as_deref();
+            if let Some(r) = self.post_now(&att, v, method, d, Some(&m), &side)? {
+                Box::pin(self.post_retry(&att, v, method, d, Some(&m), &side, r)).await?;
+            }
+            drop(m);
+            call.posted(&self);
+            loop {
+                match call.rx.recv().await {
+                    None => return Err(crate::attachment::unavailable("the call's queue closed")),
+                    Some(Inbound::Headers(md)) => {
+                        *responder.metadata_mut() = md;
+                        Box::pin(responder.send_headers()).await?;
+                    }
+                    Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
+                    Some(Inbound::Message { bytes, encoded, compress }) => {
+                        responder.set_compression(compress);
+                        if encoded || call.version.is_some() || att.device().is_some() {
+                            let v = call.version.as_deref();
+                            let r = &mut responder;
+                            let m = call.method;
+                            Box::pin(self.send_other(&att, v, m, bytes, encoded, r)).await?;
+                        } else if let Some(bytes) = responder.try_send_linear(bytes)? {
+                            // A stream whose client is behind: wait for room.
+                            Box::pin(responder.send_linear(bytes)).await?;
+                        }
+                    }
+                    Some(Inbound::Status(st)) => {
+                        call.guard.done = true;
+                        return if st.code == Code::Ok { Ok(st.metadata) } else { Err(st) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks the call against the engine's policy; the permit counts it
+    /// against the concurrency limits that admitted it until dropped.
+    fn admit(&self, path: &str, request: &Request<Streaming>) -> Result<Permit, Status> {
+        match &self.policies {
             Some(p) => p.admit(&CallInfo {
-                path: &desc.path,
+                path,
                 service: &self.name,
                 metadata: &request.metadata,
                 peer: request.peer.as_deref(),
-            })?,
-            None => Permit::default(),
-        };
-        if let Some(h) = self.offloaded.get(method as usize).and_then(Option::clone) {
-            // Boxed: the common path's future stays small.
-            return Box::pin(self.answer_here(method, h, request, responder)).await;
+            }),
+            None => Ok(Permit::default()),
         }
-        let Request { metadata, deadline, peer, message: mut requests } = request;
-        // A unary request is here already: the instance whose region it
-        // was received into (a lean landing) takes it without a copy.
-        let first = if client_streaming { None } else { Some(requests.single().await?) };
-        let holder = first.as_ref().map(|m| m.wire().as_ref());
+    }
+
+    /// An instance to take a call whose request is `holder` (the instance
+    /// whose region it was received into, a lean landing, takes it without
+    /// a copy), waiting for one that is attaching (this engine is taking
+    /// over).
+    async fn attachment_for(&self, holder: Option<&[u8]>) -> Result<Arc<Attachment>, Status> {
         let mut att = self.registry.pick_for(&self.name, holder);
         if att.is_none() && Box::pin(self.registry.wait_attached(&self.name)).await {
-            // Its application is attaching (this engine is taking over).
             att = self.registry.pick_for(&self.name, holder);
         }
         let att = att.ok_or_else(|| match self.registry.ever_served(&self.name) {
@@ -230,12 +293,24 @@ impl SplitService {
                 "too many calls open with the application",
             ));
         }
+        Ok(att)
+    }
+
+    /// Opens method `method`'s call (an id of the engine's schema) with
+    /// `att`: its entry in the instance's table, its guard, and the OPEN
+    /// descriptor's side data (deadline, metadata, certificates, the
+    /// client's address the first time) in the returned buffer.
+    fn open(
+        &self,
+        att: &Arc<Attachment>,
+        method: u32,
+        request: &Request<Streaming>,
+    ) -> Result<(OpenCall, Vec<u8>), Status> {
         let service = att.services.iter().position(|s| *s == self.name).unwrap_or(0) as u8;
         // The instance's own version of the service, if it brought one: its
         // method ids and tables, not the engine's (`crate::versions`).
         let version = att.version(service).cloned();
-        let engine_method = method;
-        let method = match &version {
+        let app_method = match &version {
             Some(v) => v.method(method).ok_or_else(|| {
                 Status::new(
                     Code::Unimplemented,
@@ -244,86 +319,111 @@ impl SplitService {
             })?,
             None => method,
         };
-        let (call, mut rx) = att.open_call()?;
+        let (call, rx) = att.open_call()?;
         // The client's connection, by its slot; its address rides along
         // until the application has it (`crate::attachment::peers`).
-        let client = att.peer_take(peer.as_ref());
-        let mut guard =
-            Guard { att: att.clone(), call, method, service, peer_slot: client.slot, done: false };
-
+        let client = att.peer_take(request.peer.as_ref());
+        let guard = Guard {
+            att: att.clone(),
+            call,
+            method: app_method,
+            service,
+            peer_slot: client.slot,
+            done: false,
+        };
         let mut side = Vec::new();
+        let now = Instant::now();
         OpenRepr::emit_open(
-            deadline.map(|d| d.saturating_duration_since(Instant::now())),
-            &metadata,
-            peer.as_ref().map_or(&[][..], |p| &p.certificates[..]),
+            request.deadline.map(|d| d.saturating_duration_since(now)),
+            &request.metadata,
+            request.peer.as_ref().map_or(&[][..], |p| &p.certificates[..]),
             client.note.map(|addr| (client.slot, addr)),
             &mut side,
         );
         let open = Descriptor {
             call,
-            method,
+            method: app_method,
             service,
             flags: desc::OPEN,
             // OPEN has no status: its code field names the client's
             // connection slot.
             code: client.slot,
-            timeout_ns: timeout_ns(deadline, Instant::now()),
+            timeout_ns: timeout_ns(request.deadline, now),
             ..Descriptor::default()
         };
+        let noted = client.note.is_some();
+        let opened =
+            OpenCall { version, rx, guard, open, method: app_method, engine_method: method, noted };
+        Ok((opened, side))
+    }
+
+    /// Any call: what [`SplitService::forward`] hands the kinds it does
+    /// not take itself (client streaming, offloaded methods).
+    async fn forward_any(
+        self: Arc<Self>,
+        method: u32,
+        request: Request<Streaming>,
+        mut responder: Responder,
+    ) -> Result<Metadata, Status> {
+        let desc = self
+            .schema
+            .method(method)
+            .ok_or_else(|| Status::new(Code::Unimplemented, "unknown method"))?;
+        let client_streaming = desc.client_streaming;
+        let _permit = self.admit(&desc.path, &request)?;
+        if let Some(h) = self.offloaded.get(method as usize).and_then(Option::clone) {
+            return self.answer_here(method, h, request, responder).await;
+        }
+        // A unary request is here already: the instance whose region it
+        // was received into (a lean landing) takes it without a copy.
+        let mut request = request;
+        let first = if client_streaming { None } else { Some(request.message.single().await?) };
+        let att = self.attachment_for(first.as_ref().map(|m| m.wire().as_ref())).await?;
+        let (mut call, side) = self.open(&att, method, &request)?;
+        let (c, app_method, service) = (call.guard.call, call.method, call.guard.service);
+        let version = call.version.clone();
         let mut requests_done = !client_streaming;
         if let Some(m) = first {
-            let d = Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..open };
-            self.post(&att, version.as_deref(), engine_method, d, Some(&m), &side).await?;
+            let d =
+                Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..call.open };
+            self.post(&att, version.as_deref(), method, d, Some(&m), &side).await?;
         } else {
-            self.post(&att, version.as_deref(), engine_method, open, None, &side).await?;
+            self.post(&att, version.as_deref(), method, call.open, None, &side).await?;
         }
-        if client.note.is_some() {
-            att.peer_noted(client.slot);
-        }
-        if let Some(s) = self.stats.get(engine_method as usize) {
-            s.to_app.fetch_add(1, Ordering::Relaxed);
-        }
+        call.posted(&self);
+        let requests = &mut request.message;
         loop {
             tokio::select! {
                 biased;
-                ev = rx.recv() => match ev {
+                ev = call.rx.recv() => match ev {
                     None => return Err(crate::attachment::unavailable("the call's queue closed")),
                     Some(Inbound::Headers(md)) => {
                         *responder.metadata_mut() = md;
-                        Box::pin(responder.send_headers()).await?;
+                        responder.send_headers().await?;
                     }
                     Some(Inbound::Staged(md)) => *responder.metadata_mut() = md,
                     Some(Inbound::Message { bytes, encoded, compress }) => {
                         responder.set_compression(compress);
-                        if encoded || version.is_some() || att.device().is_some() {
-                            // Boxed: rare, and their state would make every
-                            // call's future larger.
-                            let att = &att;
-                            let version = version.as_deref();
-                            let r = &mut responder;
-                            Box::pin(self.send_other(att, version, method, bytes, encoded, r)).await?;
-                        } else {
-                            responder.send_linear(bytes).await?;
-                        }
+                        let v = version.as_deref();
+                        self.send_other(&att, v, app_method, bytes, encoded, &mut responder).await?;
                     }
                     Some(Inbound::Status(st)) => {
-                        guard.done = true;
+                        call.guard.done = true;
                         return if st.code == Code::Ok { Ok(st.metadata) } else { Err(st) };
                     }
                 },
                 m = requests.message(), if !requests_done => {
-                    let d = Descriptor { call, method, service, ..Descriptor::default() };
+                    let d = Descriptor { call: c, method: app_method, service, ..Descriptor::default() };
+                    let v = version.as_deref();
                     match m {
                         Some(m) => {
                             let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
-                            let v = version.as_deref();
-                            Box::pin(self.post(&att, v, engine_method, d, Some(&m), &[])).await?;
+                            self.post(&att, v, method, d, Some(&m), &[]).await?;
                         }
                         None => {
                             requests_done = true;
                             let end = Descriptor { flags: desc::END, ..d };
-                            let v = version.as_deref();
-                            Box::pin(self.post(&att, v, engine_method, end, None, &[])).await?;
+                            self.post(&att, v, method, end, None, &[]).await?;
                         }
                     }
                 }
@@ -382,6 +482,24 @@ impl SplitService {
         m: Option<&protoplane_grpc::Message>,
         side: &[u8],
     ) -> Result<(), Status> {
+        match self.post_now(att, version, engine_method, d, m, side)? {
+            None => Ok(()),
+            Some(r) => Box::pin(self.post_retry(att, version, engine_method, d, m, side, r)).await,
+        }
+    }
+
+    /// [`SplitService::post`] without waiting: `Some` when the ring or
+    /// the region is full, with what to try again with
+    /// ([`SplitService::post_retry`]).
+    fn post_now(
+        &self,
+        att: &Arc<Attachment>,
+        version: Option<&crate::versions::Version>,
+        engine_method: u32,
+        d: Descriptor,
+        m: Option<&protoplane_grpc::Message>,
+        side: &[u8],
+    ) -> Result<Option<Retry>, Status> {
         // Placement-aware decode, once: device-placed fields into the
         // call's device memory, the rest into a private block that crosses
         // in one copy (the one-shot commit). Not for another version: the
@@ -394,13 +512,27 @@ impl SplitService {
                 },
                 _ => None,
             };
-        let attempt = || self.try_post(att, version, engine_method, d, m, side, placed.as_ref());
-        match attempt() {
-            // Waiting for room is rare: boxed, so every call's future does
-            // not carry its state.
-            Err(PostError::Busy(what)) => Box::pin(self.post_wait(att, what, attempt)).await,
-            other => self.posted(att, other),
+        match self.try_post(att, version, engine_method, d, m, side, placed.as_ref()) {
+            Err(PostError::Busy(what)) => Ok(Some(Retry { what, placed })),
+            other => self.posted(att, other).map(|()| None),
         }
+    }
+
+    /// Waits for room for a post [`SplitService::post_now`] could not make.
+    #[allow(clippy::too_many_arguments)]
+    async fn post_retry(
+        &self,
+        att: &Arc<Attachment>,
+        version: Option<&crate::versions::Version>,
+        engine_method: u32,
+        d: Descriptor,
+        m: Option<&protoplane_grpc::Message>,
+        side: &[u8],
+        r: Retry,
+    ) -> Result<(), Status> {
+        let placed = r.placed.as_ref();
+        let attempt = || self.try_post(att, version, engine_method, d, m, side, placed);
+        self.post_wait(att, r.what, attempt).await
     }
 
     /// One attempt at posting (see [`SplitService::post`]).
@@ -506,6 +638,41 @@ impl WaitSlot {
 impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A post that found the ring or the region full: what it is waiting for,
+/// and the request's placed block (decoded once) to try again with.
+struct Retry {
+    what: &'static str,
+    placed: Option<protoplane_wire::Block>,
+}
+
+/// A call open with an application instance.
+struct OpenCall {
+    /// The instance's own version of the service, if it brought one.
+    version: Option<Arc<crate::versions::Version>>,
+    rx: crate::attachment::events::EventRx,
+    guard: Guard,
+    /// The OPEN descriptor, without its message flags.
+    open: Descriptor,
+    /// The method's id in the instance's version.
+    method: u32,
+    /// The method's id in the engine's schema (the counters).
+    engine_method: u32,
+    /// The OPEN carried the client's address.
+    noted: bool,
+}
+
+impl OpenCall {
+    /// After the OPEN went out.
+    fn posted(&mut self, service: &SplitService) {
+        if std::mem::take(&mut self.noted) {
+            self.guard.att.peer_noted(self.guard.peer_slot);
+        }
+        if let Some(s) = service.stats.get(self.engine_method as usize) {
+            s.to_app.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

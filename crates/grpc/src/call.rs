@@ -266,6 +266,20 @@ impl Streaming {
         }
     }
 
+    /// The single request of a unary or server-streaming call, when it is
+    /// here (always, for those): `None` for a client-streaming call's
+    /// queue, whose requests must be waited for.
+    pub fn try_single(&mut self) -> Option<Result<Message, Status>> {
+        match &mut self.inner {
+            Inbound::One(m) => {
+                Some(m.take().ok_or_else(|| {
+                    Status::new(Code::Internal, "the call carries no request message")
+                }))
+            }
+            Inbound::Queue(_) => None,
+        }
+    }
+
     /// The single request of a unary or server-streaming call.
     pub async fn single(&mut self) -> Result<Message, Status> {
         self.message()
@@ -536,11 +550,36 @@ impl Responder {
     /// reading; the caller waits its own way and tries again. A method
     /// with one response never waits.
     pub fn try_send_encoded(&mut self, message: Bytes) -> Result<Option<Bytes>, Status> {
-        let gone = || Status::new(Code::Cancelled, "the call has ended");
         let c = self.compress;
+        match self.try_push(Out::Encoded(message, c))? {
+            Some(Out::Encoded(m, _)) => Ok(Some(m)),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`Responder::send_linear`] for a caller that would rather not wait
+    /// (a split engine relaying a response): sends the block if there is
+    /// room now and returns `None`, or hands it back (`Some`) when a
+    /// stream's queue is full. A method with one response never waits.
+    pub fn try_send_linear(&mut self, block: Bytes) -> Result<Option<Bytes>, Status> {
+        let c = self.compress;
+        match self.try_push(Out::Block(block, c))? {
+            Some(Out::Block(b, _)) => Ok(Some(b)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Stages the headers and pushes `out` (a message) if there is room
+    /// now; hands `out` back when a stream's queue is full.
+    fn try_push(&mut self, out: Out) -> Result<Option<Out>, Status> {
+        let gone = || Status::new(Code::Cancelled, "the call has ended");
         let Sink::Stream(tx) = &self.sink else {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let sent = std::pin::pin!(self.send_encoded(message)).poll(&mut cx);
+            let sent = std::pin::pin!(async {
+                self.stage_headers().await?;
+                self.push(out).await
+            })
+            .poll(&mut cx);
             return match sent {
                 std::task::Poll::Ready(r) => r.map(|()| None),
                 // A one-shot slot is never full.
@@ -553,14 +592,14 @@ impl Responder {
                 Ok(()) => {}
                 Err(TrySendError::Full(Out::Staged(md))) => {
                     self.headers = Some(md);
-                    return Ok(Some(message));
+                    return Ok(Some(out));
                 }
                 Err(_) => return Err(gone()),
             }
         }
-        match tx.try_send(Out::Encoded(message, c)) {
+        match tx.try_send(out) {
             Ok(()) => Ok(None),
-            Err(TrySendError::Full(Out::Encoded(m, _))) => Ok(Some(m)),
+            Err(TrySendError::Full(out)) => Ok(Some(out)),
             Err(_) => Err(gone()),
         }
     }

@@ -49,7 +49,37 @@ pub(crate) fn frame_queue() -> (FrameTx, FrameRx) {
 impl FrameTx {
     /// Queues a frame, waiting for room; `Err` once the writer is gone. A
     /// frame larger than the whole budget waits for all of it.
+    ///
+    /// Queuing is tried at once, without waiting; only a full queue boxes
+    /// the wait. Every call's driver awaits this for its answer, so the
+    /// wait's state (two semaphore acquisitions) would otherwise sit in
+    /// every call's boxed future.
     pub(crate) async fn send(&self, frame: Bytes) -> Result<(), ()> {
+        match self.try_queue(frame)? {
+            None => Ok(()),
+            Some(frame) => Box::pin(self.send_wait(frame)).await,
+        }
+    }
+
+    /// Queues a frame if there is room now; hands it back if not.
+    fn try_queue(&self, frame: Bytes) -> Result<Option<Bytes>, ()> {
+        use tokio::sync::mpsc::error::TrySendError;
+        use tokio::sync::TryAcquireError;
+        let n = frame.len().clamp(1, WRITE_BUDGET) as u32;
+        let permit = match self.budget.clone().try_acquire_many_owned(n) {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => return Ok(Some(frame)),
+            Err(TryAcquireError::Closed) => return Err(()),
+        };
+        match self.tx.try_send((frame, Some(permit))) {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full((frame, _))) => Ok(Some(frame)),
+            Err(TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// Queues a frame, waiting for room.
+    async fn send_wait(&self, frame: Bytes) -> Result<(), ()> {
         let n = frame.len().clamp(1, WRITE_BUDGET) as u32;
         let permit = self.budget.clone().acquire_many_owned(n).await.map_err(|_| ())?;
         self.tx.send((frame, Some(permit))).await.map_err(|_| ())

@@ -526,10 +526,26 @@ impl Responder {
 
     /// Sends a response block held as bytes — wherever they live: a block
     /// the application laid out in a shared region is encoded from there.
+    ///
+    /// Sending is tried at once; only a stream whose queue is full boxes
+    /// the wait. Every handler awaits this, so the wait's state would
+    /// otherwise sit in every call's boxed future (and push a small
+    /// handler's past the 1,032 bytes glibc serves from its per-thread
+    /// cache).
     pub async fn send_linear(&mut self, block: Bytes) -> Result<(), Status> {
+        match self.try_send_linear(block)? {
+            None => Ok(()),
+            Some(block) => {
+                let c = self.compress;
+                Box::pin(self.send_waiting(Out::Block(block, c))).await
+            }
+        }
+    }
+
+    /// Stages the headers and pushes a message, waiting for room.
+    async fn send_waiting(&mut self, out: Out) -> Result<(), Status> {
         self.stage_headers().await?;
-        let c = self.compress;
-        self.push(Out::Block(block, c)).await
+        self.push(out).await
     }
 
     /// Whether the following responses are to be compressed.
@@ -539,9 +555,13 @@ impl Responder {
 
     /// Sends an already encoded response.
     pub async fn send_encoded(&mut self, message: Bytes) -> Result<(), Status> {
-        self.stage_headers().await?;
-        let c = self.compress;
-        self.push(Out::Encoded(message, c)).await
+        match self.try_send_encoded(message)? {
+            None => Ok(()),
+            Some(message) => {
+                let c = self.compress;
+                Box::pin(self.send_waiting(Out::Encoded(message, c))).await
+            }
+        }
     }
 
     /// [`Responder::send_encoded`] for a caller that cannot wait (an event

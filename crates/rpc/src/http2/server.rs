@@ -225,9 +225,10 @@ struct Driver<IO> {
     /// lock. Taken once the connection has sent its graceful GOAWAY.
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     shutdown_armed: bool,
-    /// With metrics: when the current turn of the loop began (the start
-    /// of the calls whose headers it reads), and the calls that ended in
-    /// it, recorded at its end with one clock read for all of them.
+    /// When the current turn of the loop began: the start of the calls
+    /// whose headers it reads (their deadlines, and with metrics their
+    /// latency). With metrics, the calls that ended in the turn are
+    /// recorded at its end with one clock read for all of them.
     turn: Instant,
     /// The start of the connection's clock (see `Conn::set_clock`).
     epoch: Instant,
@@ -277,9 +278,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         }
         let measuring = self.router.other_calls.is_some();
         loop {
-            if measuring {
-                self.turn = Instant::now();
-            }
+            // One clock read per turn: the calls whose headers it reads
+            // count their deadlines from it, and a call's driving checks
+            // its deadline against it (the timer heap ends calls at their
+            // deadline to the millisecond); two reads per call before.
+            self.turn = Instant::now();
             self.process_input();
             self.wake_credit_waiters();
             self.run_ready();
@@ -595,7 +598,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             m.start();
             (m.clone(), self.turn)
         });
-        let parsed = parse_head(h);
+        let parsed = parse_head(h, self.turn);
         let head = match parsed {
             Ok(head) => head,
             Err(st) => {
@@ -925,7 +928,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             }
             return;
         }
-        if call.deadline.is_some_and(|d| Instant::now() >= d) {
+        if call.deadline.is_some_and(|d| self.turn >= d) {
             return self.fail(slot, deadline_exceeded());
         }
         loop {
@@ -1081,7 +1084,8 @@ struct Head {
 
 /// Parses the gRPC fields of a request's header block once, into the
 /// call's compact form.
-fn parse_head(h: &HeaderList) -> Result<Head, Status> {
+/// The call's head; its deadline counts from `now`.
+fn parse_head(h: &HeaderList, now: Instant) -> Result<Head, Status> {
     let mut encoding = Encoding::Identity;
     let mut gzip_ok = false;
     let mut deadline = None;
@@ -1097,7 +1101,7 @@ fn parse_head(h: &HeaderList) -> Result<Head, Status> {
             }
             b"grpc-accept-encoding" => gzip_ok = codec::accepts_gzip(Some(value)),
             b"grpc-timeout" => match timeout::parse(value) {
-                Some(d) => deadline = Some(Instant::now() + d),
+                Some(d) => deadline = Some(now + d),
                 None => return Err(Status::new(Code::Internal, "malformed grpc-timeout")),
             },
             _ => {}

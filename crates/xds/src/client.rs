@@ -15,10 +15,20 @@
 //! Watchers see a generation number that changes whenever the cache does
 //! ([`XdsClient::changes`]) and read what they need with
 //! [`XdsClient::get`].
+//!
+//! A resource the server never sends does not exist (the state-of-the-world
+//! protocol has no other way to say so): as gRFC A27 and A57 specify, each
+//! subscribed name gets a timer ([`RESOURCE_TIMEOUT`], 15 s) when it is
+//! first asked for on a stream whose channel is connected, and is taken
+//! not to exist when the timer fires before the resource arrives
+//! ([`XdsClient::does_not_exist`]). A stream that breaks stops the timers
+//! (a server out of reach says nothing about what exists); they start again
+//! when the names are asked for on the next one. A listener or cluster
+//! that a response of its type deletes does not exist from then on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use protoplane_grpc::status::{Code, Status};
 use protoplane_rpc::{Backoff, CallOptions, Channel, ChannelOptions};
@@ -31,6 +41,10 @@ use crate::resources::{self, Cluster, Endpoints, Listener, RouteConfig};
 
 const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+
+/// How long a subscribed resource may take to arrive before it is taken
+/// not to exist (the xDS protocol's 15 s, as gRFC A57 cites it).
+pub const RESOURCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The resource types, in the order the client asks for them.
 pub const TYPES: [&str; 4] =
@@ -59,6 +73,12 @@ struct TypeState {
     nacked: Option<String>,
     /// A response of this type has arrived.
     seen: bool,
+    /// Names asked for on the current stream and not received yet: when
+    /// each is taken not to exist.
+    timers: BTreeMap<String, Instant>,
+    /// Names taken not to exist (timed out, or left out of a listener or
+    /// cluster response), until they arrive.
+    missing: BTreeSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +96,8 @@ struct Shared {
     /// Subscriptions changed: the stream sends requests.
     wake: Notify,
     started: std::sync::atomic::AtomicBool,
+    /// [`RESOURCE_TIMEOUT`], or a test's.
+    resource_timeout: Duration,
 }
 
 /// The process's xDS client (cheap to clone).
@@ -90,13 +112,48 @@ impl XdsClient {
     /// A client for `bootstrap` (its stream starts with the first
     /// subscription made inside a runtime).
     pub fn new(bootstrap: Bootstrap) -> XdsClient {
+        XdsClient::with_resource_timeout(bootstrap, RESOURCE_TIMEOUT)
+    }
+
+    /// [`XdsClient::new`] with another time a subscribed resource may take
+    /// to arrive before it is taken not to exist (tests).
+    pub fn with_resource_timeout(bootstrap: Bootstrap, timeout: Duration) -> XdsClient {
         XdsClient(Arc::new(Shared {
             bootstrap,
             state: Mutex::default(),
             changed: watch::Sender::new(0),
             wake: Notify::new(),
             started: std::sync::atomic::AtomicBool::new(false),
+            resource_timeout: timeout,
         }))
+    }
+
+    /// Whether resource `name` of `type_url` is taken not to exist: the
+    /// server did not send it within the resource timeout of being asked,
+    /// or (a listener or a cluster) left it out of a response.
+    pub fn does_not_exist(&self, type_url: &str, name: &str) -> bool {
+        index(type_url).is_some_and(|i| self.lock().types[i].missing.contains(name))
+    }
+
+    /// When the next resource timer fires.
+    fn next_timer(&self) -> Option<Instant> {
+        self.lock().types.iter().filter_map(|t| t.timers.values().min().copied()).min()
+    }
+
+    /// Takes the names whose timers fired by `now` not to exist; whether
+    /// any was.
+    fn expire(&self, now: Instant) -> bool {
+        let mut st = self.lock();
+        let mut any = false;
+        for t in &mut st.types {
+            let due: Vec<String> =
+                t.timers.iter().filter(|(_, at)| **at <= now).map(|(n, _)| n.clone()).collect();
+            for name in due {
+                t.timers.remove(&name);
+                any |= t.missing.insert(name);
+            }
+        }
+        any
     }
 
     /// The client of this process's bootstrap (made once).
@@ -179,6 +236,14 @@ impl XdsClient {
             let mut st = self.lock();
             let t = &mut st.types[i];
             t.asked = Some(t.wanted.clone());
+            // Called as the request goes out on a connected stream: the
+            // names asked for the first time on it start their timers.
+            let at = Instant::now() + self.0.resource_timeout;
+            for n in &t.wanted {
+                if !t.resources.contains_key(n) && !t.missing.contains(n) {
+                    t.timers.entry(n.clone()).or_insert(at);
+                }
+            }
             (t.wanted.clone(), t.version.clone(), t.nonce.clone())
         };
         let b = &self.0.bootstrap;
@@ -218,6 +283,18 @@ impl XdsClient {
         )
         .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
         Ok(wire.to_vec())
+    }
+
+    /// The stream broke (`why`): everything is asked again on the next.
+    fn stream_lost(&self, why: String) {
+        let mut st = self.lock();
+        st.down = Some(why);
+        for t in &mut st.types {
+            t.asked = None;
+            t.nonce.clear();
+            // A server out of reach says nothing about what exists.
+            t.timers.clear();
+        }
     }
 
     /// Applies a response: what to send back (type, NACK reason).
@@ -276,12 +353,18 @@ impl XdsClient {
                 .filter(|k| !found.contains_key(*k) && !invalid.contains(*k))
                 .cloned()
                 .collect();
+            // Deleted: it does not exist any more. (One never received is
+            // left to its timer, as grpc-go does: the response may predate
+            // the request that asked for it.)
             for k in gone {
                 t.resources.remove(&k);
+                t.missing.insert(k);
                 changed = true;
             }
         }
         for (name, res) in found {
+            t.timers.remove(&name);
+            changed |= t.missing.remove(&name);
             if t.resources.get(&name) != Some(&res) {
                 t.resources.insert(name, res);
                 changed = true;
@@ -335,14 +418,7 @@ async fn run(client: XdsClient) {
             Ok(()) => "the management server ended the stream".to_string(),
             Err(st) => format!("{}: {}", st.code.name(), st.message),
         };
-        {
-            let mut st = client.lock();
-            st.down = Some(why);
-            for t in &mut st.types {
-                t.asked = None;
-                t.nonce.clear();
-            }
-        }
+        client.stream_lost(why);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(5));
     }
@@ -377,6 +453,155 @@ async fn stream(client: &XdsClient, ch: &Channel) -> Result<(), Status> {
                 call.send(&req).await?;
             }
             () = client.0.wake.notified() => {}
+            () = timer(client.next_timer()) => {
+                if client.expire(Instant::now()) {
+                    client.0.changed.send_modify(|g| *g += 1);
+                }
+            }
         }
+    }
+}
+
+/// Waits until `at` (for ever if `None`).
+async fn timer(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::cluster::v3 as cluster_pb;
+    use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
+
+    fn client(timeout: Duration) -> XdsClient {
+        let b = Bootstrap::from_json(
+            r#"{"xds_servers": [{"server_uri": "127.0.0.1:1",
+                 "channel_creds": [{"type": "insecure"}]}], "node": {"id": "n"}}"#,
+        )
+        .expect("bootstrap");
+        XdsClient::with_resource_timeout(b, timeout)
+    }
+
+    /// Subscribes to `name` of type `i` and sends the request (as the
+    /// stream does once connected), without a stream.
+    fn ask(c: &XdsClient, i: usize, name: &str) {
+        c.lock().types[i].wanted.insert(name.to_string());
+        c.request(i, true, None).expect("request");
+    }
+
+    /// A DiscoveryResponse of type `i` holding `resources` (encoded).
+    fn response(i: usize, resources: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = ads::DiscoveryResponse::builder();
+        let mut r = ads::DiscoveryResponseBuilder::root(&mut b);
+        r.set_version_info("1").expect("version");
+        r.set_type_url(TYPES[i]).expect("type");
+        r.set_nonce("n1").expect("nonce");
+        for res in resources {
+            let mut any = r.add_resources().expect("any");
+            any.set_type_url(TYPES[i]).expect("type");
+            any.set_value(res).expect("value");
+        }
+        let block = b.finish();
+        let mut enc = Encoder::new();
+        ads::DiscoveryResponse::encode(
+            &mut enc,
+            Source::owned(block.as_bytes()),
+            &EncodeOptions::default(),
+        )
+        .expect("encodes")
+        .to_vec()
+    }
+
+    fn endpoints(name: &str) -> Vec<u8> {
+        let mut b = endpoint_pb::ClusterLoadAssignment::builder();
+        let mut cla = endpoint_pb::ClusterLoadAssignmentBuilder::root(&mut b);
+        cla.set_cluster_name(name).expect("name");
+        let mut l = cla.add_endpoints().expect("locality");
+        let mut e = l.add_lb_endpoints().expect("endpoint");
+        let mut ep = e.endpoint().expect("ep");
+        let mut a = ep.address().expect("address");
+        let mut sa = a.socket_address().expect("sa");
+        sa.set_address("127.0.0.1").expect("ip").set_port_value(7);
+        let block = b.finish();
+        let mut enc = Encoder::new();
+        endpoint_pb::ClusterLoadAssignment::encode(
+            &mut enc,
+            Source::owned(block.as_bytes()),
+            &EncodeOptions::default(),
+        )
+        .expect("encodes")
+        .to_vec()
+    }
+
+    fn cluster(name: &str) -> Vec<u8> {
+        let mut b = cluster_pb::Cluster::builder();
+        let mut c = cluster_pb::ClusterBuilder::root(&mut b);
+        c.set_name(name).expect("name");
+        c.set_type(3);
+        let mut eds = c.eds_cluster_config().expect("eds");
+        eds.eds_config().expect("source").ads().expect("ads");
+        let block = b.finish();
+        let mut enc = Encoder::new();
+        cluster_pb::Cluster::encode(
+            &mut enc,
+            Source::owned(block.as_bytes()),
+            &EncodeOptions::default(),
+        )
+        .expect("encodes")
+        .to_vec()
+    }
+
+    #[test]
+    fn a_resource_not_sent_in_time_does_not_exist_until_it_comes() {
+        let c = client(Duration::from_secs(15));
+        let asked = Instant::now();
+        ask(&c, 3, "eds1");
+        assert!(!c.does_not_exist(resources::ENDPOINTS, "eds1"));
+        assert!(!c.expire(asked + Duration::from_secs(14)), "not before its timeout");
+        assert!(!c.does_not_exist(resources::ENDPOINTS, "eds1"));
+        assert!(c.expire(Instant::now() + Duration::from_secs(15)), "at its timeout");
+        assert!(c.does_not_exist(resources::ENDPOINTS, "eds1"));
+        // It arrives after all: it exists.
+        let (i, nack) = c.apply(&response(3, &[endpoints("eds1")])).expect("applies");
+        assert_eq!((i, nack), (3, None));
+        assert!(!c.does_not_exist(resources::ENDPOINTS, "eds1"));
+        assert!(c.get(resources::ENDPOINTS, "eds1").is_some());
+        assert!(c.next_timer().is_none(), "no timer left");
+    }
+
+    #[test]
+    fn a_broken_stream_stops_the_timers_and_the_next_one_starts_them() {
+        let c = client(Duration::from_secs(15));
+        ask(&c, 3, "eds1");
+        c.stream_lost("connection refused".into());
+        assert!(c.next_timer().is_none(), "stopped with the stream");
+        assert!(!c.expire(Instant::now() + Duration::from_secs(60)));
+        assert!(!c.does_not_exist(resources::ENDPOINTS, "eds1"));
+        let again = Instant::now();
+        c.request(3, true, None).expect("asked again");
+        let at = c.next_timer().expect("started again");
+        assert!(at >= again + Duration::from_secs(15), "a whole timeout from the new request");
+    }
+
+    #[test]
+    fn a_cluster_a_response_deletes_does_not_exist() {
+        let c = client(Duration::from_secs(15));
+        ask(&c, 2, "c1");
+        ask(&c, 2, "c2");
+        c.apply(&response(2, &[cluster("c1"), cluster("c2")])).expect("applies");
+        assert!(c.get(resources::CLUSTER, "c1").is_some());
+        assert!(c.next_timer().is_none(), "both arrived");
+        c.apply(&response(2, &[cluster("c2")])).expect("applies");
+        assert!(c.does_not_exist(resources::CLUSTER, "c1"), "deleted");
+        assert!(!c.does_not_exist(resources::CLUSTER, "c2"));
+        // A cluster asked for and left out of a response before it ever
+        // came waits for its timer (the response may predate the request).
+        ask(&c, 2, "c3");
+        c.apply(&response(2, &[cluster("c2")])).expect("applies");
+        assert!(!c.does_not_exist(resources::CLUSTER, "c3"));
+        assert!(c.next_timer().is_some());
     }
 }

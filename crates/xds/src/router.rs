@@ -13,9 +13,12 @@
 //! and retry policy (the route's, else the virtual host's).
 //!
 //! Until the first configuration arrives calls wait (until their
-//! deadline); when the management server says the listener does not
-//! exist, or no virtual host matches, calls fail with UNAVAILABLE naming
-//! why, unless they wait for readiness.
+//! deadline); when the listener or its route configuration does not exist
+//! (the server deleted it, or did not send it within the client's resource
+//! timeout: [`crate::client`]), or no virtual host matches, calls fail with
+//! UNAVAILABLE naming why, unless they wait for readiness. A call whose
+//! route names a cluster that does not exist, or whose endpoints do not,
+//! fails the same way; one whose cluster is merely not known yet waits.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +64,8 @@ struct Config {
     /// The connection manager's stream duration (routes without one).
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Channel>,
+    /// Clusters named by routes that do not exist, and why.
+    missing: HashMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -127,14 +132,19 @@ impl XdsRouter {
         let outcome = self.chain();
         let mut st = self.lock();
         match outcome {
-            Ok((vhost, default_timeout, endpoints)) => {
+            Ok((vhost, default_timeout, endpoints, missing)) => {
                 // Cluster channels: kept, made, fed, dropped.
                 let wanted: BTreeSet<String> = endpoints.keys().cloned().collect();
                 st.clusters.retain(|name, _| wanted.contains(name));
                 let mut clusters = HashMap::new();
                 for (name, eps) in endpoints {
-                    // A cluster whose endpoints are not known yet gets no
-                    // channel (its calls wait), unless it had one.
+                    // A cluster that does not exist has no channel (its
+                    // calls fail); one whose endpoints are not known yet
+                    // gets none either (its calls wait), unless it had one.
+                    if missing.contains_key(&name) {
+                        st.clusters.remove(&name);
+                        continue;
+                    }
                     if eps.is_none() && !st.clusters.contains_key(&name) {
                         continue;
                     }
@@ -157,7 +167,7 @@ impl XdsRouter {
                     }
                     clusters.insert(name, ch.clone());
                 }
-                st.config = Some(Arc::new(Config { vhost, default_timeout, clusters }));
+                st.config = Some(Arc::new(Config { vhost, default_timeout, clusters, missing }));
                 st.error = None;
             }
             Err(Some(why)) => {
@@ -175,14 +185,19 @@ impl XdsRouter {
         self.updated.send_modify(|g| *g += 1);
     }
 
-    /// The virtual host, the default timeout and each cluster's endpoints
-    /// (`None`: not known yet). `Err(None)`: still waiting; `Err(Some)`:
-    /// what is wrong.
+    /// The virtual host, the default timeout, each cluster's endpoints
+    /// (`None`: not known yet) and the clusters that do not exist (with
+    /// why). `Err(None)`: still waiting; `Err(Some)`: what is wrong.
     #[allow(clippy::type_complexity)]
     fn chain(
         &self,
     ) -> Result<
-        (VirtualHost, Option<Duration>, HashMap<String, Option<Vec<(std::net::SocketAddr, u32)>>>),
+        (
+            VirtualHost,
+            Option<Duration>,
+            HashMap<String, Option<Vec<(std::net::SocketAddr, u32)>>>,
+            HashMap<String, String>,
+        ),
         Option<String>,
     > {
         let c = &self.client;
@@ -193,7 +208,7 @@ impl XdsRouter {
                     .nacked(resources::LISTENER)
                     .map(|why| format!("listener {:?} refused: {why}", self.target))
                     .or_else(|| {
-                        c.responded(resources::LISTENER)
+                        c.does_not_exist(resources::LISTENER, &self.target)
                             .then(|| format!("listener {:?} does not exist", self.target))
                     }))
             }
@@ -204,7 +219,14 @@ impl XdsRouter {
                 c.subscribe(resources::ROUTE_CONFIG, [name.clone()]);
                 match c.get(resources::ROUTE_CONFIG, name) {
                     Some(Resource::Route(rc)) => rc,
-                    _ => return Err(None),
+                    _ => {
+                        return Err(c.does_not_exist(resources::ROUTE_CONFIG, name).then(|| {
+                            format!(
+                                "route configuration {name:?} of listener {:?} does not exist",
+                                self.target
+                            )
+                        }))
+                    }
                 }
             }
         };
@@ -225,25 +247,45 @@ impl XdsRouter {
         }
         c.subscribe(resources::CLUSTER, names.iter().cloned());
         let mut endpoints = HashMap::new();
+        let mut missing = HashMap::new();
         for name in names {
             let eps = match c.get(resources::CLUSTER, &name) {
                 Some(Resource::Cluster(cl)) => {
-                    c.subscribe(resources::ENDPOINTS, [cl.eds_service_name.clone()]);
-                    match c.get(resources::ENDPOINTS, &cl.eds_service_name) {
+                    let eds = &cl.eds_service_name;
+                    c.subscribe(resources::ENDPOINTS, [eds.clone()]);
+                    match c.get(resources::ENDPOINTS, eds) {
                         Some(Resource::Endpoints(e)) => Some(e.weighted()),
-                        _ => None,
+                        _ => {
+                            if c.does_not_exist(resources::ENDPOINTS, eds) {
+                                let why = format!("endpoints {eds:?} of cluster {name:?}");
+                                missing.insert(name.clone(), why);
+                            }
+                            None
+                        }
                     }
                 }
-                _ => None,
+                _ => {
+                    if c.does_not_exist(resources::CLUSTER, &name) {
+                        missing.insert(name.clone(), format!("cluster {name:?}"));
+                    }
+                    None
+                }
             };
             endpoints.insert(name, eps);
         }
-        Ok((vhost, listener.max_stream_duration, endpoints))
+        Ok((vhost, listener.max_stream_duration, endpoints, missing))
     }
 
     /// The route a call takes; `None` while its cluster has no endpoints
-    /// yet.
-    fn pick(&self, config: &Config, path: &str, md: &Metadata) -> Result<Option<Routed>, Status> {
+    /// yet, or does not exist and the call waits for readiness (as a call
+    /// waits out a cluster's TRANSIENT_FAILURE in gRPC).
+    fn pick(
+        &self,
+        config: &Config,
+        path: &str,
+        md: &Metadata,
+        wait_for_ready: bool,
+    ) -> Result<Option<Routed>, Status> {
         let Some(route) = config.vhost.routes.iter().find(|r| matches(r, path, md)) else {
             return Err(Status::new(
                 Code::Unavailable,
@@ -269,7 +311,14 @@ impl XdsRouter {
                 return Err(Status::new(Code::Unavailable, "matched a non-forwarding route"))
             }
         };
-        let Some(channel) = config.clusters.get(cluster).cloned() else { return Ok(None) };
+        let Some(channel) = config.clusters.get(cluster).cloned() else {
+            return match config.missing.get(cluster) {
+                Some(what) if !wait_for_ready => {
+                    Err(Status::new(Code::Unavailable, format!("xDS: {what} does not exist")))
+                }
+                _ => Ok(None),
+            };
+        };
         let method = MethodConfig {
             timeout: route.timeout.or(config.default_timeout),
             retry: route.retry.clone().or_else(|| config.vhost.retry.clone()),
@@ -405,7 +454,7 @@ impl CallRouter for XdsRouter {
                 };
                 match (config, error) {
                     (Some(c), _) => {
-                        if let Some(routed) = self.pick(&c, path, metadata)? {
+                        if let Some(routed) = self.pick(&c, path, metadata, wait_for_ready)? {
                             return Ok(routed);
                         }
                         // Its cluster's endpoints are on their way.
@@ -462,6 +511,42 @@ mod tests {
             routes: vec![],
             retry: None,
         }
+    }
+
+    /// A call routed to a cluster that does not exist fails UNAVAILABLE
+    /// naming it, unless it waits for readiness; one routed to a cluster
+    /// not known yet waits.
+    #[test]
+    fn a_cluster_that_does_not_exist_fails_its_calls() {
+        let b = crate::bootstrap::Bootstrap::from_json(
+            r#"{"xds_servers": [{"server_uri": "127.0.0.1:1",
+                 "channel_creds": [{"type": "insecure"}]}]}"#,
+        )
+        .expect("bootstrap");
+        let router = XdsRouter::new(XdsClient::new(b), "svc".into(), ChannelOptions::default());
+        let route = |prefix: &str, cluster: &str| Route {
+            path: PathMatch::Prefix(prefix.into()),
+            case_sensitive: true,
+            headers: vec![],
+            fraction_per_million: None,
+            action: Action::Cluster(cluster.into()),
+            timeout: None,
+            retry: None,
+        };
+        let mut vhost = vh(&["*"]);
+        vhost.routes = vec![route("/gone.", "c1"), route("/", "c2")];
+        let config = Config {
+            vhost,
+            default_timeout: None,
+            clusters: HashMap::new(),
+            missing: HashMap::from([("c1".to_string(), "cluster \"c1\"".to_string())]),
+        };
+        let md = Metadata::new();
+        let err = router.pick(&config, "/gone.S/M", &md, false).expect_err("fails");
+        assert_eq!(err.code, Code::Unavailable);
+        assert!(err.message.contains("cluster \"c1\" does not exist"), "{}", err.message);
+        assert!(router.pick(&config, "/gone.S/M", &md, true).expect("waits").is_none());
+        assert!(router.pick(&config, "/other.S/M", &md, false).expect("waits").is_none());
     }
 
     #[test]

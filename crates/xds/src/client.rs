@@ -61,8 +61,11 @@ pub enum Resource {
 
 #[derive(Debug, Default)]
 struct TypeState {
-    /// Names subscribed to.
+    /// Names subscribed to: every name some watcher holds.
     wanted: BTreeSet<String>,
+    /// The names each watcher holds ([`XdsClient::hold`]; watcher 0 holds
+    /// what [`XdsClient::subscribe`] added, for good).
+    held: BTreeMap<u64, BTreeSet<String>>,
     /// What the server was last asked for (a change is sent).
     asked: Option<BTreeSet<String>>,
     /// The version last accepted, and the nonce of the last response.
@@ -79,6 +82,24 @@ struct TypeState {
     /// Names taken not to exist (timed out, or left out of a listener or
     /// cluster response), until they arrive.
     missing: BTreeSet<String>,
+}
+
+impl TypeState {
+    /// Recomputes `wanted` from what the watchers hold, dropping what
+    /// nobody wants any more; whether it changed.
+    fn rewant(&mut self) -> bool {
+        let wanted: BTreeSet<String> = self.held.values().flatten().cloned().collect();
+        if wanted == self.wanted {
+            return false;
+        }
+        for gone in self.wanted.difference(&wanted) {
+            self.resources.remove(gone);
+            self.timers.remove(gone);
+            self.missing.remove(gone);
+        }
+        self.wanted = wanted;
+        true
+    }
 }
 
 #[derive(Debug, Default)]
@@ -171,20 +192,59 @@ impl XdsClient {
         &self.0.bootstrap
     }
 
-    /// Adds `names` of `type_url` to the subscriptions (the stream is
-    /// started if it was not).
+    /// Adds `names` of `type_url` to the subscriptions for good (the
+    /// stream is started if it was not).
     pub fn subscribe(&self, type_url: &str, names: impl IntoIterator<Item = String>) {
+        self.hold(0, type_url, names.into_iter().collect(), false);
+    }
+
+    /// A new watcher id, for [`XdsClient::hold`].
+    pub fn watcher(&self) -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Watcher `owner` needs `names` of `type_url`: in addition to what it
+    /// held, or (`replace`) instead. A name no watcher holds any more is
+    /// unsubscribed: the server is asked without it, and it leaves the
+    /// cache. (The stream is started if it was not.)
+    pub fn hold(&self, owner: u64, type_url: &str, names: BTreeSet<String>, replace: bool) {
         let Some(i) = index(type_url) else { return };
-        let grew = {
+        let changed = {
             let mut st = self.lock();
-            let before = st.types[i].wanted.len();
-            st.types[i].wanted.extend(names);
-            st.types[i].wanted.len() != before
+            let t = &mut st.types[i];
+            let mine = t.held.entry(owner).or_default();
+            if replace {
+                *mine = names;
+            } else {
+                mine.extend(names);
+            }
+            if t.held.get(&owner).is_some_and(BTreeSet::is_empty) {
+                t.held.remove(&owner);
+            }
+            t.rewant()
         };
-        if grew {
+        if changed {
             self.0.wake.notify_one();
         }
         self.start();
+    }
+
+    /// Watcher `owner` is gone: what only it held is unsubscribed.
+    pub fn release(&self, owner: u64) {
+        let changed = {
+            let mut st = self.lock();
+            let mut any = false;
+            for t in &mut st.types {
+                if t.held.remove(&owner).is_some() {
+                    any |= t.rewant();
+                }
+            }
+            any
+        };
+        if changed {
+            self.0.wake.notify_one();
+        }
     }
 
     /// The accepted resource `name` of `type_url`.
@@ -433,8 +493,12 @@ async fn stream(client: &XdsClient, ch: &Channel) -> Result<(), Status> {
             let st = client.lock();
             (0..TYPES.len())
                 .filter(|&i| {
-                    !st.types[i].wanted.is_empty()
-                        && st.types[i].asked.as_ref() != Some(&st.types[i].wanted)
+                    let t = &st.types[i];
+                    // An empty list is sent only to unsubscribe the last
+                    // names asked on this stream: as a stream's first
+                    // request of a type it would ask for every resource.
+                    t.asked.as_ref() != Some(&t.wanted)
+                        && (!t.wanted.is_empty() || t.asked.is_some())
                 })
                 .collect()
         };
@@ -570,6 +634,37 @@ mod tests {
         assert!(!c.does_not_exist(resources::ENDPOINTS, "eds1"));
         assert!(c.get(resources::ENDPOINTS, "eds1").is_some());
         assert!(c.next_timer().is_none(), "no timer left");
+    }
+
+    fn names(n: &[&str]) -> BTreeSet<String> {
+        n.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// On a current-thread runtime whose stream task (started by `hold`)
+    /// never runs: the test does not await.
+    #[tokio::test]
+    async fn a_name_no_watcher_holds_is_unsubscribed_and_leaves_the_cache() {
+        let c = client(Duration::from_secs(15));
+        let (a, b) = (c.watcher(), c.watcher());
+        c.hold(a, resources::CLUSTER, names(&["c1", "c2"]), false);
+        c.hold(b, resources::CLUSTER, names(&["c2"]), false);
+        c.request(2, true, None).expect("request");
+        c.apply(&response(2, &[cluster("c1"), cluster("c2")])).expect("applies");
+        assert!(c.get(resources::CLUSTER, "c1").is_some());
+        // Watcher a moves to c3 only: c1 is nobody's any more.
+        c.hold(a, resources::CLUSTER, names(&["c3"]), true);
+        let wanted: Vec<String> = c.lock().types[2].wanted.iter().cloned().collect();
+        assert_eq!(wanted, ["c2", "c3"]);
+        assert!(c.get(resources::CLUSTER, "c1").is_none(), "left the cache");
+        assert!(c.get(resources::CLUSTER, "c2").is_some(), "b still holds it");
+        // Both gone: nothing is wanted, and the stream has something to
+        // say (an empty list unsubscribes what this stream asked for).
+        c.release(a);
+        c.release(b);
+        let st = c.lock();
+        assert!(st.types[2].wanted.is_empty());
+        assert!(st.types[2].asked.as_ref().is_some_and(|asked| !asked.is_empty()));
+        assert!(st.types[2].resources.is_empty() && st.types[2].timers.is_empty());
     }
 
     #[test]

@@ -81,6 +81,9 @@ struct State {
 #[derive(Debug)]
 pub struct XdsRouter {
     client: XdsClient,
+    /// This router's id with the client (what it holds is released when
+    /// it is dropped).
+    watcher: u64,
     target: String,
     opts: ChannelOptions,
     state: Mutex<State>,
@@ -93,8 +96,10 @@ impl XdsRouter {
     /// A router for `target` over `client`; cluster channels get `opts`
     /// (with round robin and their own resolver).
     pub fn new(client: XdsClient, target: String, opts: ChannelOptions) -> Arc<XdsRouter> {
+        let watcher = client.watcher();
         Arc::new_cyclic(|me| XdsRouter {
             client,
+            watcher,
             target,
             opts,
             state: Mutex::default(),
@@ -110,7 +115,8 @@ impl XdsRouter {
 
     fn start(&self) {
         if !self.started.swap(true, Ordering::SeqCst) {
-            self.client.subscribe(resources::LISTENER, [self.target.clone()]);
+            let target = BTreeSet::from([self.target.clone()]);
+            self.client.hold(self.watcher, resources::LISTENER, target, true);
             let mut changes = self.client.changes();
             let me = self.me.clone();
             tokio::spawn(async move {
@@ -216,7 +222,12 @@ impl XdsRouter {
         let routes = match &listener.routes {
             RouteSource::Inline(rc) => Arc::new(rc.clone()),
             RouteSource::Rds(name) => {
-                c.subscribe(resources::ROUTE_CONFIG, [name.clone()]);
+                c.hold(
+                    self.watcher,
+                    resources::ROUTE_CONFIG,
+                    BTreeSet::from([name.clone()]),
+                    false,
+                );
                 match c.get(resources::ROUTE_CONFIG, name) {
                     Some(Resource::Route(rc)) => rc,
                     _ => {
@@ -245,14 +256,21 @@ impl XdsRouter {
                 Action::NonForwarding => {}
             }
         }
-        c.subscribe(resources::CLUSTER, names.iter().cloned());
+        c.hold(self.watcher, resources::CLUSTER, names.clone(), false);
         let mut endpoints = HashMap::new();
         let mut missing = HashMap::new();
-        for name in names {
+        let mut eds_names = BTreeSet::new();
+        for name in names.iter().cloned() {
             let eps = match c.get(resources::CLUSTER, &name) {
                 Some(Resource::Cluster(cl)) => {
                     let eds = &cl.eds_service_name;
-                    c.subscribe(resources::ENDPOINTS, [eds.clone()]);
+                    c.hold(
+                        self.watcher,
+                        resources::ENDPOINTS,
+                        BTreeSet::from([eds.clone()]),
+                        false,
+                    );
+                    eds_names.insert(eds.clone());
                     match c.get(resources::ENDPOINTS, eds) {
                         Some(Resource::Endpoints(e)) => Some(e.weighted()),
                         _ => {
@@ -273,6 +291,16 @@ impl XdsRouter {
             };
             endpoints.insert(name, eps);
         }
+        // The whole chain is known: what it no longer uses is unsubscribed.
+        // (While part of it is missing, the names only grow: the last good
+        // configuration, still in use, keeps what it needs.)
+        let rds = match &listener.routes {
+            RouteSource::Rds(name) => BTreeSet::from([name.clone()]),
+            RouteSource::Inline(_) => BTreeSet::new(),
+        };
+        c.hold(self.watcher, resources::ROUTE_CONFIG, rds, true);
+        c.hold(self.watcher, resources::CLUSTER, names, true);
+        c.hold(self.watcher, resources::ENDPOINTS, eds_names, true);
         Ok((vhost, listener.max_stream_duration, endpoints, missing))
     }
 
@@ -498,6 +526,12 @@ impl CallRouter for XdsRouter {
         } else {
             Connectivity::Idle
         }
+    }
+}
+
+impl Drop for XdsRouter {
+    fn drop(&mut self) {
+        self.client.release(self.watcher);
     }
 }
 

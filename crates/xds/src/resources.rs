@@ -79,7 +79,46 @@ pub struct Route {
 pub enum PathMatch {
     Prefix(String),
     Exact(String),
+    /// `safe_regex`: the whole path matches (the route's `case_sensitive`
+    /// does not apply, as in gRFC A28).
+    Regex(Regex),
 }
+
+/// A `safe_regex` (RE2 syntax), matched against a whole string. The
+/// `regex` crate's engine is RE2's kind: time linear in the input, no
+/// backreferences or lookaround (which RE2 refuses too), so a control
+/// plane's pattern cannot make a call's matching slow. Its compiled size is
+/// bounded ([`REGEX_SIZE_LIMIT`]); a pattern beyond it is refused (NACK).
+#[derive(Clone, Debug)]
+pub struct Regex(regex::Regex);
+
+/// Compiled size allowed for one pattern (the `regex` crate's own default
+/// is 10 MiB; route patterns are short).
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+impl Regex {
+    /// Compiles `pattern` to match whole strings.
+    pub fn new(pattern: &str) -> Result<Regex, Invalid> {
+        regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map(Regex)
+            .map_err(|e| format!("regex {pattern:?}: {e}"))
+    }
+
+    /// Whether all of `s` matches.
+    pub fn is_match(&self, s: &str) -> bool {
+        self.0.is_match(s)
+    }
+}
+
+impl PartialEq for Regex {
+    fn eq(&self, other: &Regex) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for Regex {}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeaderMatch {
@@ -97,6 +136,8 @@ pub enum HeaderKind {
     Present(bool),
     /// `[start, end)`.
     Range(i64, i64),
+    /// The whole value matches.
+    Regex(Regex),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,8 +310,8 @@ fn route(r: route_pb::RouteView<'_>) -> Result<Option<Route>, Invalid> {
     let path = match m.path_specifier() {
         Some(route_pb::route_match::PathSpecifierOneof::Prefix(p)) => PathMatch::Prefix(p.into()),
         Some(route_pb::route_match::PathSpecifierOneof::Path(p)) => PathMatch::Exact(p.into()),
-        Some(route_pb::route_match::PathSpecifierOneof::SafeRegex(_)) => {
-            return Err("safe_regex paths are not supported yet".into())
+        Some(route_pb::route_match::PathSpecifierOneof::SafeRegex(r)) => {
+            PathMatch::Regex(Regex::new(r.regex())?)
         }
         Some(route_pb::route_match::PathSpecifierOneof::PathSeparatedPrefix(_)) => {
             return Err("path_separated_prefix is not supported".into())
@@ -366,15 +407,12 @@ fn header(h: route_pb::HeaderMatcherView<'_>) -> Result<HeaderMatch, Invalid> {
                 Some(P::Prefix(v)) => HeaderKind::Prefix(v.into(), ic),
                 Some(P::Suffix(v)) => HeaderKind::Suffix(v.into(), ic),
                 Some(P::Contains(v)) => HeaderKind::Contains(v.into(), ic),
-                Some(P::SafeRegex(_)) => {
-                    return Err("regex header matchers are not supported yet".into())
-                }
+                // `ignore_case` does not apply to a regex (Envoy's rule).
+                Some(P::SafeRegex(r)) => HeaderKind::Regex(Regex::new(r.regex())?),
                 None => return Err(format!("header {name:?}: an empty string matcher")),
             }
         }
-        Some(S::SafeRegexMatch(_)) => {
-            return Err("regex header matchers are not supported yet".into())
-        }
+        Some(S::SafeRegexMatch(r)) => HeaderKind::Regex(Regex::new(r.regex())?),
         None => return Err(format!("header {name:?}: no match specifier")),
     };
     Ok(HeaderMatch { name, kind, invert: h.invert_match() })
@@ -580,6 +618,37 @@ mod tests {
         // Zone a (weight 3) splits 3000 over two endpoints; zone b has 1000;
         // priority 1 is not used while priority 0 has endpoints.
         assert_eq!(ports, vec![(1, 1500), (2, 1500), (3, 1000)]);
+    }
+
+    /// A route configuration with one route whose path is `safe_regex`
+    /// `pattern`, to cluster c1.
+    fn regex_route(pattern: &str) -> Vec<u8> {
+        use crate::pb::envoy::config::route::v3 as r;
+        encode(
+            |b| {
+                let mut rc = r::RouteConfigurationBuilder::root(b);
+                rc.set_name("rc").expect("name");
+                let mut vh = rc.add_virtual_hosts().expect("vhost");
+                vh.push_domains("*").expect("domain");
+                let mut route = vh.add_routes().expect("route");
+                let mut m = route.r#match().expect("match");
+                m.safe_regex().expect("regex").set_regex(pattern).expect("pattern");
+                route.route().expect("action").set_cluster("c1").expect("cluster");
+            },
+            |e, s, o| r::RouteConfiguration::encode(e, s, o).expect("encodes").to_vec(),
+            r::RouteConfiguration::builder(),
+        )
+    }
+
+    #[test]
+    fn a_safe_regex_path_is_read_and_a_bad_one_refused() {
+        let rc = route_config(&regex_route(r"/svc\.S/.*")).expect("valid");
+        let PathMatch::Regex(re) = &rc.virtual_hosts[0].routes[0].path else {
+            panic!("not a regex: {:?}", rc.virtual_hosts[0].routes[0].path);
+        };
+        assert!(re.is_match("/svc.S/M") && !re.is_match("/svcxS/M"));
+        let err = route_config(&regex_route("(unclosed")).expect_err("refused");
+        assert!(err.contains("(unclosed"), "{err}");
     }
 
     #[test]

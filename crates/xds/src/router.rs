@@ -414,6 +414,7 @@ fn matches(r: &Route, path: &str, md: &Metadata) -> bool {
         PathMatch::Prefix(p) => path.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()),
         PathMatch::Exact(p) if r.case_sensitive => path == p,
         PathMatch::Exact(p) => path.eq_ignore_ascii_case(p),
+        PathMatch::Regex(r) => r.is_match(path),
     };
     if !ok {
         return false;
@@ -437,6 +438,7 @@ fn matches(r: &Route, path: &str, md: &Metadata) -> bool {
             (HeaderKind::Suffix(x, ic), Some(v)) => fold(v, *ic).ends_with(&fold(x, *ic)),
             (HeaderKind::Contains(x, ic), Some(v)) => fold(v, *ic).contains(&fold(x, *ic)),
             (HeaderKind::Range(a, b), Some(v)) => v.parse::<i64>().is_ok_and(|n| *a <= n && n < *b),
+            (HeaderKind::Regex(r), Some(v)) => r.is_match(v),
         };
         if hit == h.invert {
             return false;
@@ -620,6 +622,44 @@ mod tests {
         assert!(matches(&r, "/a.S/M", &md) && !matches(&r, "/a.S/M", &Metadata::new()));
         let r = route(PathMatch::Prefix("".into()), vec![canary(true)], true);
         assert!(!matches(&r, "/a.S/M", &md) && matches(&r, "/a.S/M", &Metadata::new()));
+    }
+
+    /// `safe_regex` paths and header values match whole strings; a route's
+    /// case insensitivity does not reach a regex.
+    #[test]
+    fn regex_matchers_match_whole_strings() {
+        let re = |p: &str| resources::Regex::new(p).expect("compiles");
+        let route = |path: PathMatch, headers: Vec<resources::HeaderMatch>| Route {
+            path,
+            case_sensitive: false,
+            headers,
+            fraction_per_million: None,
+            action: Action::Cluster("c".into()),
+            timeout: None,
+            retry: None,
+        };
+        let md = Metadata::new();
+        let r = route(PathMatch::Regex(re(r"/a\.S/(Get|List)\w*")), vec![]);
+        assert!(matches(&r, "/a.S/GetUser", &md) && matches(&r, "/a.S/List", &md));
+        assert!(!matches(&r, "/a.S/PutUser", &md), "another method");
+        assert!(!matches(&r, "/x/a.S/GetUser", &md), "not a prefix match: the whole path");
+        assert!(!matches(&r, "/a.s/getuser", &md), "case_sensitive false does not apply");
+        let version = resources::HeaderMatch {
+            name: "x-version".into(),
+            kind: HeaderKind::Regex(re(r"v[0-9]+\.[0-9]+")),
+            invert: false,
+        };
+        let r = route(PathMatch::Prefix("".into()), vec![version]);
+        let mut v = Metadata::new();
+        v.insert("x-version", "v2.10").expect("md");
+        assert!(matches(&r, "/a.S/M", &v));
+        let mut beta = Metadata::new();
+        beta.insert("x-version", "v2.10-beta").expect("md");
+        assert!(!matches(&r, "/a.S/M", &beta), "a whole-value match");
+        assert!(!matches(&r, "/a.S/M", &md), "absent");
+        // RE2 has no backreferences; neither has this engine: refused.
+        let err = resources::Regex::new(r"(a)\1").expect_err("backreference");
+        assert!(err.contains(r"(a)\1"), "{err}");
     }
 
     #[test]

@@ -16,7 +16,11 @@
 #   5. weighted clusters 70/30 (gRFC A28) split the calls within 5%;
 #   6. grpc-go's own xDS client (tests/xds/grpcgo-client) as the reference:
 #      on the snapshot of 5, it and `protoplane load` (4000 calls each)
-#      give every backend the same share of the calls within 5 points.
+#      give every backend the same share of the calls within 5 points;
+#   7. mutual TLS to the management server (gRFC A65 `tls` credentials):
+#      a second control plane serving TLS and requiring client
+#      certificates (openssl-made CA); calls succeed with the bootstrap's
+#      CA and client certificate, and all fail with another CA's roots.
 #
 # usage: tests/xds/run.sh [--protoplane PATH]
 # Logs: target/xds-check/*
@@ -45,7 +49,7 @@ GG_BUILT=0
     GG_BUILT=1
 
 source "$ROOT/tests/lib/backends.sh"
-cleanup() { exec 3>&- 2>/dev/null || true; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() { exec 3>&- 4>&- 2>/dev/null || true; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 login_data
@@ -184,5 +188,68 @@ sys.exit(0 if sum(p) == pm > 0 and sum(g) == gm > 0 and all(abs(a / pm - b / gm)
 ' "$pmade" "$gmade" "${p[*]}" "${g[*]}"; then
         pass "$REF: $spread, each backend's share within 5 points, none failed"
     else fail "$REF: $spread; failed calls: protoplane ${perrors:-?}, grpc-go ${gfailed:-?}"; fi
+fi
+# 7. Mutual TLS to the management server: a CA, a server certificate for
+#    127.0.0.1 and a client certificate (openssl), a second control plane
+#    with --tls-cert/--client-ca, and one snapshot (everything to P0).
+PKI="$OUT/pki"; mkdir -p "$PKI"
+mkcert() { # name subject-alt-name-or-empty extended-key-usage
+    local n="$1" san="$2" eku="$3"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/$n.key" \
+        -out "$PKI/$n.csr" -subj "/CN=$n" 2>/dev/null
+    { [[ -n "$san" ]] && echo "subjectAltName=$san"; echo "extendedKeyUsage=$eku"; } >"$PKI/$n.ext"
+    openssl x509 -req -in "$PKI/$n.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca.key" -CAcreateserial \
+        -out "$PKI/$n.pem" -days 2 -extfile "$PKI/$n.ext" 2>/dev/null
+}
+TLS_OK=0
+if openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/ca.key" \
+        -out "$PKI/ca.pem" -days 2 -subj /CN=protoplane-test-ca 2>/dev/null &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/other.key" \
+        -out "$PKI/other.pem" -days 2 -subj /CN=another-ca 2>/dev/null &&
+    mkcert server IP:127.0.0.1 serverAuth && mkcert client "" clientAuth; then
+    TLS_OK=1
+fi
+if [[ "$TLS_OK" != 1 ]]; then
+    fail "mutual TLS to the management server: openssl could not make the certificates"
+else
+    mkfifo "$OUT/cp-tls.in"
+    "$CP" --port 0 --tls-cert "$PKI/server.pem" --tls-key "$PKI/server.key" --client-ca "$PKI/ca.pem" \
+        <"$OUT/cp-tls.in" >"$OUT/cp-tls.log" 2>&1 &
+    PIDS+=($!)
+    exec 4>"$OUT/cp-tls.in"
+    TLS_ADDR="$(await "$OUT/cp-tls.log" '^xds listening on')"
+    python3 - "$P0" <<'EOF' >&4
+import json, sys
+print(json.dumps({"version": "t1",
+    "listeners": [{"name": "sn", "route_config": "sn-routes"}],
+    "routes": [{"name": "sn-routes", "domains": ["*"], "routes": [{"prefix": "", "cluster": "c1"}]}],
+    "clusters": [{"name": "c1", "eds_service_name": "c1"}],
+    "endpoints": [{"cluster": "c1", "localities": [{"zone": "a", "weight": 1, "endpoints": [
+        {"address": "127.0.0.1", "port": int(sys.argv[1]), "weight": 1}]}]}]}), flush=True)
+EOF
+    await "$OUT/cp-tls.log" "^snapshot t1 set" >/dev/null
+    tls_boot() { # file roots
+        cat >"$1" <<EOF
+{"xds_servers": [{"server_uri": "$TLS_ADDR", "server_features": ["xds_v3"], "channel_creds": [{"type": "tls",
+  "config": {"ca_certificate_file": "$2", "certificate_file": "$PKI/client.pem", "private_key_file": "$PKI/client.key"}}]}],
+ "node": {"id": "protoplane-tls", "cluster": "test"}}
+EOF
+    }
+    tls_boot "$OUT/bootstrap-tls.json" "$PKI/ca.pem"
+    tls_boot "$OUT/bootstrap-other-ca.json" "$PKI/other.pem"
+    read -r -a before <<<"$(counts)"
+    read -r made errors < <(GRPC_XDS_BOOTSTRAP="$OUT/bootstrap-tls.json" load tls --requests 1000) || true
+    read -r -a after <<<"$(counts)"
+    read -r -a got <<<"$(delta before after)"
+    # Another CA: the handshake with the management server fails, the
+    # client never gets its configuration, and each call ends at its
+    # deadline.
+    GRPC_XDS_BOOTSTRAP="$OUT/bootstrap-other-ca.json" "$PP" load --target xds:///sn --method "$METHOD" \
+        --proto "$PROTO_DIR/social_network.proto" -I "$PROTO_DIR" --data "$DATA" --concurrency 4 \
+        --requests 8 --timeout 1500 --json "$OUT/load-tls-other.json" >"$OUT/load-tls-other.txt" 2>&1 || true
+    read -r bok bfailed bcodes < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); e=j["errors"]; print(j["ok"], sum(e.values()), ",".join(sorted(e)) or "-")' "$OUT/load-tls-other.json" 2>/dev/null) || true
+    if [[ "${errors:-}" == 0 && "${made:-0}" -gt 0 && "${got[0]}" == "$made" && "${bok:-}" == 0 && "${bfailed:-0}" -gt 0 ]]; then
+        pass "mutual TLS to the management server: $made calls with the right CA, none failed, all on the snapshot's endpoint; with another CA's roots none succeeded ($bfailed ended $bcodes, never configured)"
+    else fail "mutual TLS: right CA ${made:-?} calls, ${errors:-?} failed, ${got[*]} served; other CA ${bok:-?} ok, ${bfailed:-?} failed (see $OUT/load-tls*.txt)"; fi
 fi
 exit "$failed"

@@ -459,9 +459,29 @@ fn name_of(wire: &[u8]) -> Option<String> {
     (len < 128).then(|| String::from_utf8_lossy(name).into_owned())
 }
 
+/// The host of a management server's URI (`host:port`, `[v6]:port`, a
+/// `dns:///host:port` target): the name its certificate must carry.
+fn host_of(uri: &str) -> String {
+    let rest = uri.rsplit_once("///").map_or(uri, |(_, r)| r);
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    if let Some(v6) = rest.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6).to_string();
+    }
+    rest.rsplit_once(':').map_or(rest, |(h, _)| h).to_string()
+}
+
 /// The stream, for as long as the process runs: connect, subscribe, read
 /// and answer; on failure back off and start again.
 async fn run(client: XdsClient) {
+    let b = &client.0.bootstrap;
+    let tls = b.tls.as_ref().map(|t| protoplane_rpc::ClientTls {
+        server_name: host_of(&b.server_uri),
+        roots_pem: t.roots_pem.clone(),
+        identity: t.identity.as_ref().map(|(cert, key)| protoplane_rpc::Identity {
+            cert_pem: cert.clone(),
+            key_pem: key.clone(),
+        }),
+    });
     let opts = ChannelOptions {
         backoff: Backoff {
             initial: Duration::from_millis(200),
@@ -469,6 +489,7 @@ async fn run(client: XdsClient) {
             ..Backoff::default()
         },
         connect_timeout: Duration::from_secs(5),
+        tls,
         ..ChannelOptions::default()
     };
     let ch = Channel::lazy(&client.0.bootstrap.server_uri, opts);
@@ -616,6 +637,15 @@ mod tests {
         )
         .expect("encodes")
         .to_vec()
+    }
+
+    #[test]
+    fn the_name_a_management_servers_certificate_carries() {
+        assert_eq!(host_of("127.0.0.1:18000"), "127.0.0.1");
+        assert_eq!(host_of("xds.example.com:443"), "xds.example.com");
+        assert_eq!(host_of("dns:///xds.example.com:443"), "xds.example.com");
+        assert_eq!(host_of("[::1]:18000"), "::1");
+        assert_eq!(host_of("xds.example.com"), "xds.example.com");
     }
 
     #[test]

@@ -9,6 +9,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -36,6 +38,7 @@ import (
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -601,8 +604,34 @@ func callbacks() serverv3.Callbacks {
 	}
 }
 
+// serverTLS is the server's TLS: its certificate, and with clientCA,
+// client certificates required and checked against that CA (mutual TLS).
+func serverTLS(cert, key, clientCA string) (credentials.TransportCredentials, error) {
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, err
+	}
+	config := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no certificate", clientCA)
+		}
+		config.ClientCAs = pool
+		config.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(config), nil
+}
+
 func main() {
 	port := flag.Int("port", 0, "TCP port on 127.0.0.1 to listen on (0 picks a free port)")
+	cert := flag.String("tls-cert", "", "serve TLS with this PEM certificate chain (with --tls-key)")
+	key := flag.String("tls-key", "", "the PEM private key of --tls-cert")
+	clientCA := flag.String("client-ca", "", "with TLS, require client certificates signed by this PEM CA")
 	flag.Parse()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -617,10 +646,19 @@ func main() {
 
 	// Permissive keepalive enforcement so that clients sending frequent
 	// pings are not disconnected with GOAWAY (too_many_pings).
-	grpcServer := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+	opts := []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		MinTime:             time.Second,
 		PermitWithoutStream: true,
-	}))
+	})}
+	if *cert != "" {
+		creds, err := serverTLS(*cert, *key, *clientCA)
+		if err != nil {
+			emit("error: tls: %v", err)
+			os.Exit(1)
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	grpcServer := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(grpcServer, xds)
 
 	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", *port))

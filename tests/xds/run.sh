@@ -17,7 +17,9 @@
 #   6. grpc-go's own xDS client (tests/xds/grpcgo-client) as the reference:
 #      on the snapshot of 5, it and `protoplane load` (4000 calls each)
 #      give every backend the same share of the calls within 5 points;
-#   7. mutual TLS to the management server (gRFC A65 `tls` credentials):
+#   7. a LOGICAL_DNS cluster (gRFC A37), localhost:PORT: every call goes
+#      to that backend, resolved by DNS, not EDS;
+#   8. mutual TLS to the management server (gRFC A65 `tls` credentials):
 #      a second control plane serving TLS and requiring client
 #      certificates (openssl-made CA); calls succeed with the bootstrap's
 #      CA and client certificate, and all fail with another CA's roots.
@@ -189,7 +191,27 @@ sys.exit(0 if sum(p) == pm > 0 and sum(g) == gm > 0 and all(abs(a / pm - b / gm)
         pass "$REF: $spread, each backend's share within 5 points, none failed"
     else fail "$REF: $spread; failed calls: protoplane ${perrors:-?}, grpc-go ${gfailed:-?}"; fi
 fi
-# 7. Mutual TLS to the management server: a CA, a server certificate for
+# 7. A LOGICAL_DNS cluster: the route goes to "dns1", localhost:P1, which
+#    no EDS resource describes.
+python3 - "$P1" <<'EOF' >&3
+import json, sys
+print(json.dumps({"version": "7",
+    "listeners": [{"name": "sn", "route_config": "sn-routes"}],
+    "routes": [{"name": "sn-routes", "domains": ["*"], "routes": [{"prefix": "", "cluster": "dns1"}]}],
+    "clusters": [{"name": "dns1", "type": "LOGICAL_DNS", "dns": "localhost:" + sys.argv[1]}],
+    "endpoints": []}), flush=True)
+EOF
+await "$OUT/cp.log" "^snapshot 7 set" >/dev/null
+sleep 0.5
+read -r -a before <<<"$(counts)"
+read -r made errors < <(load dns --requests 2000) || true
+read -r -a after <<<"$(counts)"
+read -r -a got <<<"$(delta before after)"
+if [[ "${errors:-}" == 0 && "${got[1]}" == "$made" ]]; then
+    pass "LOGICAL_DNS cluster (localhost:$P1): ${got[*]} of $made calls (all on backend 1), none failed"
+else fail "LOGICAL_DNS cluster: ${got[*]} of ${made:-?} calls, ${errors:-?} failed"; fi
+
+# 8. Mutual TLS to the management server: a CA, a server certificate for
 #    127.0.0.1 and a client certificate (openssl), a second control plane
 #    with --tls-cert/--client-ca, and one snapshot (everything to P0).
 PKI="$OUT/pki"; mkdir -p "$PKI"

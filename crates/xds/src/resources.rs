@@ -152,8 +152,11 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cluster {
     pub name: String,
-    /// The ClusterLoadAssignment to subscribe to.
+    /// The ClusterLoadAssignment to subscribe to (EDS clusters).
     pub eds_service_name: String,
+    /// A LOGICAL_DNS cluster's `host:port` (gRFC A37): its endpoints are
+    /// what DNS says of the name, not an EDS resource.
+    pub logical_dns: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -477,20 +480,31 @@ pub fn cluster(wire: &[u8]) -> Result<Cluster, Invalid> {
     let at = |f: &str| format!("Cluster {name:?}: {f}");
     match c.cluster_discovery_type() {
         Some(cluster_pb::cluster::ClusterDiscoveryTypeOneof::Type(3)) => {}
+        Some(cluster_pb::cluster::ClusterDiscoveryTypeOneof::Type(2)) => {
+            match c.lb_policy() {
+                0 => {}
+                p => return Err(at(&format!("lb_policy {p} is not supported (ROUND_ROBIN is)"))),
+            }
+            let target = logical_dns(c).map_err(|why| at(&why))?;
+            return Ok(Cluster {
+                name,
+                eds_service_name: String::new(),
+                logical_dns: Some(target),
+            });
+        }
         Some(cluster_pb::cluster::ClusterDiscoveryTypeOneof::Type(t)) => {
             let kind = match t {
                 0 => "STATIC",
                 1 => "STRICT_DNS",
-                2 => "LOGICAL_DNS",
                 4 => "ORIGINAL_DST",
                 _ => "unknown",
             };
-            return Err(at(&format!("type {kind} is not supported (EDS is)")));
+            return Err(at(&format!("type {kind} is not supported (EDS and LOGICAL_DNS are)")));
         }
         Some(cluster_pb::cluster::ClusterDiscoveryTypeOneof::ClusterType(t)) => {
             return Err(at(&format!("cluster_type {:?} is not supported", t.name())))
         }
-        None => return Err(at("type STATIC is not supported (EDS is)")),
+        None => return Err(at("type STATIC is not supported (EDS and LOGICAL_DNS are)")),
     }
     let eds = c.eds_cluster_config();
     let ads = matches!(
@@ -507,7 +521,42 @@ pub fn cluster(wire: &[u8]) -> Result<Cluster, Invalid> {
     }
     let service = eds.map(|e| e.service_name()).unwrap_or("");
     let eds_service_name = if service.is_empty() { name.clone() } else { service.to_string() };
-    Ok(Cluster { name, eds_service_name })
+    Ok(Cluster { name, eds_service_name, logical_dns: None })
+}
+
+/// A LOGICAL_DNS cluster's name to resolve, `host:port`: its
+/// `load_assignment` holds exactly one locality with exactly one endpoint,
+/// a socket address with a `port_value` (gRFC A37's rule).
+fn logical_dns(c: cluster_pb::ClusterView<'_>) -> Result<String, Invalid> {
+    let la = c.load_assignment().ok_or("LOGICAL_DNS without a load_assignment")?;
+    let locs: Vec<_> = la.endpoints().iter().collect();
+    let [l] = locs.as_slice() else {
+        return Err(format!("LOGICAL_DNS with {} localities (one is required)", locs.len()));
+    };
+    let eps: Vec<_> = l.lb_endpoints().iter().collect();
+    let [e] = eps.as_slice() else {
+        return Err(format!("LOGICAL_DNS with {} endpoints (one is required)", eps.len()));
+    };
+    let sa = match e.host_identifier() {
+        Some(endpoint_pb::lb_endpoint::HostIdentifierOneof::Endpoint(ep)) => {
+            match ep.address().and_then(|a| a.address()) {
+                Some(core_pb::address::AddressOneof::SocketAddress(sa)) => sa,
+                _ => return Err("a LOGICAL_DNS endpoint without a socket address".into()),
+            }
+        }
+        _ => return Err("a LOGICAL_DNS endpoint without an address".into()),
+    };
+    let host = sa.address();
+    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':');
+    if host.is_empty() || host.len() > 253 || !host.bytes().all(valid) {
+        return Err(format!("LOGICAL_DNS host {host:?} is not a host name"));
+    }
+    match sa.port_specifier() {
+        Some(core_pb::socket_address::PortSpecifierOneof::PortValue(p)) if p > 0 && p <= 65535 => {
+            Ok(if host.contains(':') { format!("[{host}]:{p}") } else { format!("{host}:{p}") })
+        }
+        _ => Err("a LOGICAL_DNS endpoint without a port_value".into()),
+    }
 }
 
 /// Parses a ClusterLoadAssignment.
@@ -649,6 +698,51 @@ mod tests {
         assert!(re.is_match("/svc.S/M") && !re.is_match("/svcxS/M"));
         let err = route_config(&regex_route("(unclosed")).expect_err("refused");
         assert!(err.contains("(unclosed"), "{err}");
+    }
+
+    /// A LOGICAL_DNS cluster whose load assignment has `endpoints`
+    /// (host, port) in one locality.
+    fn dns_cluster(endpoints: &[(&str, u32)]) -> Vec<u8> {
+        use crate::pb::envoy::config::cluster::v3 as c;
+        encode(
+            |b| {
+                let mut cl = c::ClusterBuilder::root(b);
+                cl.set_name("d").expect("name");
+                cl.set_type(2);
+                let mut la = cl.load_assignment().expect("la");
+                la.set_cluster_name("d").expect("name");
+                let mut l = la.add_endpoints().expect("locality");
+                for (host, port) in endpoints {
+                    let mut e = l.add_lb_endpoints().expect("endpoint");
+                    let mut ep = e.endpoint().expect("ep");
+                    let mut a = ep.address().expect("address");
+                    let mut sa = a.socket_address().expect("sa");
+                    sa.set_address(host).expect("host");
+                    if *port > 0 {
+                        sa.set_port_value(*port);
+                    }
+                }
+            },
+            |e, s, o| c::Cluster::encode(e, s, o).expect("encodes").to_vec(),
+            c::Cluster::builder(),
+        )
+    }
+
+    #[test]
+    fn a_logical_dns_cluster_names_one_host_and_port() {
+        let c = cluster(&dns_cluster(&[("backend.example", 8443)])).expect("valid");
+        assert_eq!(c.logical_dns.as_deref(), Some("backend.example:8443"));
+        let c = cluster(&dns_cluster(&[("::1", 50051)])).expect("valid");
+        assert_eq!(c.logical_dns.as_deref(), Some("[::1]:50051"));
+        for (eps, why) in [
+            (&[("a", 1), ("b", 2)][..], "2 endpoints"),
+            (&[("a", 0)][..], "port_value"),
+            (&[("a b", 1)][..], "not a host name"),
+            (&[][..], "0 endpoints"),
+        ] {
+            let err = cluster(&dns_cluster(eps)).expect_err(why);
+            assert!(err.contains(why), "{why}: {err}");
+        }
     }
 
     #[test]

@@ -73,8 +73,26 @@ struct State {
     config: Option<Arc<Config>>,
     /// Why there is no configuration, when the server said so.
     error: Option<String>,
-    /// Every cluster's channel and the resolver that feeds it endpoints.
-    clusters: HashMap<String, (Channel, ManualResolver)>,
+    /// Every cluster's channel and what feeds it endpoints.
+    clusters: HashMap<String, (Channel, Feeder)>,
+}
+
+/// What feeds a cluster channel its endpoints.
+#[derive(Debug)]
+enum Feeder {
+    /// EDS: the router, from the cluster's ClusterLoadAssignment.
+    Eds(ManualResolver),
+    /// LOGICAL_DNS: the channel's own DNS resolver, for `host:port`.
+    Dns(String),
+}
+
+/// A cluster's endpoints as the chain found them.
+#[derive(Debug, PartialEq)]
+enum Found {
+    /// EDS endpoints with their weights (`None`: not known yet).
+    Eds(Option<Vec<(std::net::SocketAddr, u32)>>),
+    /// A LOGICAL_DNS cluster's `host:port`.
+    Dns(String),
 }
 
 /// The router of one `xds:///` channel.
@@ -133,6 +151,33 @@ impl XdsRouter {
         }
     }
 
+    /// A new channel for a cluster: round robin over its endpoints, fed
+    /// by this router (EDS) or by DNS (LOGICAL_DNS, gRFC A37: every address
+    /// the name has, re-resolved as any `dns:///` target is).
+    fn cluster_channel(&self, found: &Found) -> (Channel, Feeder) {
+        match found {
+            Found::Dns(target) => {
+                let opts = ChannelOptions {
+                    lb: LbPolicy::RoundRobin,
+                    resolver: None,
+                    service_config: None,
+                    ..self.opts.clone()
+                };
+                (Channel::lazy(&format!("dns:///{target}"), opts), Feeder::Dns(target.clone()))
+            }
+            Found::Eds(_) => {
+                let resolver = ManualResolver::new([]);
+                let opts = ChannelOptions {
+                    lb: LbPolicy::RoundRobin,
+                    resolver: Some(Arc::new(resolver.clone())),
+                    service_config: None,
+                    ..self.opts.clone()
+                };
+                (Channel::lazy(&self.target, opts), Feeder::Eds(resolver))
+            }
+        }
+    }
+
     /// Works the chain out again from the client's cache.
     fn rebuild(&self) {
         let outcome = self.chain();
@@ -143,7 +188,7 @@ impl XdsRouter {
                 let wanted: BTreeSet<String> = endpoints.keys().cloned().collect();
                 st.clusters.retain(|name, _| wanted.contains(name));
                 let mut clusters = HashMap::new();
-                for (name, eps) in endpoints {
+                for (name, found) in endpoints {
                     // A cluster that does not exist has no channel (its
                     // calls fail); one whose endpoints are not known yet
                     // gets none either (its calls wait), unless it had one.
@@ -151,20 +196,21 @@ impl XdsRouter {
                         st.clusters.remove(&name);
                         continue;
                     }
-                    if eps.is_none() && !st.clusters.contains_key(&name) {
+                    if found == Found::Eds(None) && !st.clusters.contains_key(&name) {
                         continue;
                     }
-                    let (ch, resolver) = st.clusters.entry(name.clone()).or_insert_with(|| {
-                        let resolver = ManualResolver::new([]);
-                        let opts = ChannelOptions {
-                            lb: LbPolicy::RoundRobin,
-                            resolver: Some(Arc::new(resolver.clone())),
-                            service_config: None,
-                            ..self.opts.clone()
-                        };
-                        (Channel::lazy(&self.target, opts), resolver)
-                    });
-                    if let Some(eps) = eps {
+                    // A cluster whose kind (or DNS name) changed gets a new
+                    // channel.
+                    let same = match (st.clusters.get(&name).map(|(_, f)| f), &found) {
+                        (Some(Feeder::Eds(_)), Found::Eds(_)) => true,
+                        (Some(Feeder::Dns(a)), Found::Dns(b)) => a == b,
+                        _ => false,
+                    };
+                    if !same {
+                        st.clusters.insert(name.clone(), self.cluster_channel(&found));
+                    }
+                    let Some((ch, feeder)) = st.clusters.get(&name) else { continue };
+                    if let (Feeder::Eds(resolver), Found::Eds(Some(eps))) = (feeder, found) {
                         let list: Vec<(Address, u32)> =
                             eps.into_iter().map(|(a, w)| (Address::Tcp(a), w)).collect();
                         if list != weighted_now(resolver) {
@@ -198,12 +244,7 @@ impl XdsRouter {
     fn chain(
         &self,
     ) -> Result<
-        (
-            VirtualHost,
-            Option<Duration>,
-            HashMap<String, Option<Vec<(std::net::SocketAddr, u32)>>>,
-            HashMap<String, String>,
-        ),
+        (VirtualHost, Option<Duration>, HashMap<String, Found>, HashMap<String, String>),
         Option<String>,
     > {
         let c = &self.client;
@@ -263,6 +304,10 @@ impl XdsRouter {
         for name in names.iter().cloned() {
             let eps = match c.get(resources::CLUSTER, &name) {
                 Some(Resource::Cluster(cl)) => {
+                    if let Some(dns) = &cl.logical_dns {
+                        endpoints.insert(name, Found::Dns(dns.clone()));
+                        continue;
+                    }
                     let eds = &cl.eds_service_name;
                     c.hold(
                         self.watcher,
@@ -289,7 +334,7 @@ impl XdsRouter {
                     None
                 }
             };
-            endpoints.insert(name, eps);
+            endpoints.insert(name, Found::Eds(eps));
         }
         // The whole chain is known: what it no longer uses is unsubscribed.
         // (While part of it is missing, the names only grow: the last good

@@ -118,6 +118,8 @@ type clusterSpec struct {
 	Name           string `json:"name"`
 	EdsServiceName string `json:"eds_service_name"`
 	Type           string `json:"type"`
+	// DNS is a LOGICAL_DNS cluster's "host:port".
+	DNS string `json:"dns"`
 }
 
 type endpointSpec struct {
@@ -284,6 +286,32 @@ func buildCluster(c clusterSpec) (*cluster.Cluster, error) {
 	typeValue, ok := cluster.Cluster_DiscoveryType_value[typeName]
 	if !ok {
 		return nil, fmt.Errorf("cluster %q: unknown type %q", c.Name, c.Type)
+	}
+	if typeName == "LOGICAL_DNS" {
+		host, port, err := net.SplitHostPort(c.DNS)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: dns %q: %v", c.Name, c.DNS, err)
+		}
+		var p uint32
+		if _, err := fmt.Sscanf(port, "%d", &p); err != nil {
+			return nil, fmt.Errorf("cluster %q: dns port %q", c.Name, port)
+		}
+		addr := &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+			Address:       host,
+			PortSpecifier: &core.SocketAddress_PortValue{PortValue: p},
+		}}}
+		return &cluster.Cluster{
+			Name:                 c.Name,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS},
+			LoadAssignment: &endpoint.ClusterLoadAssignment{
+				ClusterName: c.Name,
+				Endpoints: []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
+					HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: addr}},
+				}}}},
+			},
+			LbPolicy:       cluster.Cluster_ROUND_ROBIN,
+			ConnectTimeout: durationpb.New(time.Second),
+		}, nil
 	}
 	eds := &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource()}
 	if c.EdsServiceName != "" {

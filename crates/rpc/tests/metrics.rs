@@ -144,15 +144,26 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
         c.send_last(&msg(1)).await.expect("send");
     }
 
-    // The server ends the cancelled call when the reset arrives.
-    let m = "metrics.test.Svc/Hang";
-    eventually(BOUND, "the server sees the cancellation", || {
+    // The server ends the cancelled call when the reset arrives. The call
+    // with the 100 ms deadline ends there at its deadline, or as
+    // cancelled: the client enforces the same deadline, counted from a
+    // little earlier, and when its timer comes first (a millisecond tick
+    // earlier, on a loaded machine) its reset does. Both are gRPC's
+    // behaviour; the client's side of it is exact.
+    let hang_ended = |code: &str| {
+        let line = format!(
+            "grpc_server_call_duration_seconds_count{{grpc_method=\"metrics.test.Svc/Hang\",grpc_status=\"{code}\"}} "
+        );
         let t = server_metrics.render();
-        t.contains(&format!(
-            "grpc_server_call_duration_seconds_count{{grpc_method=\"{m}\",grpc_status=\"CANCELLED\"}} 1"
-        ))
+        t.lines().find_map(|l| l.strip_prefix(&line)).map_or(0.0, |v| v.parse().unwrap_or(0.0))
+    };
+    eventually(BOUND, "the server ends both Hang calls", || {
+        hang_ended("CANCELLED") + hang_ended("DEADLINE_EXCEEDED") == 2.0
     })
     .await;
+    let (hang_cancelled, hang_deadline) =
+        (hang_ended("CANCELLED"), hang_ended("DEADLINE_EXCEEDED"));
+    assert!(hang_cancelled >= 1.0, "the dropped call: {hang_cancelled} cancelled");
     let s = server_metrics.render();
     let c = client_metrics.render();
     let server = |name: &str, method: &str, status: Option<&str>| {
@@ -178,10 +189,6 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
     assert_eq!(server("grpc_server_call_duration_seconds_count", "Fail", Some("NOT_FOUND")), 1.0);
     assert_eq!(client("grpc_client_call_duration_seconds_count", "Fail", Some("NOT_FOUND")), 1.0);
     assert_eq!(server("grpc_server_call_started_total", "Hang", None), 2.0);
-    assert_eq!(
-        server("grpc_server_call_duration_seconds_count", "Hang", Some("DEADLINE_EXCEEDED")),
-        1.0
-    );
     assert_eq!(
         client("grpc_client_attempt_duration_seconds_count", "Hang", Some("DEADLINE_EXCEEDED")),
         1.0
@@ -224,8 +231,11 @@ async fn a66_metrics_on_both_sides_of_real_calls() {
     };
     assert_eq!((bucket("0"), bucket("1024"), bucket("+Inf")), (0.0, 1.0, 1.0));
     // A deadline of 100 ms: the server's duration sum says at least that.
-    let hang_s = server("grpc_server_call_duration_seconds_sum", "Hang", Some("DEADLINE_EXCEEDED"));
-    assert!((0.09..5.0).contains(&hang_s), "{hang_s}");
+    if hang_deadline == 1.0 {
+        let hang_s =
+            server("grpc_server_call_duration_seconds_sum", "Hang", Some("DEADLINE_EXCEEDED"));
+        assert!((0.09..5.0).contains(&hang_s), "{hang_s}");
+    }
 }
 
 #[tokio::test]

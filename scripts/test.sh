@@ -151,7 +151,7 @@ if tests/tracing/run.sh --protoplane target/release/protoplane; then ok; else ba
 step "many backends: load --target ipv4:/dns:/// --lb round_robin|pick_first over four serve processes (shares from their /metrics), a drain under load"
 if tests/lb/run.sh --protoplane target/release/protoplane; then ok; else bad "load balancing (load --lb)"; fi
 
-step "xDS: load --target xds:/// against go-control-plane (weights, endpoints changed under load, a route change, a NACK, weighted clusters, grpc-go's xDS client as reference)"
+step "xDS: load --target xds:/// against go-control-plane (weights, endpoints changed under load, a route change, a NACK, weighted clusters, grpc-go's xDS client as reference, a LOGICAL_DNS cluster, mutual TLS to the control plane)"
 if tests/xds/run.sh --protoplane target/release/protoplane; then ok; else bad "xDS (go-control-plane)"; fi
 
 step "gRPC conformance: ConnectRPC's suite against the server (monolithic, split, split with a Python servicer) and the client"

@@ -294,6 +294,12 @@ async fn start(name: &str, gate: Arc<Gate>) -> (Running, Channel, Units) {
         assert!(Instant::now() < until, "the application did not attach");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The application's units learn of its session a moment after the
+    // engine lists the attachment (a loaded machine showed the gap).
+    while matches!(units.get_type(0).await, Err(ref st) if st.code == Code::Unavailable) {
+        assert!(Instant::now() < until, "the application's units never saw the session");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let addr = engine.grpc.expect("grpc").to_string();
     let ch = timeout(BOUND, Channel::connect(&addr)).await.expect("in time").expect("connect");
     (engine, ch, units)

@@ -225,9 +225,10 @@ impl SplitService {
             let (mut call, side) = self.open(&att, method, &request)?;
             let d =
                 Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..call.open };
-            let v = call.version.as_deref();
-            if let Some(r) = self.post_now(&att, v, method, d, Some(&m), &side)? {
-                Box::pin(self.post_retry(&att, v, method, d, Some(&m), &side, r)).await?;
+            let version = call.version.as_deref();
+            let p = Post { att: &att, version, engine_method: method, d, m: Some(&m), side: &side };
+            if let Some(r) = self.post_now(p)? {
+                Box::pin(self.post_retry(p, r)).await?;
             }
             drop(m);
             call.posted(&self);
@@ -385,12 +386,21 @@ impl SplitService {
         let (c, app_method, service) = (call.guard.call, call.method, call.guard.service);
         let version = call.version.clone();
         let mut requests_done = !client_streaming;
+        // What every post of this call shares.
+        let base = Post {
+            att: &att,
+            version: version.as_deref(),
+            engine_method: method,
+            d: call.open,
+            m: None,
+            side: &[],
+        };
         if let Some(m) = first {
             let d =
                 Descriptor { flags: desc::OPEN | desc::MESSAGE | desc::END | z(&m), ..call.open };
-            self.post(&att, version.as_deref(), method, d, Some(&m), &side).await?;
+            self.post(Post { d, m: Some(&m), side: &side, ..base }).await?;
         } else {
-            self.post(&att, version.as_deref(), method, call.open, None, &side).await?;
+            self.post(Post { side: &side, ..base }).await?;
         }
         call.posted(&self);
         let requests = &mut request.message;
@@ -416,16 +426,15 @@ impl SplitService {
                 },
                 m = requests.message(), if !requests_done => {
                     let d = Descriptor { call: c, method: app_method, service, ..Descriptor::default() };
-                    let v = version.as_deref();
                     match m {
                         Some(m) => {
                             let d = Descriptor { flags: desc::MESSAGE | z(&m), ..d };
-                            self.post(&att, v, method, d, Some(&m), &[]).await?;
+                            self.post(Post { d, m: Some(&m), ..base }).await?;
                         }
                         None => {
                             requests_done = true;
                             let end = Descriptor { flags: desc::END, ..d };
-                            self.post(&att, v, method, end, None, &[]).await?;
+                            self.post(Post { d: end, ..base }).await?;
                         }
                     }
                 }
@@ -473,82 +482,49 @@ impl SplitService {
     /// Posts a descriptor with its message (decoded straight into the
     /// region if the transport left it raw), waiting a bounded time for
     /// room.
-    /// `version`: the instance's own version of the service (its method id
-    /// is in `d`; `engine_method` is the engine's, for the counters).
-    async fn post(
-        &self,
-        att: &Arc<Attachment>,
-        version: Option<&crate::versions::Version>,
-        engine_method: u32,
-        d: Descriptor,
-        m: Option<&protoplane_grpc::Message>,
-        side: &[u8],
-    ) -> Result<(), Status> {
-        match self.post_now(att, version, engine_method, d, m, side)? {
+    async fn post(&self, p: Post<'_>) -> Result<(), Status> {
+        match self.post_now(p)? {
             None => Ok(()),
-            Some(r) => Box::pin(self.post_retry(att, version, engine_method, d, m, side, r)).await,
+            Some(r) => Box::pin(self.post_retry(p, r)).await,
         }
     }
 
     /// [`SplitService::post`] without waiting: `Some` when the ring or
     /// the region is full, with what to try again with
     /// ([`SplitService::post_retry`]).
-    fn post_now(
-        &self,
-        att: &Arc<Attachment>,
-        version: Option<&crate::versions::Version>,
-        engine_method: u32,
-        d: Descriptor,
-        m: Option<&protoplane_grpc::Message>,
-        side: &[u8],
-    ) -> Result<Option<Retry>, Status> {
+    fn post_now(&self, p: Post<'_>) -> Result<Option<Retry>, Status> {
         // Placement-aware decode, once: device-placed fields into the
         // call's device memory, the rest into a private block that crosses
         // in one copy (the one-shot commit). Not for another version: the
         // placement tables are the engine's.
         let placed =
-            match (m.filter(|m| m.is_raw() && version.is_none()), att.device(), &self.placed) {
-                (Some(m), Some(dev), Some(p)) => match p.for_type(m.type_index()) {
-                    Some(ts) => Some(dev.decode(d.call, &ts, m.type_index(), m.wire())?),
+            match (p.m.filter(|m| m.is_raw() && p.version.is_none()), p.att.device(), &self.placed)
+            {
+                (Some(m), Some(dev), Some(pl)) => match pl.for_type(m.type_index()) {
+                    Some(ts) => Some(dev.decode(p.d.call, &ts, m.type_index(), m.wire())?),
                     None => None,
                 },
                 _ => None,
             };
-        match self.try_post(att, version, engine_method, d, m, side, placed.as_ref()) {
+        match self.try_post(p, placed.as_ref()) {
             Err(PostError::Busy(what)) => Ok(Some(Retry { what, placed })),
-            other => self.posted(att, other).map(|()| None),
+            other => self.posted(p.att, other).map(|()| None),
         }
     }
 
     /// Waits for room for a post [`SplitService::post_now`] could not make.
-    #[allow(clippy::too_many_arguments)]
-    async fn post_retry(
-        &self,
-        att: &Arc<Attachment>,
-        version: Option<&crate::versions::Version>,
-        engine_method: u32,
-        d: Descriptor,
-        m: Option<&protoplane_grpc::Message>,
-        side: &[u8],
-        r: Retry,
-    ) -> Result<(), Status> {
+    async fn post_retry(&self, p: Post<'_>, r: Retry) -> Result<(), Status> {
         let placed = r.placed.as_ref();
-        let attempt = || self.try_post(att, version, engine_method, d, m, side, placed);
-        self.post_wait(att, r.what, attempt).await
+        self.post_wait(p.att, r.what, || self.try_post(p, placed)).await
     }
 
     /// One attempt at posting (see [`SplitService::post`]).
-    #[allow(clippy::too_many_arguments)]
     fn try_post(
         &self,
-        att: &Arc<Attachment>,
-        version: Option<&crate::versions::Version>,
-        engine_method: u32,
-        d: Descriptor,
-        m: Option<&protoplane_grpc::Message>,
-        side: &[u8],
+        p: Post<'_>,
         placed: Option<&protoplane_wire::Block>,
     ) -> Result<(), PostError> {
+        let Post { att, version, engine_method, d, m, side } = p;
         // The tables and request type the block is laid out with.
         let (tables, input) = match version {
             Some(v) => (v.schema.tables(), v.schema.method(d.method).map(|m| m.input)),
@@ -641,6 +617,21 @@ impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// One descriptor to post to an application instance, with its request.
+#[derive(Clone, Copy)]
+struct Post<'a> {
+    att: &'a Arc<Attachment>,
+    /// The instance's own version of the service, if it brought one (its
+    /// method id is in `d`).
+    version: Option<&'a crate::versions::Version>,
+    /// The method's id in the engine's schema (the counters).
+    engine_method: u32,
+    d: Descriptor,
+    m: Option<&'a protoplane_grpc::Message>,
+    /// The OPEN descriptor's side data (empty for later descriptors).
+    side: &'a [u8],
 }
 
 /// A post that found the ring or the region full: what it is waiting for,

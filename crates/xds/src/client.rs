@@ -74,8 +74,6 @@ struct TypeState {
     resources: BTreeMap<String, Resource>,
     /// Why the last response was NACKed (cleared by an ACK).
     nacked: Option<String>,
-    /// A response of this type has arrived.
-    seen: bool,
     /// Names asked for on the current stream and not received yet: when
     /// each is taken not to exist.
     timers: BTreeMap<String, Instant>,
@@ -269,12 +267,6 @@ impl XdsClient {
         self.lock().types[i].nacked.clone()
     }
 
-    /// Whether a response of `type_url` has arrived (so a subscribed
-    /// name missing from the cache does not exist).
-    pub fn responded(&self, type_url: &str) -> bool {
-        index(type_url).is_some_and(|i| self.lock().types[i].seen)
-    }
-
     fn start(&self) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
@@ -402,7 +394,6 @@ impl XdsClient {
         let mut st = self.lock();
         let t = &mut st.types[i];
         t.nonce = r.nonce().to_string();
-        t.seen = true;
         let mut changed = false;
         // State of the world: listeners and clusters not in the response
         // are gone (routes and endpoints are only ever replaced).
@@ -560,6 +551,7 @@ mod tests {
     use super::*;
     use crate::pb::envoy::config::cluster::v3 as cluster_pb;
     use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
+    use crate::resources::tests::encode;
 
     fn client(timeout: Duration) -> XdsClient {
         let b = Bootstrap::from_json(
@@ -579,64 +571,54 @@ mod tests {
 
     /// A DiscoveryResponse of type `i` holding `resources` (encoded).
     fn response(i: usize, resources: &[Vec<u8>]) -> Vec<u8> {
-        let mut b = ads::DiscoveryResponse::builder();
-        let mut r = ads::DiscoveryResponseBuilder::root(&mut b);
-        r.set_version_info("1").expect("version");
-        r.set_type_url(TYPES[i]).expect("type");
-        r.set_nonce("n1").expect("nonce");
-        for res in resources {
-            let mut any = r.add_resources().expect("any");
-            any.set_type_url(TYPES[i]).expect("type");
-            any.set_value(res).expect("value");
-        }
-        let block = b.finish();
-        let mut enc = Encoder::new();
-        ads::DiscoveryResponse::encode(
-            &mut enc,
-            Source::owned(block.as_bytes()),
-            &EncodeOptions::default(),
+        encode(
+            |b| {
+                let mut r = ads::DiscoveryResponseBuilder::root(b);
+                r.set_version_info("1").expect("version");
+                r.set_type_url(TYPES[i]).expect("type");
+                r.set_nonce("n1").expect("nonce");
+                for res in resources {
+                    let mut any = r.add_resources().expect("any");
+                    any.set_type_url(TYPES[i]).expect("type");
+                    any.set_value(res).expect("value");
+                }
+            },
+            |e, s, o| ads::DiscoveryResponse::encode(e, s, o).expect("encodes").to_vec(),
+            ads::DiscoveryResponse::builder(),
         )
-        .expect("encodes")
-        .to_vec()
     }
 
     fn endpoints(name: &str) -> Vec<u8> {
-        let mut b = endpoint_pb::ClusterLoadAssignment::builder();
-        let mut cla = endpoint_pb::ClusterLoadAssignmentBuilder::root(&mut b);
-        cla.set_cluster_name(name).expect("name");
-        let mut l = cla.add_endpoints().expect("locality");
-        let mut e = l.add_lb_endpoints().expect("endpoint");
-        let mut ep = e.endpoint().expect("ep");
-        let mut a = ep.address().expect("address");
-        let mut sa = a.socket_address().expect("sa");
-        sa.set_address("127.0.0.1").expect("ip").set_port_value(7);
-        let block = b.finish();
-        let mut enc = Encoder::new();
-        endpoint_pb::ClusterLoadAssignment::encode(
-            &mut enc,
-            Source::owned(block.as_bytes()),
-            &EncodeOptions::default(),
+        encode(
+            |b| {
+                let mut cla = endpoint_pb::ClusterLoadAssignmentBuilder::root(b);
+                cla.set_cluster_name(name).expect("name");
+                let mut l = cla.add_endpoints().expect("locality");
+                let mut e = l.add_lb_endpoints().expect("endpoint");
+                let mut ep = e.endpoint().expect("ep");
+                let mut a = ep.address().expect("address");
+                let mut sa = a.socket_address().expect("sa");
+                sa.set_address("127.0.0.1").expect("ip").set_port_value(7);
+            },
+            |e, s, o| {
+                endpoint_pb::ClusterLoadAssignment::encode(e, s, o).expect("encodes").to_vec()
+            },
+            endpoint_pb::ClusterLoadAssignment::builder(),
         )
-        .expect("encodes")
-        .to_vec()
     }
 
     fn cluster(name: &str) -> Vec<u8> {
-        let mut b = cluster_pb::Cluster::builder();
-        let mut c = cluster_pb::ClusterBuilder::root(&mut b);
-        c.set_name(name).expect("name");
-        c.set_type(3);
-        let mut eds = c.eds_cluster_config().expect("eds");
-        eds.eds_config().expect("source").ads().expect("ads");
-        let block = b.finish();
-        let mut enc = Encoder::new();
-        cluster_pb::Cluster::encode(
-            &mut enc,
-            Source::owned(block.as_bytes()),
-            &EncodeOptions::default(),
+        encode(
+            |b| {
+                let mut c = cluster_pb::ClusterBuilder::root(b);
+                c.set_name(name).expect("name");
+                c.set_type(3);
+                let mut eds = c.eds_cluster_config().expect("eds");
+                eds.eds_config().expect("source").ads().expect("ads");
+            },
+            |e, s, o| cluster_pb::Cluster::encode(e, s, o).expect("encodes").to_vec(),
+            cluster_pb::Cluster::builder(),
         )
-        .expect("encodes")
-        .to_vec()
     }
 
     #[test]

@@ -615,12 +615,14 @@ pub fn endpoints(wire: &[u8]) -> Result<Endpoints, Invalid> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pb::envoy::config::endpoint::v3::*;
     use protoplane_wire::{EncodeOptions, Encoder, Source};
 
-    fn encode(
+    /// The wire bytes of the message `f` builds in `b`, encoded by `ty`
+    /// (the crate's tests build resources with this).
+    pub(crate) fn encode(
         f: impl FnOnce(&mut protoplane_wire::Builder<'static>),
         ty: fn(&mut Encoder, Source<'_>, &EncodeOptions) -> Vec<u8>,
         mut b: protoplane_wire::Builder<'static>,
